@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Per-connection state: the maps every hook shares, the settings userspace fills in
+ * before load, and sending a connection's record. Included once, by hstrace.bpf.c.
+ */
+#ifndef HSTRACE_CONN_BPF_H
+#define HSTRACE_CONN_BPF_H
+
+#include "hstrace.h"
+
+#define AF_INET 2
+#define AF_INET6 10
+#define IPPROTO_TCP 6
+#define TCP_ESTABLISHED 1
+#define TCP_SYN_RECV 3
+#define TCP_CLOSE 7
+#define TCP_CLOSE_WAIT 8
+#define EAGAIN 11
+#define EPIPE 32
+#define ECONNRESET 104
+
+/* Settings, written by userspace before load (EbpfLoader::set_global). */
+const volatile __u8 targ_all = 0;     /* no selector: trace every process that accepts */
+const volatile __u16 targ_port = 0;   /* only connections to this local port (0: any) */
+const volatile __u8 targ_lazy_fd = 0; /* accept is hooked in the kernel, not at the syscall:
+					 find a connection's fd at its first read/write */
+
+/* Unique id of each traced connection (socket addresses are reused). */
+__u64 next_conn_id = 0;
+
+/* One direction of a connection's TLS record stream. */
+struct stream {
+	__u32 rec_left;      /* body bytes of the current record not yet seen */
+	__u8 hdr[16];        /* the record header being assembled (5 bytes; room for the verifier) */
+	__u8 hdr_have;       /* bytes of it seen so far */
+	__u8 rec_type;       /* type of the current record */
+	__u8 ccs;            /* a ChangeCipherSpec passed: later handshake records are encrypted */
+	__u8 pad;
+};
+
+struct conn {
+	struct hs_conn r;       /* the record, filled in as the connection goes */
+	struct stream st[2];    /* HS_DIR_IN, HS_DIR_OUT */
+	__u64 arrive_pending;   /* first bytes queued since the server last wrote */
+	__u64 done_at;          /* TLS 1.3: client Finished read; tickets may still follow */
+	__s8 flight;            /* index of the current flight, -1 before any bytes */
+	__u8 emitted;           /* the record was sent: the connection is no longer parsed */
+	__u8 wire_done;         /* the wire says the handshake completed at r.t_hs_done */
+	__u8 not_tls;
+};
+
+/* A child socket between ESTABLISHED and accept(). */
+struct est {
+	__u64 t_est;
+	__u64 t_arrive; /* first bytes queued before accept() */
+	__u32 flags;    /* HS_F_PEER_FIN when the client closed before accept() */
+	__u32 pad;
+};
+
+/* A read- or write-family syscall in progress, by thread id. */
+struct io_args {
+	__u64 ptr;   /* the buffer, or the iovec array */
+	__u32 fd;
+	__u32 iovcnt; /* 0: ptr is a plain buffer */
+	__u32 peek;   /* MSG_PEEK: only end of stream and errors count, the bytes stay queued */
+	__u32 pad;
+};
+
+/* An SSL_do_handshake call in progress, by thread id. */
+struct ssl_call {
+	__u64 ssl;
+	__u64 t_entry;
+	__u64 sk; /* the connection whose fd the call read or wrote */
+};
+
+struct ssl_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 ssl;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, HS_MAX_TGIDS);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced_tgids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, HS_MAX_CONNS);
+	__type(key, __u64); /* struct sock * */
+	__type(value, struct est);
+} est_socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, HS_MAX_CONNS);
+	__type(key, __u64); /* struct sock * */
+	__type(value, struct conn);
+} conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, HS_MAX_CONNS);
+	__type(key, __u64);   /* tgid << 32 | fd */
+	__type(value, __u64); /* struct sock *, 0: not a traced connection */
+} fds SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, HS_MAX_THREADS);
+	__type(key, __u32);
+	__type(value, struct io_args);
+} io_in_flight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, HS_MAX_THREADS);
+	__type(key, __u32);
+	__type(value, struct ssl_call);
+} ssl_in_flight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, HS_MAX_CONNS);
+	__type(key, struct ssl_key);
+	__type(value, __u64); /* struct sock * */
+} ssl_socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, HS_RINGBUF_BYTES);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, HS_C_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/* Scratch space for a new connection (too big for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct conn);
+} conn_scratch SEC(".maps");
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline int tgid_traced(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
+}
+
+/* Send the connection's record; it is parsed no further. */
+static __noinline void emit_conn(struct conn *c, __u64 now, __u8 outcome)
+{
+	struct hs_conn *r;
+
+	if (!c || c->emitted)
+		return;
+	c->emitted = 1;
+	c->r.outcome = outcome;
+	c->r.t_end = now;
+	c->r.fail_flight = c->flight + 1;
+	/* reserve the record in the ring buffer; count it if there is no room */
+	r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (!r) {
+		count(HS_C_RECORDS_DROPPED);
+		return;
+	}
+	__builtin_memcpy(r, &c->r, sizeof(*r));
+	bpf_ringbuf_submit(r, 0);
+	count(HS_C_RECORDS);
+}
+
+/* Why a connection that never completed its handshake ended. */
+static __always_inline __u8 failure_reason(struct conn *c, int peer_reset)
+{
+	if (c->not_tls)
+		return HS_FAIL_NOT_TLS;
+	if (c->r.alert_level)
+		return HS_FAIL_ALERT;
+	if (c->r.flags & HS_F_READ_RESET || peer_reset)
+		return HS_FAIL_RESET;
+	if (c->r.flags & (HS_F_READ_EOF | HS_F_PEER_FIN))
+		return HS_FAIL_CLIENT_CLOSED;
+	return HS_FAIL_SERVER_CLOSED;
+}
+
+/* The connection is going away: send its record if it has not been sent. */
+static __always_inline void finish_conn(struct conn *c, __u64 now, int peer_reset)
+{
+	if (c->emitted)
+		return;
+	if (c->done_at && !c->wire_done) {
+		/* TLS 1.3 with no read after the tickets: the handshake did complete */
+		c->wire_done = 1;
+		if (!c->r.t_hs_done)
+			c->r.t_hs_done = c->done_at;
+	}
+	if (c->wire_done || c->r.t_hs_done) {
+		emit_conn(c, now, HS_OUTCOME_DONE);
+		return;
+	}
+	c->r.failure = failure_reason(c, peer_reset);
+	emit_conn(c, now, HS_OUTCOME_FAILED);
+}
+
+#endif

@@ -1,0 +1,478 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * hstrace's BPF programs, one object. Every hook is listed, with its alternatives,
+ * in userspace/src/probes.rs; the hooks here only feed the per-connection state of
+ * conn.bpf.h and the record-stream parser of wire.bpf.h.
+ *
+ *   TCP:      sock:inet_sock_set_state (ESTABLISHED, CLOSE), sock:sk_data_ready (arrival)
+ *   accept:   syscalls:sys_exit_accept4/accept | fexit or kretprobe inet_csk_accept
+ *   I/O:      syscalls read/readv/recvfrom/recvmsg (in), write/writev/sendto/sendmsg (out)
+ *             | fentry or kprobe tcp_sendmsg (out)
+ *   process:  tp_btf sched_process_fork (a traced master's new workers)
+ *   OpenSSL:  uprobe + uretprobe SSL_do_handshake
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+#include "conn.bpf.h"
+#include "wire.bpf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define S_IFMT 00170000
+#define S_IFSOCK 0140000
+
+/* ---- sockets and accept ---------------------------------------------------------- */
+
+/* The struct sock behind fd `fd` of the current process, or NULL. */
+static __always_inline struct sock *sock_from_fd(__u32 fd)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **fdarr, *file = NULL;
+	struct socket *sock;
+
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	fdarr = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fdarr[fd]) || !file)
+		return NULL;
+	if ((BPF_CORE_READ(file, f_inode, i_mode) & S_IFMT) != S_IFSOCK)
+		return NULL;
+	sock = BPF_CORE_READ(file, private_data);
+	return sock ? BPF_CORE_READ(sock, sk) : NULL;
+}
+
+static __always_inline __u64 fd_key(__u32 tgid, __u32 fd)
+{
+	return ((__u64)tgid << 32) | fd;
+}
+
+/* A server accepted `sk` (as `fd`, or -1 when accept is hooked in the kernel). */
+static __always_inline void on_accept(struct sock *sk, int fd)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 skey = (__u64)sk, fkey;
+	__u32 zero = 0;
+	__u16 family;
+	struct conn *c;
+	struct est *e;
+
+	if (!sk || (!targ_all && !tgid_traced(tgid)))
+		return;
+	family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (family != AF_INET && family != AF_INET6)
+		return;
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return;
+	if (targ_port && BPF_CORE_READ(sk, __sk_common.skc_num) != targ_port)
+		return;
+
+	/* build the connection in per-CPU scratch, then store it */
+	c = bpf_map_lookup_elem(&conn_scratch, &zero);
+	if (!c)
+		return;
+	__builtin_memset(c, 0, sizeof(*c));
+	c->flight = -1;
+	c->r.rec = HS_REC_CONN;
+	c->r.conn_id = __sync_fetch_and_add(&next_conn_id, 1) + 1;
+	c->r.tgid = tgid;
+	bpf_get_current_comm(c->r.comm, sizeof(c->r.comm));
+	c->r.family = family;
+	c->r.sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	c->r.dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	if (family == AF_INET) {
+		bpf_core_read(c->r.saddr, 4, &sk->__sk_common.skc_rcv_saddr);
+		bpf_core_read(c->r.daddr, 4, &sk->__sk_common.skc_daddr);
+	} else {
+		bpf_core_read(c->r.saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(c->r.daddr, 16, &sk->__sk_common.skc_v6_daddr);
+	}
+	c->r.t_accept = now;
+	e = bpf_map_lookup_elem(&est_socks, &skey);
+	if (e) {
+		c->r.t_est = e->t_est;
+		c->r.flags |= HS_F_EST_SEEN;
+		c->arrive_pending = e->t_arrive;
+		c->r.flags |= e->flags;
+		bpf_map_delete_elem(&est_socks, &skey);
+	}
+	bpf_map_update_elem(&conns, &skey, c, BPF_ANY);
+	if (fd >= 0) {
+		fkey = fd_key(tgid, fd);
+		bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
+	}
+	if (targ_all && !tgid_traced(tgid)) {
+		__u8 one = 1;
+		bpf_map_update_elem(&traced_tgids, &tgid, &one, BPF_ANY);
+	}
+	count(HS_C_CONNS);
+}
+
+SEC("tracepoint/syscalls/sys_exit_accept4")
+int accept4_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	if (ctx->ret >= 0)
+		on_accept(sock_from_fd(ctx->ret), ctx->ret);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_accept")
+int accept_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	if (ctx->ret >= 0)
+		on_accept(sock_from_fd(ctx->ret), ctx->ret);
+	return 0;
+}
+
+SEC("fexit/inet_csk_accept")
+int BPF_PROG(accept_fexit, struct sock *sk, struct proto_accept_arg *arg, struct sock *newsk)
+{
+	on_accept(newsk, -1);
+	return 0;
+}
+
+SEC("kretprobe/inet_csk_accept")
+int BPF_KRETPROBE(accept_kretprobe, struct sock *newsk)
+{
+	on_accept(newsk, -1);
+	return 0;
+}
+
+/* ---- TCP state and arrival ------------------------------------------------------- */
+
+SEC("tracepoint/sock/inet_sock_set_state")
+int sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
+{
+	__u64 skey = (__u64)ctx->skaddr;
+	struct conn *c;
+
+	if (ctx->protocol != IPPROTO_TCP)
+		return 0;
+	if (ctx->newstate == TCP_ESTABLISHED && ctx->oldstate == TCP_SYN_RECV) {
+		/* a server's child socket finished the three-way handshake */
+		struct est e = { .t_est = bpf_ktime_get_ns() };
+
+		bpf_map_update_elem(&est_socks, &skey, &e, BPF_ANY);
+		return 0;
+	}
+	if (ctx->newstate == TCP_CLOSE_WAIT) {
+		struct est *e;
+
+		c = bpf_map_lookup_elem(&conns, &skey);
+		if (c)
+			c->r.flags |= HS_F_PEER_FIN;
+		else if ((e = bpf_map_lookup_elem(&est_socks, &skey)))
+			e->flags |= HS_F_PEER_FIN;
+		return 0;
+	}
+	if (ctx->newstate != TCP_CLOSE)
+		return 0;
+	c = bpf_map_lookup_elem(&conns, &skey);
+	if (c) {
+		/* reset while established: no FIN came first */
+		finish_conn(c, bpf_ktime_get_ns(), ctx->oldstate == TCP_ESTABLISHED);
+		bpf_map_delete_elem(&conns, &skey);
+	} else {
+		bpf_map_delete_elem(&est_socks, &skey);
+	}
+	return 0;
+}
+
+SEC("tracepoint/sock/sk_data_ready")
+int sock_data_ready(struct trace_event_raw_sk_data_ready *ctx)
+{
+	__u64 skey = (__u64)ctx->skaddr;
+	struct conn *c;
+	struct est *e;
+
+	/* runs in the sender's context on loopback: match the socket, not the process */
+	c = bpf_map_lookup_elem(&conns, &skey);
+	if (c) {
+		if (!c->arrive_pending && !c->emitted)
+			c->arrive_pending = bpf_ktime_get_ns();
+		return 0;
+	}
+	e = bpf_map_lookup_elem(&est_socks, &skey);
+	if (e && !e->t_arrive)
+		e->t_arrive = bpf_ktime_get_ns();
+	return 0;
+}
+
+/* ---- read and write family syscalls ---------------------------------------------- */
+
+/* The traced connection on fd `fd` of process `tgid`, or 0. */
+static __always_inline __u64 conn_sock(__u32 tgid, __u32 fd)
+{
+	__u64 fkey = fd_key(tgid, fd), skey;
+	__u64 *sk = bpf_map_lookup_elem(&fds, &fkey);
+
+	if (sk)
+		return *sk;
+	if (!targ_lazy_fd)
+		return 0;
+	/* accept was hooked in the kernel: learn which socket this fd is, once */
+	skey = (__u64)sock_from_fd(fd);
+	if (skey && !bpf_map_lookup_elem(&conns, &skey))
+		skey = 0;
+	bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
+	return skey;
+}
+
+static __always_inline int io_enter_peek(__u32 fd, __u64 ptr, __u32 iovcnt, __u32 peek)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = id;
+	struct io_args a = { .ptr = ptr, .fd = fd, .iovcnt = iovcnt, .peek = peek };
+
+	/* leave early for processes and fds that are not traced */
+	if (!tgid_traced(tgid) || !conn_sock(tgid, fd))
+		return 0;
+	bpf_map_update_elem(&io_in_flight, &tid, &a, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int io_enter(__u32 fd, __u64 ptr, __u32 iovcnt)
+{
+	return io_enter_peek(fd, ptr, iovcnt, 0);
+}
+
+/* Bytes moved on a traced connection's socket `skey`: parse them. */
+static __always_inline void on_io(__u64 skey, __u32 dir, long ret, __u64 ptr, __u32 iovcnt,
+				  __u32 peek, __u64 now)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct ssl_call *sc;
+	struct conn *c;
+
+	c = bpf_map_lookup_elem(&conns, &skey);
+	if (!c) {
+		count(HS_C_CONN_EVICTED);
+		return;
+	}
+	if (c->emitted || c->not_tls || (c->r.flags & HS_F_DESYNC))
+		return;
+	/* inside SSL_do_handshake: that call belongs to this connection */
+	sc = bpf_map_lookup_elem(&ssl_in_flight, &tid);
+	if (sc) {
+		sc->sk = skey;
+		c->r.flags |= HS_F_UPROBE;
+	}
+	if (dir == HS_DIR_IN && !peek)
+		on_read_attempt(c);
+	if (c->emitted)
+		return;
+	if (ret <= 0 || peek) {
+		if (dir == HS_DIR_IN && ret == 0)
+			c->r.flags |= HS_F_READ_EOF;
+		if (ret == -ECONNRESET || ret == -EPIPE)
+			c->r.flags |= HS_F_READ_RESET;
+		return;
+	}
+	on_transfer(c, dir, ret, now);
+	if (iovcnt)
+		parse_iov(c, dir, (const struct iovec *)ptr, iovcnt, ret, now);
+	else
+		parse_bytes(c, dir, ptr, ret, now);
+}
+
+static __always_inline int io_exit(__u32 dir, long ret)
+{
+	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
+	__u32 tid = id, tgid = id >> 32;
+	struct io_args *ap, a;
+	__u64 *sk, fkey;
+
+	ap = bpf_map_lookup_elem(&io_in_flight, &tid);
+	if (!ap)
+		return 0;
+	a = *ap;
+	bpf_map_delete_elem(&io_in_flight, &tid);
+	fkey = fd_key(tgid, a.fd);
+	sk = bpf_map_lookup_elem(&fds, &fkey);
+	if (sk && *sk)
+		on_io(*sk, dir, ret, a.ptr, a.iovcnt, a.peek, now);
+	return 0;
+}
+
+/* msghdr-based calls: the iovec array is in the user's msghdr */
+static __always_inline int io_enter_msg(__u32 fd, const struct user_msghdr *msg, __u32 peek)
+{
+	struct user_msghdr m;
+
+	if (!tgid_traced(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	if (bpf_probe_read_user(&m, sizeof(m), msg))
+		return 0;
+	return io_enter_peek(fd, (__u64)m.msg_iov, m.msg_iovlen ? m.msg_iovlen : 1, peek);
+}
+
+#define ARG(n) (ctx->args[n])
+
+SEC("tracepoint/syscalls/sys_enter_read")
+int read_enter(struct trace_event_raw_sys_enter *ctx) { return io_enter(ARG(0), ARG(1), 0); }
+SEC("tracepoint/syscalls/sys_exit_read")
+int read_exit(struct trace_event_raw_sys_exit *ctx) { return io_exit(HS_DIR_IN, ctx->ret); }
+SEC("tracepoint/syscalls/sys_enter_readv")
+int readv_enter(struct trace_event_raw_sys_enter *ctx) { return io_enter(ARG(0), ARG(1), ARG(2)); }
+SEC("tracepoint/syscalls/sys_exit_readv")
+int readv_exit(struct trace_event_raw_sys_exit *ctx) { return io_exit(HS_DIR_IN, ctx->ret); }
+/* A MSG_PEEK leaves the bytes in the socket for the real read (nginx peeks at the first
+ * byte to tell TLS from plain HTTP): not a read of the stream, but it can see its end. */
+#define MSG_PEEK 2
+
+SEC("tracepoint/syscalls/sys_enter_recvfrom")
+int recvfrom_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	return io_enter_peek(ARG(0), ARG(1), 0, ARG(3) & MSG_PEEK);
+}
+SEC("tracepoint/syscalls/sys_exit_recvfrom")
+int recvfrom_exit(struct trace_event_raw_sys_exit *ctx) { return io_exit(HS_DIR_IN, ctx->ret); }
+SEC("tracepoint/syscalls/sys_enter_recvmsg")
+int recvmsg_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	return io_enter_msg(ARG(0), (const struct user_msghdr *)ARG(1), ARG(2) & MSG_PEEK);
+}
+SEC("tracepoint/syscalls/sys_exit_recvmsg")
+int recvmsg_exit(struct trace_event_raw_sys_exit *ctx) { return io_exit(HS_DIR_IN, ctx->ret); }
+
+SEC("tracepoint/syscalls/sys_enter_write")
+int write_enter(struct trace_event_raw_sys_enter *ctx) { return io_enter(ARG(0), ARG(1), 0); }
+SEC("tracepoint/syscalls/sys_exit_write")
+int write_exit(struct trace_event_raw_sys_exit *ctx) { return io_exit(HS_DIR_OUT, ctx->ret); }
+SEC("tracepoint/syscalls/sys_enter_writev")
+int writev_enter(struct trace_event_raw_sys_enter *ctx) { return io_enter(ARG(0), ARG(1), ARG(2)); }
+SEC("tracepoint/syscalls/sys_exit_writev")
+int writev_exit(struct trace_event_raw_sys_exit *ctx) { return io_exit(HS_DIR_OUT, ctx->ret); }
+SEC("tracepoint/syscalls/sys_enter_sendto")
+int sendto_enter(struct trace_event_raw_sys_enter *ctx) { return io_enter(ARG(0), ARG(1), 0); }
+SEC("tracepoint/syscalls/sys_exit_sendto")
+int sendto_exit(struct trace_event_raw_sys_exit *ctx) { return io_exit(HS_DIR_OUT, ctx->ret); }
+SEC("tracepoint/syscalls/sys_enter_sendmsg")
+int sendmsg_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	return io_enter_msg(ARG(0), (const struct user_msghdr *)ARG(1), 0);
+}
+SEC("tracepoint/syscalls/sys_exit_sendmsg")
+int sendmsg_exit(struct trace_event_raw_sys_exit *ctx) { return io_exit(HS_DIR_OUT, ctx->ret); }
+
+SEC("tracepoint/syscalls/sys_enter_close")
+int close_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 fkey = fd_key(tgid, ARG(0));
+
+	/* the fd number may be reused for anything: forget it */
+	if (tgid_traced(tgid))
+		bpf_map_delete_elem(&fds, &fkey);
+	return 0;
+}
+
+/* Send hooked in the kernel (kernels without syscall tracepoints): the bytes are in
+ * the msghdr's iov_iter, user memory for write/writev/send*. */
+static __always_inline void on_tcp_sendmsg(struct sock *sk, struct msghdr *msg, __u64 size)
+{
+	__u64 skey = (__u64)sk, ptr;
+	__u32 iovcnt = 0;
+	__u8 type;
+
+	if (!bpf_map_lookup_elem(&conns, &skey))
+		return;
+	type = BPF_CORE_READ(msg, msg_iter.iter_type);
+	if (type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
+		ptr = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
+	} else if (type == bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
+		ptr = (__u64)BPF_CORE_READ(msg, msg_iter.__iov);
+		iovcnt = BPF_CORE_READ(msg, msg_iter.nr_segs);
+	} else {
+		return;
+	}
+	on_io(skey, HS_DIR_OUT, size, ptr, iovcnt, 0, bpf_ktime_get_ns());
+}
+
+SEC("fentry/tcp_sendmsg")
+int BPF_PROG(send_fentry, struct sock *sk, struct msghdr *msg, size_t size)
+{
+	on_tcp_sendmsg(sk, msg, size);
+	return 0;
+}
+
+SEC("kprobe/tcp_sendmsg")
+int BPF_KPROBE(send_kprobe, struct sock *sk, struct msghdr *msg, size_t size)
+{
+	on_tcp_sendmsg(sk, msg, size);
+	return 0;
+}
+
+/* ---- processes ------------------------------------------------------------------- */
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(process_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	__u8 one = 1;
+
+	/* a traced master's new worker is traced from its first accept */
+	if (ctgid != ptgid && tgid_traced(ptgid))
+		bpf_map_update_elem(&traced_tgids, &ctgid, &one, BPF_ANY);
+	return 0;
+}
+
+/* ---- OpenSSL: SSL_do_handshake (also reached from SSL_accept) -------------------- */
+
+SEC("uprobe/SSL_do_handshake")
+int BPF_KPROBE(ssl_handshake_enter, void *ssl)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = id;
+	struct ssl_call sc = { .ssl = (__u64)ssl, .t_entry = bpf_ktime_get_ns() };
+
+	bpf_map_update_elem(&ssl_in_flight, &tid, &sc, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe/SSL_do_handshake")
+int BPF_KRETPROBE(ssl_handshake_exit, int ret)
+{
+	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
+	__u32 tid = id;
+	struct ssl_key k = { .tgid = id >> 32 };
+	struct ssl_call *scp, sc;
+	struct conn *c;
+	__u64 *skp;
+
+	scp = bpf_map_lookup_elem(&ssl_in_flight, &tid);
+	if (!scp)
+		return 0;
+	sc = *scp;
+	bpf_map_delete_elem(&ssl_in_flight, &tid);
+	k.ssl = sc.ssl;
+	/* a call that touched no socket belongs to the connection this SSL had before */
+	if (sc.sk)
+		bpf_map_update_elem(&ssl_socks, &k, &sc.sk, BPF_ANY);
+	else if ((skp = bpf_map_lookup_elem(&ssl_socks, &k)))
+		sc.sk = *skp;
+	if (!sc.sk)
+		return 0;
+	c = bpf_map_lookup_elem(&conns, &sc.sk);
+	if (!c || c->emitted)
+		return 0;
+	c->r.flags |= HS_F_UPROBE;
+	c->r.ssl_calls += 1;
+	c->r.ssl_ns += now - sc.t_entry;
+	if (ret == 1) {
+		c->r.t_hs_done = now;
+		c->r.flags |= HS_F_HS_DONE_SSL;
+		emit_conn(c, now, HS_OUTCOME_DONE);
+	}
+	return 0;
+}
+
+/* the layout userspace/src/abi.rs expects */
+_Static_assert(sizeof(struct hs_conn) == 272, "hs_conn layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_hello) == 24 + HS_HELLO_CAP, "hs_hello layout changed: update abi.rs");
+_Static_assert(sizeof(struct conn) == 344, "conn size changed: update CONN_STATE_BYTES in abi.rs");

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * hstrace's kernel <-> userspace ABI: the records the BPF programs send through the
+ * ring buffer and the counters they keep. Plain fixed-size C types only; mirrored in
+ * userspace/src/abi.rs with compile-time size and offset checks, so keep both in step.
+ */
+#ifndef HSTRACE_H
+#define HSTRACE_H
+
+/* Bytes of a ClientHello/ServerHello message (handshake header included) copied out for
+ * userspace to parse. Larger hellos are cut here and flagged as truncated. */
+#define HS_HELLO_CAP 1536
+
+/* Default map sizes; userspace may override them at load time. */
+#define HS_MAX_CONNS 65536   /* connections tracked at once (LRU) */
+#define HS_MAX_TGIDS 4096    /* traced processes */
+#define HS_MAX_THREADS 16384 /* threads inside a traced syscall or SSL call at once */
+#define HS_RINGBUF_BYTES (8 << 20)
+
+/* Record kinds, the first __u32 of every ring-buffer record. */
+#define HS_REC_HELLO 1
+#define HS_REC_CONN 2
+
+/* Direction of bytes on a server's connection. */
+#define HS_DIR_IN 0  /* client -> server: the server reads them */
+#define HS_DIR_OUT 1 /* server -> client: the server writes them */
+
+/* How a connection's record ended (hs_conn.outcome). */
+#define HS_OUTCOME_DONE 1   /* the handshake completed */
+#define HS_OUTCOME_FAILED 2 /* it ended before completing */
+
+/* Why it failed (hs_conn.failure). */
+#define HS_FAIL_NONE 0
+#define HS_FAIL_CLIENT_CLOSED 1 /* the client closed (EOF) before completing */
+#define HS_FAIL_ALERT 2         /* a TLS alert was sent or received */
+#define HS_FAIL_RESET 3         /* the connection was reset */
+#define HS_FAIL_NOT_TLS 4       /* the first bytes were not a TLS handshake record */
+#define HS_FAIL_SERVER_CLOSED 5 /* the server closed it without an alert */
+
+/* hs_conn.flags */
+#define HS_F_UPROBE (1 << 0)       /* SSL_do_handshake calls were seen for this connection */
+#define HS_F_HS_DONE_SSL (1 << 1)  /* t_hs_done came from SSL_do_handshake returning 1 */
+#define HS_F_DESYNC (1 << 2)       /* a record header did not parse: wire parsing stopped */
+#define HS_F_EST_SEEN (1 << 3)     /* t_est is known */
+#define HS_F_PEER_FIN (1 << 4)     /* the client sent FIN */
+#define HS_F_READ_EOF (1 << 5)     /* a read returned 0 */
+#define HS_F_READ_RESET (1 << 6)   /* a read or write returned ECONNRESET/EPIPE */
+
+/* Bits of the per-flight record-type masks (hs_conn.rec_types[]): 1 << (type - 20). */
+#define HS_RT_CCS (1 << 0)
+#define HS_RT_ALERT (1 << 1)
+#define HS_RT_HANDSHAKE (1 << 2)
+#define HS_RT_APPDATA (1 << 3)
+
+/* Flights, in wire order, as indexes into the per-flight arrays:
+ * client 1 (ClientHello), server 1, client 2, server 2. */
+#define HS_FLIGHTS 4
+#define HS_FL_C1 0
+#define HS_FL_S1 1
+#define HS_FL_C2 2
+#define HS_FL_S2 3
+
+/* A ClientHello (dir IN) or ServerHello (dir OUT), as the server read or wrote it. */
+struct hs_hello {
+	__u32 rec;      /* HS_REC_HELLO */
+	__u32 dir;      /* HS_DIR_IN or HS_DIR_OUT */
+	__u64 conn_id;
+	__u32 msg_len;  /* full handshake message length, 4-byte header included */
+	__u32 cap_len;  /* bytes captured in data (<= msg_len, <= HS_HELLO_CAP) */
+	__u8 data[HS_HELLO_CAP];
+};
+
+/* One per connection, sent when its handshake completes or fails. Times are
+ * CLOCK_MONOTONIC (bpf_ktime_get_ns) nanoseconds; 0 means not seen. */
+struct hs_conn {
+	__u32 rec;      /* HS_REC_CONN */
+	__u32 tgid;
+	__u64 conn_id;
+	char comm[16];
+	__u8 saddr[16]; /* server (local) address: IPv4 in the first 4 bytes */
+	__u8 daddr[16]; /* client (peer) address */
+	__u16 sport;    /* host byte order */
+	__u16 dport;
+	__u16 family;   /* AF_INET or AF_INET6 */
+	__u8 outcome;   /* HS_OUTCOME_* */
+	__u8 failure;   /* HS_FAIL_* */
+	__u32 flags;    /* HS_F_* */
+	__u8 alert_level; /* first plaintext alert seen, if any */
+	__u8 alert_desc;
+	__u8 alert_dir;
+	__u8 fail_flight; /* 1 + the flight in progress when the record was sent; 0: no bytes yet */
+	__u64 t_est;      /* TCP handshake complete (child socket ESTABLISHED) */
+	__u64 t_accept;   /* accept() returned the fd */
+	__u64 t_arrive[HS_FLIGHTS]; /* client flights: first bytes queued on the socket */
+	__u64 t_first[HS_FLIGHTS];  /* first read (client) / first write (server) of the flight */
+	__u64 t_last[HS_FLIGHTS];   /* last read (client) / last write (server) of the flight */
+	__u64 t_hs_done;  /* handshake complete (SSL_do_handshake == 1, or from the wire) */
+	__u64 t_end;      /* record sent */
+	__u32 rec_types[HS_FLIGHTS]; /* HS_RT_* bits of the records in each flight */
+	__u32 hs_types[HS_FLIGHTS];  /* 1 << handshake type (plaintext ones, types < 32) */
+	__u32 ssl_calls;  /* SSL_do_handshake calls for this connection */
+	__u32 pad0;
+	__u64 ssl_ns;     /* time spent inside those calls */
+	__u64 bytes_in;   /* bytes read by the server before the record was sent */
+	__u64 bytes_out;
+};
+
+/* Counters (index into the per-CPU array `counters`). */
+#define HS_C_CONNS 0          /* connections accepted and tracked */
+#define HS_C_RECORDS 1        /* connection records sent */
+#define HS_C_RECORDS_DROPPED 2 /* connection records the ring buffer had no room for */
+#define HS_C_HELLOS_DROPPED 3 /* hello captures the ring buffer had no room for */
+#define HS_C_DESYNC 4         /* connections whose record stream stopped parsing */
+#define HS_C_CONN_EVICTED 5   /* connection state missing when needed (LRU evicted it) */
+#define HS_C_NO_SOCK 6        /* accepted fd whose socket could not be resolved */
+#define HS_C_MAX 8
+
+#endif

@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The TLS record stream, as the server reads and writes it. Only record headers
+ * (type, version, length) and the 4-byte headers of plaintext handshake messages are
+ * read; a ClientHello or ServerHello is copied out whole (up to HS_HELLO_CAP) for
+ * userspace to parse. Nothing past ChangeCipherSpec, and no application data, is read.
+ *
+ * From the record types alone it tells flights apart and when the handshake is done:
+ *   server flight 1 holds an application_data record  -> TLS 1.3 (encrypted from EE on)
+ *   server flight 1 holds a ChangeCipherSpec           -> TLS 1.2 abbreviated (resumed)
+ *   otherwise                                          -> TLS 1.2 full
+ */
+#ifndef HSTRACE_WIRE_BPF_H
+#define HSTRACE_WIRE_BPF_H
+
+#include "conn.bpf.h"
+
+#define HS_REC_MAX_LEN (16384 + 2048) /* largest legal TLSCiphertext */
+#define HS_RECORDS_PER_IO 16          /* records walked in one read/write buffer */
+#define HS_MSGS_PER_RECORD 4          /* handshake messages walked in one record */
+#define HS_IOV_SEGS 4                 /* iovec segments walked in one readv/writev */
+
+#define REC_CCS 20
+#define REC_ALERT 21
+#define REC_HANDSHAKE 22
+#define REC_APPDATA 23
+#define REC_HEARTBEAT 24
+
+#define HT_CLIENT_HELLO 1
+#define HT_SERVER_HELLO 2
+
+static __always_inline __u32 flight_dir(__s8 f)
+{
+	return f & 1 ? HS_DIR_OUT : HS_DIR_IN;
+}
+
+/* Bytes moved in `dir`: a change of direction starts the next flight. */
+static __always_inline void on_transfer(struct conn *c, __u32 dir, __u32 n, __u64 now)
+{
+	__s8 f = c->flight;
+
+	if (f < 0 || flight_dir(f) != dir) {
+		f += 1;
+		if (flight_dir(f) != dir)
+			f += 1;
+		c->flight = f;
+		if ((__u32)f < HS_FLIGHTS) {
+			c->r.t_first[f & 3] = now;
+			if (dir == HS_DIR_IN)
+				c->r.t_arrive[f & 3] = c->arrive_pending;
+		}
+		c->arrive_pending = 0;
+	}
+	if (dir == HS_DIR_OUT) {
+		c->arrive_pending = 0;
+		c->r.bytes_out += n;
+	} else {
+		c->r.bytes_in += n;
+	}
+	if ((__u32)f < HS_FLIGHTS)
+		c->r.t_last[f & 3] = now;
+}
+
+/* Copy a ClientHello or ServerHello at user address `msg` out for userspace to parse.
+ * (Global functions are verified once, not at every call site: the parser's loops stay
+ * within the verifier's budget. User pointers are passed to them as plain numbers.) */
+__noinline int capture_hello(struct conn *c, __u32 dir, __u64 msg, __u32 msg_len, __u32 avail)
+{
+	struct hs_hello *h;
+	__u32 cap = msg_len < avail ? msg_len : avail;
+
+	if (!c)
+		return 0;
+	if (cap > HS_HELLO_CAP)
+		cap = HS_HELLO_CAP;
+	/* reserve the record in the ring buffer; count it if there is no room */
+	h = bpf_ringbuf_reserve(&events, sizeof(*h), 0);
+	if (!h) {
+		count(HS_C_HELLOS_DROPPED);
+		return 0;
+	}
+	h->rec = HS_REC_HELLO;
+	h->dir = dir;
+	h->conn_id = c->r.conn_id;
+	h->msg_len = msg_len;
+	h->cap_len = cap;
+	if (bpf_probe_read_user(h->data, cap, (const void *)msg))
+		h->cap_len = 0;
+	bpf_ringbuf_submit(h, 0);
+	return 0;
+}
+
+/* A record starts: note its type for the flight, read a plaintext alert's two bytes,
+ * walk the headers of plaintext handshake messages. */
+__noinline int on_record_start(struct conn *c, __u32 dir, __u64 body, __u32 avail)
+{
+	struct stream *st;
+	__u8 type, hh[4];
+	__u32 len, f, mo = 0;
+
+	if (!c)
+		return 0;
+	st = &c->st[dir & 1];
+	type = st->rec_type;
+	len = st->rec_left;
+	f = (__u32)c->flight & 3;
+
+	if (type >= REC_CCS && type <= REC_APPDATA)
+		c->r.rec_types[f] |= 1u << (type - REC_CCS);
+	if (type == REC_CCS) {
+		st->ccs = 1;
+		return 0;
+	}
+	if (type == REC_ALERT && !st->ccs && !c->r.alert_level && avail >= 2) {
+		if (bpf_probe_read_user(hh, 2, (const void *)body) == 0) {
+			c->r.alert_level = hh[0];
+			c->r.alert_desc = hh[1];
+			c->r.alert_dir = dir;
+		}
+		return 0;
+	}
+	if (type != REC_HANDSHAKE || st->ccs)
+		return 0;
+	if (avail > len)
+		avail = len;
+	for (int i = 0; i < HS_MSGS_PER_RECORD; i++) {
+		__u32 mlen;
+
+		if (mo + 4 > avail)
+			break;
+		if (bpf_probe_read_user(hh, 4, (const void *)(body + mo)))
+			break;
+		mlen = ((__u32)hh[1] << 16) | ((__u32)hh[2] << 8) | hh[3];
+		if (hh[0] < 32)
+			c->r.hs_types[f] |= 1u << hh[0];
+		if ((hh[0] == HT_CLIENT_HELLO && dir == HS_DIR_IN) ||
+		    (hh[0] == HT_SERVER_HELLO && dir == HS_DIR_OUT))
+			capture_hello(c, dir, body + mo, mlen + 4, avail - mo);
+		mo += mlen + 4;
+	}
+	return 0;
+}
+
+static __always_inline int is_tls13(struct conn *c)
+{
+	return c->r.rec_types[HS_FL_S1] & HS_RT_APPDATA;
+}
+
+/* The handshake is complete on the wire at `now`. */
+static __always_inline void wire_done(struct conn *c, __u64 now)
+{
+	c->wire_done = 1;
+	c->r.t_hs_done = now;
+	/* with uprobes on this connection, SSL_do_handshake's return sends the record */
+	if (!(c->r.flags & HS_F_UPROBE))
+		emit_conn(c, now, HS_OUTCOME_DONE);
+}
+
+/* A record's last byte has passed: is the handshake complete? */
+static __always_inline void on_record_end(struct conn *c, __u32 dir, __u8 type, __u64 now)
+{
+	__s8 f = c->flight;
+	int tls13 = is_tls13(c);
+	int s1_ccs = c->r.rec_types[HS_FL_S1] & HS_RT_CCS;
+
+	if (c->wire_done)
+		return;
+	if (dir == HS_DIR_OUT && type == REC_HANDSHAKE && c->st[HS_DIR_OUT].ccs && !tls13 &&
+	    f >= HS_FL_S2) {
+		/* TLS 1.2 full: the server's Finished is written */
+		wire_done(c, now);
+	} else if (dir == HS_DIR_IN && type == REC_HANDSHAKE && c->st[HS_DIR_IN].ccs && !tls13 &&
+		   s1_ccs) {
+		/* TLS 1.2 resumed: the client's Finished is read */
+		wire_done(c, now);
+	} else if (dir == HS_DIR_IN && type == REC_APPDATA && tls13 && f == HS_FL_C2) {
+		/* TLS 1.3: the client's Finished is read; tickets may follow */
+		if (!c->done_at)
+			c->done_at = now;
+	} else if (dir == HS_DIR_OUT && tls13 && f == HS_FL_S2 && c->done_at) {
+		/* TLS 1.3: a NewSessionTicket is written */
+		c->done_at = now;
+	}
+}
+
+/* TLS 1.3 is complete once the server reads again after the client's Finished. */
+static __always_inline void on_read_attempt(struct conn *c)
+{
+	if (c->done_at && !c->wire_done)
+		wire_done(c, c->done_at);
+}
+
+/* The record stream stopped making sense: stop parsing this connection. */
+static __always_inline void desync(struct conn *c, __u32 dir)
+{
+	if (dir == HS_DIR_IN && c->flight == HS_FL_C1 && !c->r.rec_types[HS_FL_C1])
+		c->not_tls = 1; /* the client's very first bytes are not a TLS record */
+	c->r.flags |= HS_F_DESYNC;
+	count(HS_C_DESYNC);
+}
+
+struct walk {
+	struct conn *c;
+	__u64 buf;
+	__u64 now;
+	__u32 dir;
+	__u32 n;
+	__u32 off;
+};
+
+/* One step of the walk: skip record body, or take one record header. 1 stops the walk. */
+static long walk_step(__u32 i, struct walk *w)
+{
+	struct conn *c = w->c;
+	struct stream *st;
+	__u32 type, len, have, need, off = w->off, n = w->n;
+
+	if (!c || off >= n || c->emitted || (c->r.flags & HS_F_DESYNC))
+		return 1;
+	st = &c->st[w->dir & 1];
+	if (st->rec_left) {
+		/* skip the body of the current record */
+		__u32 take = n - off < st->rec_left ? n - off : st->rec_left;
+
+		st->rec_left -= take;
+		w->off = off + take;
+		if (!st->rec_left)
+			on_record_end(c, w->dir, st->rec_type, w->now);
+		return 0;
+	}
+	/* assemble the 5-byte record header, which may be split over reads */
+	have = st->hdr_have & 7;
+	need = have < 5 ? 5 - have : 0;
+	if (need > n - off)
+		need = n - off;
+	if (bpf_probe_read_user(&st->hdr[have], need & 7, (const void *)(w->buf + off)))
+		return 1;
+	off += need;
+	w->off = off;
+	if (have + need < 5) {
+		st->hdr_have = have + need;
+		return 1;
+	}
+	st->hdr_have = 0;
+	type = st->hdr[0];
+	len = ((__u32)st->hdr[3] << 8) | st->hdr[4];
+	if (type < REC_CCS || type > REC_HEARTBEAT || st->hdr[1] != 3 || len > HS_REC_MAX_LEN) {
+		desync(c, w->dir);
+		return 1;
+	}
+	st->rec_type = type;
+	st->rec_left = len;
+	on_record_start(c, w->dir, w->buf + off, n - off);
+	if (!len)
+		on_record_end(c, w->dir, type, w->now);
+	return 0;
+}
+
+/* Walk the records in `n` bytes at user address `buf`, read (IN) or written (OUT). */
+static __always_inline void parse_bytes(struct conn *c, __u32 dir, __u64 buf, __u32 n, __u64 now)
+{
+	struct walk w = { .c = c, .buf = buf, .now = now, .dir = dir, .n = n };
+
+	bpf_loop(HS_RECORDS_PER_IO, walk_step, &w, 0);
+}
+
+/* Walk up to HS_IOV_SEGS segments of an iovec array, `n` bytes in all. */
+static __always_inline void parse_iov(struct conn *c, __u32 dir, const struct iovec *iov,
+				      __u32 iovcnt, __u32 n, __u64 now)
+{
+	for (int i = 0; i < HS_IOV_SEGS; i++) {
+		struct iovec v;
+		__u32 seg;
+
+		if ((__u32)i >= iovcnt || n == 0)
+			break;
+		if (bpf_probe_read_user(&v, sizeof(v), &iov[i]))
+			break;
+		seg = v.iov_len < n ? v.iov_len : n;
+		parse_bytes(c, dir, (__u64)v.iov_base, seg, now);
+		n -= seg;
+	}
+}
+
+#endif

@@ -1,0 +1,147 @@
+//! Rust mirror of `ebpf/include/hstrace.h`: the records the BPF programs send and the
+//! counters they keep. The assertions at the bottom fail the build if the two drift.
+
+use std::mem::{offset_of, size_of};
+
+pub const HELLO_CAP: usize = 1536;
+pub const MAX_CONNS: u32 = 65536;
+pub const MAX_TGIDS: u32 = 4096;
+pub const RINGBUF_BYTES: u32 = 8 << 20;
+
+pub const REC_HELLO: u32 = 1;
+pub const REC_CONN: u32 = 2;
+
+pub const DIR_IN: u32 = 0;
+pub const DIR_OUT: u32 = 1;
+
+pub const OUTCOME_DONE: u8 = 1;
+pub const OUTCOME_FAILED: u8 = 2;
+
+pub const FAIL_NONE: u8 = 0;
+pub const FAIL_CLIENT_CLOSED: u8 = 1;
+pub const FAIL_ALERT: u8 = 2;
+pub const FAIL_RESET: u8 = 3;
+pub const FAIL_NOT_TLS: u8 = 4;
+pub const FAIL_SERVER_CLOSED: u8 = 5;
+
+pub const F_UPROBE: u32 = 1 << 0;
+pub const F_HS_DONE_SSL: u32 = 1 << 1;
+pub const F_DESYNC: u32 = 1 << 2;
+pub const F_EST_SEEN: u32 = 1 << 3;
+
+pub const RT_CCS: u32 = 1 << 0;
+pub const RT_ALERT: u32 = 1 << 1;
+pub const RT_HANDSHAKE: u32 = 1 << 2;
+pub const RT_APPDATA: u32 = 1 << 3;
+
+pub const FLIGHTS: usize = 4;
+pub const FL_C1: usize = 0;
+pub const FL_S1: usize = 1;
+pub const FL_C2: usize = 2;
+pub const FL_S2: usize = 3;
+
+/// Handshake message type of Certificate, as a bit of `hs_types`.
+pub const HT_CERTIFICATE: u32 = 11;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Hello {
+    pub rec: u32,
+    pub dir: u32,
+    pub conn_id: u64,
+    pub msg_len: u32,
+    pub cap_len: u32,
+    pub data: [u8; HELLO_CAP],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Conn {
+    pub rec: u32,
+    pub tgid: u32,
+    pub conn_id: u64,
+    pub comm: [u8; 16],
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub family: u16,
+    pub outcome: u8,
+    pub failure: u8,
+    pub flags: u32,
+    pub alert_level: u8,
+    pub alert_desc: u8,
+    pub alert_dir: u8,
+    pub fail_flight: u8,
+    pub t_est: u64,
+    pub t_accept: u64,
+    pub t_arrive: [u64; FLIGHTS],
+    pub t_first: [u64; FLIGHTS],
+    pub t_last: [u64; FLIGHTS],
+    pub t_hs_done: u64,
+    pub t_end: u64,
+    pub rec_types: [u32; FLIGHTS],
+    pub hs_types: [u32; FLIGHTS],
+    pub ssl_calls: u32,
+    pub pad0: u32,
+    pub ssl_ns: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+// SAFETY: plain old data, every bit pattern valid, layout fixed by repr(C).
+unsafe impl aya::Pod for Conn {}
+
+/// Counters kept by the BPF side, by index into the per-CPU `counters` map.
+pub const COUNTERS: [(u32, &str); 7] = [
+    (0, "connections_tracked"),
+    (1, "records_sent"),
+    (2, "records_dropped"),
+    (3, "hellos_dropped"),
+    (4, "record_stream_desync"),
+    (5, "connection_state_evicted"),
+    (6, "accepted_fd_without_socket"),
+];
+pub const C_RECORDS_DROPPED: u32 = 2;
+pub const C_HELLOS_DROPPED: u32 = 3;
+pub const C_CONN_EVICTED: u32 = 5;
+pub const C_MAX: u32 = 8;
+
+/// Size of the kernel's per-connection state (`struct conn` in ebpf/conn.bpf.h); only its
+/// keys are read from userspace, to count connections in progress.
+pub const CONN_STATE_BYTES: usize = 344;
+
+impl Hello {
+    /// The captured bytes of the message (handshake header included).
+    pub fn bytes(&self) -> &[u8] {
+        &self.data[..(self.cap_len as usize).min(HELLO_CAP)]
+    }
+}
+
+/// Reads a record of type `T` from the start of a ring-buffer item, if it is long enough.
+pub fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
+    (bytes.len() >= size_of::<T>())
+        // SAFETY: length checked; read_unaligned copes with the ring buffer's 8-byte alignment
+        .then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// The record kind in the first four bytes of a ring-buffer item.
+pub fn record_kind(bytes: &[u8]) -> Option<u32> {
+    Some(u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?))
+}
+
+// The C layout, checked at compile time (offsets from ebpf/include/hstrace.h).
+const _: () = {
+    assert!(size_of::<Hello>() == 24 + HELLO_CAP);
+    assert!(offset_of!(Hello, data) == 24);
+    assert!(size_of::<Conn>() == 272);
+    assert!(offset_of!(Conn, comm) == 16);
+    assert!(offset_of!(Conn, sport) == 64);
+    assert!(offset_of!(Conn, flags) == 72);
+    assert!(offset_of!(Conn, t_est) == 80);
+    assert!(offset_of!(Conn, t_arrive) == 96);
+    assert!(offset_of!(Conn, t_hs_done) == 192);
+    assert!(offset_of!(Conn, rec_types) == 208);
+    assert!(offset_of!(Conn, ssl_calls) == 240);
+    assert!(offset_of!(Conn, bytes_out) == 264);
+};

@@ -1,0 +1,94 @@
+//! The `hstrace` command line.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand, ValueEnum};
+use hstrace::{
+    targets::Selector,
+    trace::{Format, Options, Tracer},
+};
+
+#[derive(Parser)]
+#[command(name = "hstrace", version, about = "Per-stage latency of every TCP + TLS handshake of unmodified servers")]
+struct Cli {
+    /// More detail on stderr: which hook each probe group uses (-v), libbpf and verifier detail (-vv)
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FormatArg {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print one record per finished connection handshake, live
+    Trace {
+        /// Trace this process and its descendants (a master's workers); repeatable
+        #[arg(long = "pid", value_name = "PID")]
+        pids: Vec<u32>,
+        /// Trace every process with this name
+        #[arg(long, value_name = "NAME")]
+        comm: Option<String>,
+        /// Trace connections to this listening port
+        #[arg(long, value_name = "PORT")]
+        port: Option<u16>,
+        /// Stop after this many seconds (default: until Ctrl-C)
+        #[arg(long, value_name = "SECONDS")]
+        duration: Option<f64>,
+        /// text: one readable line per connection; json: one JSON object per line
+        #[arg(long, value_enum, default_value = "text")]
+        format: FormatArg,
+        /// Wire only: no SSL_do_handshake uprobes (t_hs_done then comes from the wire)
+        #[arg(long)]
+        no_uprobes: bool,
+        /// Connections tracked at once in the kernel (LRU maps)
+        #[arg(long, default_value_t = hstrace::abi::MAX_CONNS, value_name = "N")]
+        max_conns: u32,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(format!("hstrace={level}")))
+        .format_timestamp(None)
+        .format_target(false)
+        .init();
+    if let Err(e) = run(cli) {
+        eprintln!("hstrace: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Trace { pids, comm, port, duration, format, no_uprobes, max_conns } => {
+            let opts = Options {
+                selector: Selector { pids, comm, port },
+                format: match format {
+                    FormatArg::Text => Format::Text,
+                    FormatArg::Json => Format::Json,
+                },
+                duration: duration.map(Duration::from_secs_f64),
+                uprobes: !no_uprobes,
+                max_conns,
+            };
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(async {
+                let tracer = Tracer::attach(opts)?;
+                eprintln!("hstrace: tracing; Ctrl-C stops and prints totals");
+                tracer.run().await
+            })
+        }
+    }
+}

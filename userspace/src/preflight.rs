@@ -1,0 +1,73 @@
+//! Checks made before anything is loaded, each failing with one line that says what to do.
+
+use std::{fs, path::Path, process::Command};
+
+use anyhow::{bail, Result};
+
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+fn effective_caps() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("CapEff:"))?;
+            u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Root, or CAP_BPF + CAP_PERFMON (CAP_SYS_ADMIN covers both on older kernels).
+pub fn privileges() -> Result<()> {
+    let caps = effective_caps();
+    let has = |c: u32| caps & (1 << c) != 0;
+    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
+        return Ok(());
+    }
+    let missing: Vec<&str> = [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")]
+        .iter()
+        .filter(|(c, _)| !has(*c))
+        .map(|(_, n)| *n)
+        .collect();
+    bail!(
+        "hstrace needs root, or {} (plus CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE to read other processes' /proc): run it with sudo",
+        missing.join(" and ")
+    )
+}
+
+/// The kernel's BTF, which CO-RE relocations and tp_btf programs need.
+pub fn btf() -> Result<()> {
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        bail!("this kernel has no BTF (/sys/kernel/btf/vmlinux is missing): hstrace needs a kernel built with CONFIG_DEBUG_INFO_BTF=y (most distributions' 5.8+ kernels)");
+    }
+    Ok(())
+}
+
+/// Tracepoints are found through tracefs; mount it if nothing has.
+pub fn tracefs() -> Result<()> {
+    let mounted = |p: &str| Path::new(p).join("events").exists();
+    if mounted("/sys/kernel/tracing") || mounted("/sys/kernel/debug/tracing") {
+        return Ok(());
+    }
+    log::info!("tracefs is not mounted: mounting it at /sys/kernel/tracing");
+    let ok = Command::new("mount")
+        .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok || !mounted("/sys/kernel/tracing") {
+        bail!("tracefs is not mounted and mounting it failed: run `mount -t tracefs nodev /sys/kernel/tracing` as root, then retry");
+    }
+    Ok(())
+}
+
+/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; raise it where allowed and
+/// carry on where not (newer kernels do not need it).
+pub fn memlock() {
+    let rlim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: valid pointer to an rlimit
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) } != 0 {
+        log::debug!("could not raise RLIMIT_MEMLOCK (fine on 5.11+ kernels)");
+    }
+}

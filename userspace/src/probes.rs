@@ -1,0 +1,306 @@
+//! The probe table: every BPF program hstrace attaches, what it gives, and what replaces
+//! it on kernels that lack its hook. Read this file to know exactly where each timestamp
+//! of a record comes from.
+//!
+//! Groups are tried in order; within a group the first alternative whose programs all load
+//! and attach wins. A required group with no working alternative stops hstrace with the
+//! reason; an optional one is reported (with `-v`, and in the exit totals) and skipped.
+
+use std::{collections::HashMap, num::NonZeroU32, path::Path};
+
+use anyhow::{anyhow, Context, Result};
+use aya::{
+    programs::{
+        uprobe::{UProbeLinkId, UProbeScope},
+        BtfTracePoint, FEntry, FExit, KProbe, Program, TracePoint, UProbe,
+    },
+    Btf, Ebpf,
+};
+
+/// Where a program is attached.
+#[derive(Clone, Copy, Debug)]
+pub enum Hook {
+    /// A tracefs tracepoint (category, event).
+    Tracepoint(&'static str, &'static str),
+    /// A BTF-typed raw tracepoint.
+    BtfTracepoint(&'static str),
+    /// fentry/fexit on a kernel function (BPF trampoline).
+    FEntry(&'static str),
+    FExit(&'static str),
+    /// kprobe/kretprobe on a kernel function.
+    KProbe(&'static str),
+    KRetProbe(&'static str),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Probe {
+    /// Program name in ebpf/hstrace.bpf.c.
+    pub program: &'static str,
+    pub hook: Hook,
+}
+
+/// One concern of the tracer and the ways the kernel can provide it, best first.
+pub struct Group {
+    pub name: &'static str,
+    pub required: bool,
+    /// What the records lose when no alternative works (optional groups only).
+    pub without: &'static str,
+    pub alternatives: &'static [&'static [Probe]],
+}
+
+const fn tp(program: &'static str, category: &'static str, event: &'static str) -> Probe {
+    Probe { program, hook: Hook::Tracepoint(category, event) }
+}
+
+const fn p(program: &'static str, hook: Hook) -> Probe {
+    Probe { program, hook }
+}
+
+/// The kernel-side probes. Timestamps: t_est and close from `tcp_state`, t_accept from
+/// `accept`, t_arrive from `arrival`, read and sent times (and every wire byte parsed)
+/// from `read` and `send`.
+pub const GROUPS: &[Group] = &[
+    Group {
+        name: "tcp_state",
+        required: true,
+        without: "",
+        alternatives: &[&[tp("sock_set_state", "sock", "inet_sock_set_state")]],
+    },
+    Group {
+        name: "accept",
+        required: true,
+        without: "",
+        alternatives: &[
+            &[tp("accept4_exit", "syscalls", "sys_exit_accept4"), tp("accept_exit", "syscalls", "sys_exit_accept")],
+            &[p("accept_fexit", Hook::FExit("inet_csk_accept"))],
+            &[p("accept_kretprobe", Hook::KRetProbe("inet_csk_accept"))],
+        ],
+    },
+    Group {
+        name: "read",
+        required: true,
+        without: "",
+        alternatives: &[&[
+            tp("read_enter", "syscalls", "sys_enter_read"),
+            tp("read_exit", "syscalls", "sys_exit_read"),
+            tp("readv_enter", "syscalls", "sys_enter_readv"),
+            tp("readv_exit", "syscalls", "sys_exit_readv"),
+            tp("recvfrom_enter", "syscalls", "sys_enter_recvfrom"),
+            tp("recvfrom_exit", "syscalls", "sys_exit_recvfrom"),
+            tp("recvmsg_enter", "syscalls", "sys_enter_recvmsg"),
+            tp("recvmsg_exit", "syscalls", "sys_exit_recvmsg"),
+        ]],
+    },
+    Group {
+        name: "send",
+        required: true,
+        without: "",
+        alternatives: &[
+            &[
+                tp("write_enter", "syscalls", "sys_enter_write"),
+                tp("write_exit", "syscalls", "sys_exit_write"),
+                tp("writev_enter", "syscalls", "sys_enter_writev"),
+                tp("writev_exit", "syscalls", "sys_exit_writev"),
+                tp("sendto_enter", "syscalls", "sys_enter_sendto"),
+                tp("sendto_exit", "syscalls", "sys_exit_sendto"),
+                tp("sendmsg_enter", "syscalls", "sys_enter_sendmsg"),
+                tp("sendmsg_exit", "syscalls", "sys_exit_sendmsg"),
+            ],
+            &[p("send_fentry", Hook::FEntry("tcp_sendmsg"))],
+            &[p("send_kprobe", Hook::KProbe("tcp_sendmsg"))],
+        ],
+    },
+    Group {
+        name: "arrival",
+        required: false,
+        without: "no t_arrive: wait and queue stages are reported together, ending at the read",
+        alternatives: &[&[tp("sock_data_ready", "sock", "sk_data_ready")]],
+    },
+    Group {
+        name: "close",
+        required: false,
+        without: "a reused fd number keeps its old mapping until the next accept overwrites it",
+        alternatives: &[&[tp("close_enter", "syscalls", "sys_enter_close")]],
+    },
+    Group {
+        name: "fork",
+        required: false,
+        without: "new workers are found by the once-a-second /proc scan instead of at fork",
+        alternatives: &[&[p("process_fork", Hook::BtfTracepoint("sched_process_fork"))]],
+    },
+];
+
+/// OpenSSL probes, attached per traced process to its libssl (or to an executable that
+/// exports the symbol). SSL_accept reaches SSL_do_handshake too.
+pub const SSL_SYMBOL: &str = "SSL_do_handshake";
+pub const SSL_ENTRY: &str = "ssl_handshake_enter";
+pub const SSL_RETURN: &str = "ssl_handshake_exit";
+
+/// Does the running kernel have this tracefs event?
+pub fn tracepoint_exists(category: &str, event: &str) -> bool {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .any(|root| Path::new(root).join("events").join(category).join(event).exists())
+}
+
+/// Load one program into the kernel (the verifier runs here) without attaching it.
+pub fn load(bpf: &mut Ebpf, btf: &Btf, probe: &Probe) -> Result<()> {
+    let prog = bpf
+        .program_mut(probe.program)
+        .ok_or_else(|| anyhow!("program {} missing from the BPF object", probe.program))?;
+    let res = match (probe.hook, prog) {
+        (Hook::Tracepoint(..), Program::TracePoint(p)) => p.load(),
+        (Hook::BtfTracepoint(name), Program::BtfTracePoint(p)) => p.load(name, btf),
+        (Hook::FEntry(func), Program::FEntry(p)) => p.load(func, btf),
+        (Hook::FExit(func), Program::FExit(p)) => p.load(func, btf),
+        (Hook::KProbe(_) | Hook::KRetProbe(_), Program::KProbe(p)) => p.load(),
+        (hook, _) => return Err(anyhow!("program {} does not match hook {hook:?}", probe.program)),
+    };
+    match res {
+        Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("loading {} ({:?})", probe.program, probe.hook)),
+    }
+}
+
+fn attach(bpf: &mut Ebpf, btf: &Btf, probe: &Probe) -> Result<()> {
+    load(bpf, btf, probe)?;
+    let prog = bpf.program_mut(probe.program).expect("loaded above");
+    let res = match (probe.hook, prog) {
+        (Hook::Tracepoint(cat, ev), Program::TracePoint(p)) => p.attach(cat, ev).map(drop),
+        (Hook::BtfTracepoint(_), Program::BtfTracePoint(p)) => p.attach().map(drop),
+        (Hook::FEntry(_), Program::FEntry(p)) => p.attach().map(drop),
+        (Hook::FExit(_), Program::FExit(p)) => p.attach().map(drop),
+        (Hook::KProbe(f) | Hook::KRetProbe(f), Program::KProbe(p)) => p.attach(f, 0).map(drop),
+        _ => unreachable!("checked by load"),
+    };
+    res.with_context(|| format!("attaching {} ({:?})", probe.program, probe.hook))
+}
+
+fn unload(bpf: &mut Ebpf, probe: &Probe) {
+    if let Some(prog) = bpf.program_mut(probe.program) {
+        let _ = match prog {
+            Program::TracePoint(p) => p.unload(),
+            Program::BtfTracePoint(p) => p.unload(),
+            Program::FEntry(p) => p.unload(),
+            Program::FExit(p) => p.unload(),
+            Program::KProbe(p) => p.unload(),
+            _ => Ok(()),
+        };
+    }
+}
+
+/// What was chosen for one group.
+#[derive(Debug, Clone)]
+pub struct Choice {
+    pub group: &'static str,
+    /// The hooks of the alternative attached, or None when nothing worked.
+    pub hooks: Option<Vec<Hook>>,
+    /// Why earlier alternatives (or all of them) failed.
+    pub errors: Vec<String>,
+}
+
+/// Attach every group of the probe table, best alternative first.
+pub fn attach_kernel_probes(bpf: &mut Ebpf, btf: &Btf) -> Result<Vec<Choice>> {
+    let mut choices = Vec::new();
+    for group in GROUPS {
+        let mut choice = Choice { group: group.name, hooks: None, errors: Vec::new() };
+        for alt in group.alternatives {
+            let mut failed = None;
+            for probe in alt.iter() {
+                if let Err(e) = attach(bpf, btf, probe) {
+                    failed = Some(format!("{e:#}"));
+                    break;
+                }
+            }
+            match failed {
+                None => {
+                    choice.hooks = Some(alt.iter().map(|p| p.hook).collect());
+                    break;
+                }
+                Some(e) => {
+                    alt.iter().for_each(|p| unload(bpf, p));
+                    choice.errors.push(e);
+                }
+            }
+        }
+        if choice.hooks.is_none() && group.required {
+            return Err(anyhow!(
+                "no way to hook '{}' on this kernel: {}",
+                group.name,
+                choice.errors.join("; ")
+            ));
+        }
+        choices.push(choice);
+    }
+    Ok(choices)
+}
+
+/// The SSL_do_handshake uprobes of each traced process.
+#[derive(Default)]
+pub struct SslProbes {
+    links: HashMap<u32, (UProbeLinkId, UProbeLinkId)>,
+    loaded: bool,
+}
+
+impl SslProbes {
+    pub fn load(&mut self, bpf: &mut Ebpf) -> Result<()> {
+        for name in [SSL_ENTRY, SSL_RETURN] {
+            let p: &mut UProbe = bpf
+                .program_mut(name)
+                .ok_or_else(|| anyhow!("program {name} missing from the BPF object"))?
+                .try_into()?;
+            p.load().with_context(|| format!("loading {name}"))?;
+        }
+        self.loaded = true;
+        Ok(())
+    }
+
+    pub fn is_attached(&self, pid: u32) -> bool {
+        self.links.contains_key(&pid)
+    }
+
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.links.keys().copied()
+    }
+
+    /// Attach to `pid` in `target` (a libssl, or an executable exporting the symbol),
+    /// scoped to that process so others mapping the same file are not slowed.
+    pub fn attach(&mut self, bpf: &mut Ebpf, pid: u32, target: &Path) -> Result<()> {
+        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).context("pid 0")?);
+        let entry: &mut UProbe = bpf.program_mut(SSL_ENTRY).expect("loaded").try_into()?;
+        let e = entry.attach(SSL_SYMBOL, target, scope)?;
+        let ret: &mut UProbe = bpf.program_mut(SSL_RETURN).expect("loaded").try_into()?;
+        match ret.attach(SSL_SYMBOL, target, scope) {
+            Ok(r) => {
+                self.links.insert(pid, (e, r));
+                Ok(())
+            }
+            Err(err) => {
+                let entry: &mut UProbe = bpf.program_mut(SSL_ENTRY).expect("loaded").try_into()?;
+                let _ = entry.detach(e);
+                Err(err.into())
+            }
+        }
+    }
+
+    /// Detach from a process that exited or is no longer selected.
+    pub fn detach(&mut self, bpf: &mut Ebpf, pid: u32) {
+        if let Some((e, r)) = self.links.remove(&pid) {
+            if let Ok(p) = TryInto::<&mut UProbe>::try_into(bpf.program_mut(SSL_ENTRY).expect("loaded")) {
+                let _ = p.detach(e);
+            }
+            if let Ok(p) = TryInto::<&mut UProbe>::try_into(bpf.program_mut(SSL_RETURN).expect("loaded")) {
+                let _ = p.detach(r);
+            }
+        }
+    }
+}
+
+/// Every program variant of the table, for the load-everything verifier test.
+pub fn all_probes() -> impl Iterator<Item = &'static Probe> {
+    GROUPS.iter().flat_map(|g| g.alternatives.iter().flat_map(|a| a.iter()))
+}
+
+// Keep the compiler honest about types only used in some configurations.
+#[allow(dead_code)]
+fn _types(_: &TracePoint, _: &BtfTracePoint, _: &FEntry, _: &FExit, _: &KProbe) {}

@@ -1,0 +1,495 @@
+//! One connection's record: the kernel's timestamps joined with its parsed ClientHello and
+//! ServerHello, classified (version, cipher, kind, resumption) and cut into the stages of
+//! the BRIEF's stage table. This file is where every stage is computed.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    fmt::Write as _,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+};
+
+use serde::Serialize;
+
+use crate::{
+    abi::{self, Conn, Hello},
+    tls::{self, ClientHello, ServerHello},
+};
+
+/// Stage names, in wire order, with their class: service (the server works), queue (a
+/// message waits for the server), delay (the server waits for the client and network).
+pub const STAGES: &[(&str, &str)] = &[
+    ("accept_queue", "queue"),
+    ("wait_client_hello", "delay"),
+    ("client_hello_queue", "queue"),
+    ("server_flight_1", "service"),
+    ("wait_client_flight_2", "delay"),
+    ("client_flight_2_queue", "queue"),
+    ("server_flight_2", "service"),
+];
+
+/// A finished connection, as printed (the JSON field names are a documented contract).
+#[derive(Debug, Serialize)]
+pub struct Record {
+    pub time: String,
+    pub conn_id: u64,
+    pub pid: u32,
+    pub comm: String,
+    pub local: String,
+    pub peer: String,
+    pub protocol: &'static str,
+    pub tls_version: Option<&'static str>,
+    pub cipher: Option<String>,
+    pub sni: Option<String>,
+    pub alpn: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub alpn_offered: Vec<String>,
+    pub kind: &'static str,
+    pub resumption_offered: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumption: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handshake_ns: Option<u64>,
+    pub stages_ns: Stages,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_in: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alert: Option<Alert>,
+    /// Where t_hs_done came from: "ssl" (SSL_do_handshake returned 1) or "wire".
+    pub hs_done_from: Option<&'static str>,
+    pub ssl_calls: u32,
+    pub ssl_ns: u64,
+    /// Parsing gaps worth knowing about (hello not captured, truncated, stream desync).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<&'static str>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Alert {
+    pub from: &'static str,
+    pub level: u8,
+    pub description: u8,
+}
+
+/// Stages that happened, in wire order, as (name, nanoseconds).
+#[derive(Debug, Default)]
+pub struct Stages(pub Vec<(&'static str, u64)>);
+
+impl Stages {
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+}
+
+impl Serialize for Stages {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+fn addr(family: u16, bytes: &[u8; 16], port: u16) -> String {
+    let ip = if family == 10 {
+        IpAddr::V6(Ipv6Addr::from(*bytes))
+    } else {
+        IpAddr::V4(Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]))
+    };
+    match ip {
+        IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+        IpAddr::V4(v4) => format!("{v4}:{port}"),
+    }
+}
+
+fn c_str(b: &[u8]) -> String {
+    let end = b.iter().position(|c| *c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// `b - a` when both happened and in that order.
+fn span(a: u64, b: u64) -> Option<u64> {
+    (a != 0 && b != 0 && b >= a).then(|| b - a)
+}
+
+/// Cut the connection's timeline into stages (only those that happened).
+pub fn stages(c: &Conn) -> Stages {
+    let mut out = Vec::new();
+    let mut push = |name, v: Option<u64>| {
+        if let Some(v) = v {
+            out.push((name, v));
+        }
+    };
+    use abi::{FL_C1, FL_C2, FL_S1};
+    let end = c.t_hs_done;
+    push("accept_queue", span(c.t_est, c.t_accept));
+    // a message that arrived before accept() waited 0 for the client: it was queued
+    let read_ch = c.t_first[FL_C1];
+    if c.t_arrive[FL_C1] != 0 && read_ch != 0 {
+        let arrive = c.t_arrive[FL_C1].max(c.t_accept);
+        push("wait_client_hello", span(c.t_accept, arrive));
+        push("client_hello_queue", span(arrive, read_ch));
+    } else {
+        push("wait_client_hello", span(c.t_accept, read_ch));
+    }
+    let sent_s1 = c.t_last[FL_S1];
+    push("server_flight_1", span(read_ch, sent_s1));
+    let read_c2 = c.t_first[FL_C2];
+    if c.t_arrive[FL_C2] != 0 && read_c2 != 0 {
+        let arrive = c.t_arrive[FL_C2].max(sent_s1);
+        push("wait_client_flight_2", span(sent_s1, arrive));
+        push("client_flight_2_queue", span(arrive, read_c2));
+    } else {
+        push("wait_client_flight_2", span(sent_s1, read_c2));
+    }
+    push("server_flight_2", span(read_c2, end));
+    Stages(out)
+}
+
+/// The stage a failed connection was in when it ended, from the flight in progress: a
+/// server that answered with an alert failed in its own flight; one that sent a flight
+/// and heard nothing back was waiting for the client.
+fn failed_in(c: &Conn) -> &'static str {
+    let server_alert = c.alert_level != 0 && c.alert_dir as u32 == abi::DIR_OUT;
+    match c.fail_flight.checked_sub(1).map(usize::from) {
+        None => "wait_client_hello",
+        Some(abi::FL_C1) => "server_flight_1",
+        Some(abi::FL_S1) if server_alert => "server_flight_1",
+        Some(abi::FL_S1) => "wait_client_flight_2",
+        _ => "server_flight_2",
+    }
+}
+
+fn failure_name(f: u8) -> &'static str {
+    match f {
+        abi::FAIL_CLIENT_CLOSED => "client_closed",
+        abi::FAIL_ALERT => "alert",
+        abi::FAIL_RESET => "reset",
+        abi::FAIL_NOT_TLS => "not_tls",
+        abi::FAIL_SERVER_CLOSED => "server_closed",
+        _ => "unknown",
+    }
+}
+
+/// Wall-clock time of a CLOCK_MONOTONIC timestamp.
+pub struct Clock {
+    /// realtime - monotonic, in ns
+    offset: i128,
+}
+
+impl Clock {
+    pub fn new() -> Clock {
+        let now = |id| {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: valid pointer to a timespec
+            unsafe { libc::clock_gettime(id, &mut ts) };
+            ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+        };
+        Clock { offset: now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC) }
+    }
+
+    /// RFC 3339 UTC with microseconds.
+    pub fn rfc3339(&self, mono_ns: u64) -> String {
+        let ns = mono_ns as i128 + self.offset;
+        let secs = ns.div_euclid(1_000_000_000) as i64;
+        let micros = (ns.rem_euclid(1_000_000_000) / 1000) as u32;
+        let (days, sod) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+        let (y, m, d) = civil_from_days(days);
+        format!(
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
+            sod / 3600,
+            sod % 3600 / 60,
+            sod % 60
+        )
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// Build the printed record from the kernel's record and the hellos captured for it.
+pub fn build(c: &Conn, ch: Option<&Hello>, sh: Option<&Hello>, clock: &Clock) -> Record {
+    let mut notes = Vec::new();
+    let ch = ch.and_then(|h| {
+        let r = ClientHello::parse(h.bytes(), h.msg_len as usize).ok();
+        if r.is_none() {
+            notes.push("client_hello_unparsed");
+        }
+        r
+    });
+    let sh = sh.and_then(|h| {
+        let r = ServerHello::parse(h.bytes(), h.msg_len as usize).ok();
+        if r.is_none() {
+            notes.push("server_hello_unparsed");
+        }
+        r
+    });
+    if ch.as_ref().is_some_and(|h| h.truncated) {
+        notes.push("client_hello_truncated");
+    }
+    if c.flags & abi::F_DESYNC != 0 && c.failure != abi::FAIL_NOT_TLS {
+        notes.push("record_stream_desync");
+    }
+    let done = c.outcome == abi::OUTCOME_DONE;
+    if done && ch.is_none() {
+        notes.push("client_hello_missing");
+    }
+    if done && sh.is_none() {
+        notes.push("server_hello_missing");
+    }
+    let tls13_wire = c.rec_types[abi::FL_S1] & abi::RT_APPDATA != 0;
+    let version = sh.as_ref().map(|s| s.version).or(done.then_some(if tls13_wire { 0x0304 } else { 0x0303 }));
+    let resumed = match (&sh, version) {
+        (Some(s), Some(0x0304)) => s.psk,
+        // TLS 1.2: the server echoed the session and went straight to ChangeCipherSpec,
+        // with no Certificate in its first flight
+        (_, Some(_)) => {
+            c.hs_types[abi::FL_S1] & (1 << abi::HT_CERTIFICATE) == 0
+                && c.rec_types[abi::FL_S1] & abi::RT_CCS != 0
+        }
+        _ => false,
+    };
+    let kind = if !done {
+        "failed"
+    } else if resumed {
+        "resumed"
+    } else {
+        "full"
+    };
+    let resumption = (kind == "resumed").then(|| match (version, &ch) {
+        (Some(0x0304), _) => "psk",
+        (_, Some(h)) if h.session_ticket_len.unwrap_or(0) > 0 => "ticket",
+        _ => "session_id",
+    });
+    // ALPN: the ServerHello has it in TLS 1.2; in 1.3 it is in the encrypted
+    // EncryptedExtensions, so report the client's offer when it was a single protocol
+    let offered = ch.as_ref().map(|h| h.alpn.clone()).unwrap_or_default();
+    let alpn = match (&sh, version) {
+        (Some(s), Some(v)) if v < 0x0304 => s.alpn.clone(),
+        (_, Some(0x0304)) if done && offered.len() == 1 => offered.first().cloned(),
+        _ => None,
+    };
+    Record {
+        time: clock.rfc3339(c.t_end),
+        conn_id: c.conn_id,
+        pid: c.tgid,
+        comm: c_str(&c.comm),
+        local: addr(c.family, &c.saddr, c.sport),
+        peer: addr(c.family, &c.daddr, c.dport),
+        protocol: "tls",
+        tls_version: version.and_then(tls::version_name),
+        cipher: sh.as_ref().map(|s| tls::cipher_label(s.cipher)),
+        sni: ch.as_ref().and_then(|h| h.sni.clone()),
+        alpn,
+        alpn_offered: if offered.len() > 1 { offered } else { Vec::new() },
+        kind,
+        resumption_offered: ch.as_ref().is_some_and(|h| h.offers_resumption()),
+        resumption,
+        handshake_ns: done.then(|| span(c.t_accept, c.t_hs_done)).flatten(),
+        stages_ns: stages(c),
+        failure: (!done).then(|| failure_name(c.failure)),
+        failed_in: (!done).then(|| failed_in(c)),
+        alert: (c.alert_level != 0).then(|| Alert {
+            from: if c.alert_dir as u32 == abi::DIR_OUT { "server" } else { "client" },
+            level: c.alert_level,
+            description: c.alert_desc,
+        }),
+        hs_done_from: done.then(|| if c.flags & abi::F_HS_DONE_SSL != 0 { "ssl" } else { "wire" }),
+        ssl_calls: c.ssl_calls,
+        ssl_ns: c.ssl_ns,
+        notes,
+    }
+}
+
+fn dur(ns: u64) -> String {
+    match ns {
+        n if n < 1_000 => format!("{n}ns"),
+        n if n < 1_000_000 => format!("{:.1}us", n as f64 / 1e3),
+        n => format!("{:.2}ms", n as f64 / 1e6),
+    }
+}
+
+impl Record {
+    /// One readable line: who, what, and the timeline of stages.
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "{} {}[{}] {} -> {} ",
+            &self.time[11..26],
+            self.comm,
+            self.pid,
+            self.peer,
+            self.local
+        );
+        if let Some(v) = self.tls_version {
+            let _ = write!(s, "TLS{v} ");
+        }
+        s.push_str(self.kind);
+        if let Some(r) = self.resumption {
+            let _ = write!(s, "({r})");
+        }
+        if let Some(f) = self.failure {
+            let _ = write!(s, "({f} in {})", self.failed_in.unwrap_or("?"));
+        }
+        for (k, v) in [("cipher", &self.cipher), ("sni", &self.sni), ("alpn", &self.alpn)] {
+            if let Some(v) = v {
+                let _ = write!(s, " {k}={v}");
+            }
+        }
+        if let Some(h) = self.handshake_ns {
+            let _ = write!(s, " handshake={}", dur(h));
+        }
+        let timeline: Vec<String> = self.stages_ns.0.iter().map(|(k, v)| format!("{k} {}", dur(*v))).collect();
+        if !timeline.is_empty() {
+            let _ = write!(s, " | {}", timeline.join(" > "));
+        }
+        s
+    }
+}
+
+/// Joins hellos with their connection's record. Hellos arrive first; a connection
+/// whose record never comes (evicted, lost) is forgotten oldest-first past `cap`.
+pub struct Assembler {
+    hellos: HashMap<u64, (Option<Box<Hello>>, Option<Box<Hello>>)>,
+    order: VecDeque<u64>,
+    cap: usize,
+    pub hellos_unmatched: u64,
+}
+
+impl Assembler {
+    pub fn new(cap: usize) -> Assembler {
+        Assembler { hellos: HashMap::new(), order: VecDeque::new(), cap, hellos_unmatched: 0 }
+    }
+
+    pub fn hello(&mut self, h: Hello) {
+        let id = h.conn_id;
+        if !self.hellos.contains_key(&id) {
+            while self.hellos.len() >= self.cap {
+                match self.order.pop_front() {
+                    Some(old) => {
+                        if self.hellos.remove(&old).is_some() {
+                            self.hellos_unmatched += 1;
+                        }
+                    }
+                    None => break,
+                }
+            }
+            self.order.push_back(id);
+        }
+        let e = self.hellos.entry(id).or_default();
+        // keep the latest of each (a HelloRetryRequest is followed by a second pair)
+        if h.dir == abi::DIR_IN {
+            e.0 = Some(Box::new(h));
+        } else {
+            e.1 = Some(Box::new(h));
+        }
+    }
+
+    pub fn conn(&mut self, c: &Conn, clock: &Clock) -> Record {
+        let (ch, sh) = self.hellos.remove(&c.conn_id).unwrap_or_default();
+        if self.order.len() > 2 * self.cap {
+            let live = &self.hellos;
+            self.order.retain(|id| live.contains_key(id));
+        }
+        build(c, ch.as_deref(), sh.as_deref(), clock)
+    }
+
+    pub fn pending(&self) -> usize {
+        self.hellos.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_known_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_413), (2025, 11, 21));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    fn conn() -> Conn {
+        let mut c = Conn { outcome: abi::OUTCOME_DONE, t_est: 100, t_accept: 200, ..Default::default() };
+        c.t_arrive = [150, 0, 1_200, 0];
+        c.t_first = [300, 500, 1_300, 1_500];
+        c.t_last = [310, 900, 1_350, 1_600];
+        c.t_hs_done = 1_700;
+        c
+    }
+
+    #[test]
+    fn stages_partition_the_handshake() {
+        let c = conn();
+        let s = stages(&c);
+        assert_eq!(s.get("accept_queue"), Some(100));
+        // the ClientHello came before accept(): no wait, queued from accept to read
+        assert_eq!(s.get("wait_client_hello"), Some(0));
+        assert_eq!(s.get("client_hello_queue"), Some(100));
+        assert_eq!(s.get("server_flight_1"), Some(600));
+        assert_eq!(s.get("wait_client_flight_2"), Some(300));
+        assert_eq!(s.get("client_flight_2_queue"), Some(100));
+        assert_eq!(s.get("server_flight_2"), Some(400));
+        let inside: u64 = s.0.iter().filter(|(n, _)| *n != "accept_queue").map(|(_, v)| v).sum();
+        assert_eq!(inside, c.t_hs_done - c.t_accept);
+    }
+
+    #[test]
+    fn stages_without_arrival_end_at_the_read() {
+        let mut c = conn();
+        c.t_arrive = [0; 4];
+        let s = stages(&c);
+        assert_eq!(s.get("wait_client_hello"), Some(100));
+        assert_eq!(s.get("client_hello_queue"), None);
+        assert_eq!(s.get("wait_client_flight_2"), Some(400));
+    }
+
+    #[test]
+    fn failed_connection_names_its_stage() {
+        let mut c = conn();
+        c.outcome = abi::OUTCOME_FAILED;
+        c.failure = abi::FAIL_CLIENT_CLOSED;
+        c.t_first[abi::FL_C2] = 0;
+        c.t_hs_done = 0;
+        c.fail_flight = abi::FL_S1 as u8 + 1;
+        let r = build(&c, None, None, &Clock::new());
+        assert_eq!(r.kind, "failed");
+        assert_eq!(r.failure, Some("client_closed"));
+        assert_eq!(r.failed_in, Some("wait_client_flight_2"));
+        assert_eq!(r.handshake_ns, None);
+    }
+
+    #[test]
+    fn assembler_is_bounded() {
+        let mut a = Assembler::new(2);
+        let clock = Clock::new();
+        for id in 1..=5u64 {
+            let h = Hello { rec: 1, dir: 0, conn_id: id, msg_len: 0, cap_len: 0, data: [0; abi::HELLO_CAP] };
+            a.hello(h);
+        }
+        assert_eq!(a.pending(), 2);
+        assert_eq!(a.hellos_unmatched, 3);
+        let c = Conn { conn_id: 5, outcome: abi::OUTCOME_FAILED, ..Default::default() };
+        a.conn(&c, &clock);
+        assert_eq!(a.pending(), 1);
+    }
+}

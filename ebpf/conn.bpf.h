@@ -43,10 +43,12 @@ struct conn {
 	struct stream st[2];    /* HS_DIR_IN, HS_DIR_OUT */
 	__u64 arrive_pending;   /* first bytes queued since the server last wrote */
 	__u64 done_at;          /* TLS 1.3: client Finished read; tickets may still follow */
+	__u64 fkey;             /* tgid << 32 | fd, once known */
 	__s8 flight;            /* index of the current flight, -1 before any bytes */
 	__u8 emitted;           /* the record was sent: the connection is no longer parsed */
 	__u8 wire_done;         /* the wire says the handshake completed at r.t_hs_done */
 	__u8 not_tls;
+	__u8 tcp_closed;        /* TCP is closed; the server has not closed its fd yet */
 };
 
 /* A child socket between ESTABLISHED and accept(). */
@@ -183,13 +185,13 @@ static __noinline void emit_conn(struct conn *c, __u64 now, __u8 outcome)
 }
 
 /* Why a connection that never completed its handshake ended. */
-static __always_inline __u8 failure_reason(struct conn *c, int peer_reset)
+static __always_inline __u8 failure_reason(struct conn *c)
 {
 	if (c->not_tls)
 		return HS_FAIL_NOT_TLS;
 	if (c->r.alert_level)
 		return HS_FAIL_ALERT;
-	if (c->r.flags & HS_F_READ_RESET || peer_reset)
+	if (c->r.flags & (HS_F_READ_RESET | HS_F_PEER_RESET))
 		return HS_FAIL_RESET;
 	if (c->r.flags & (HS_F_READ_EOF | HS_F_PEER_FIN))
 		return HS_FAIL_CLIENT_CLOSED;
@@ -197,7 +199,7 @@ static __always_inline __u8 failure_reason(struct conn *c, int peer_reset)
 }
 
 /* The connection is going away: send its record if it has not been sent. */
-static __always_inline void finish_conn(struct conn *c, __u64 now, int peer_reset)
+static __always_inline void finish_conn(struct conn *c, __u64 now)
 {
 	if (c->emitted)
 		return;
@@ -211,8 +213,16 @@ static __always_inline void finish_conn(struct conn *c, __u64 now, int peer_rese
 		emit_conn(c, now, HS_OUTCOME_DONE);
 		return;
 	}
-	c->r.failure = failure_reason(c, peer_reset);
+	c->r.failure = failure_reason(c);
 	emit_conn(c, now, HS_OUTCOME_FAILED);
+}
+
+/* Forget a connection: its state and its fd. */
+static __always_inline void drop_conn(struct conn *c, __u64 skey)
+{
+	if (c->fkey)
+		bpf_map_delete_elem(&fds, &c->fkey);
+	bpf_map_delete_elem(&conns, &skey);
 }
 
 #endif

@@ -101,11 +101,12 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 		c->r.flags |= e->flags;
 		bpf_map_delete_elem(&est_socks, &skey);
 	}
-	bpf_map_update_elem(&conns, &skey, c, BPF_ANY);
 	if (fd >= 0) {
 		fkey = fd_key(tgid, fd);
+		c->fkey = fkey;
 		bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
 	}
+	bpf_map_update_elem(&conns, &skey, c, BPF_ANY);
 	if (targ_all && !tgid_traced(tgid)) {
 		__u8 one = 1;
 		bpf_map_update_elem(&traced_tgids, &tgid, &one, BPF_ANY);
@@ -173,13 +174,22 @@ int sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
 	if (ctx->newstate != TCP_CLOSE)
 		return 0;
 	c = bpf_map_lookup_elem(&conns, &skey);
-	if (c) {
-		/* reset while established: no FIN came first */
-		finish_conn(c, bpf_ktime_get_ns(), ctx->oldstate == TCP_ESTABLISHED);
-		bpf_map_delete_elem(&conns, &skey);
-	} else {
+	if (!c) {
 		bpf_map_delete_elem(&est_socks, &skey);
+		return 0;
 	}
+	/* straight from ESTABLISHED: a reset, no FIN came first */
+	if (ctx->oldstate == TCP_ESTABLISHED)
+		c->r.flags |= HS_F_PEER_RESET;
+	/* While the server holds the fd it may still read what was queued, and on loopback
+	 * a reset can land inside the server's own write: its close() ends the connection.
+	 * Only a socket the server already let go of (no close() seen) ends here. */
+	if (BPF_CORE_READ((struct sock *)ctx->skaddr, sk_socket)) {
+		c->tcp_closed = 1;
+		return 0;
+	}
+	finish_conn(c, bpf_ktime_get_ns());
+	drop_conn(c, skey);
 	return 0;
 }
 
@@ -210,6 +220,7 @@ static __always_inline __u64 conn_sock(__u32 tgid, __u32 fd)
 {
 	__u64 fkey = fd_key(tgid, fd), skey;
 	__u64 *sk = bpf_map_lookup_elem(&fds, &fkey);
+	struct conn *c;
 
 	if (sk)
 		return *sk;
@@ -217,7 +228,10 @@ static __always_inline __u64 conn_sock(__u32 tgid, __u32 fd)
 		return 0;
 	/* accept was hooked in the kernel: learn which socket this fd is, once */
 	skey = (__u64)sock_from_fd(fd);
-	if (skey && !bpf_map_lookup_elem(&conns, &skey))
+	c = skey ? bpf_map_lookup_elem(&conns, &skey) : NULL;
+	if (c)
+		c->fkey = fkey;
+	else
 		skey = 0;
 	bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
 	return skey;
@@ -364,11 +378,24 @@ SEC("tracepoint/syscalls/sys_enter_close")
 int close_enter(struct trace_event_raw_sys_enter *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	__u64 fkey = fd_key(tgid, ARG(0));
+	__u64 fkey = fd_key(tgid, ARG(0)), skey;
+	struct conn *c;
+	__u64 *sk;
 
+	if (!tgid_traced(tgid))
+		return 0;
+	sk = bpf_map_lookup_elem(&fds, &fkey);
+	if (!sk)
+		return 0;
+	skey = *sk;
 	/* the fd number may be reused for anything: forget it */
-	if (tgid_traced(tgid))
-		bpf_map_delete_elem(&fds, &fkey);
+	bpf_map_delete_elem(&fds, &fkey);
+	/* the server is done with the connection */
+	c = skey ? bpf_map_lookup_elem(&conns, &skey) : NULL;
+	if (c) {
+		finish_conn(c, bpf_ktime_get_ns());
+		bpf_map_delete_elem(&conns, &skey);
+	}
 	return 0;
 }
 
@@ -475,4 +502,5 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 /* the layout userspace/src/abi.rs expects */
 _Static_assert(sizeof(struct hs_conn) == 272, "hs_conn layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_hello) == 24 + HS_HELLO_CAP, "hs_hello layout changed: update abi.rs");
-_Static_assert(sizeof(struct conn) == 344, "conn size changed: update CONN_STATE_BYTES in abi.rs");
+_Static_assert(sizeof(struct conn) == 352, "conn size changed: update CONN_STATE_BYTES in abi.rs");
+_Static_assert(__builtin_offsetof(struct conn, emitted) == 345, "update CONN_EMITTED_OFFSET in abi.rs");

@@ -36,6 +36,7 @@
 #define HS_FAIL_RESET 3         /* the connection was reset */
 #define HS_FAIL_NOT_TLS 4       /* the first bytes were not a TLS handshake record */
 #define HS_FAIL_SERVER_CLOSED 5 /* the server closed it without an alert */
+#define HS_FAIL_SERVER_EXITED 6 /* the server process exited (found by userspace) */
 
 /* hs_conn.flags */
 #define HS_F_UPROBE (1 << 0)       /* SSL_do_handshake calls were seen for this connection */
@@ -45,6 +46,7 @@
 #define HS_F_PEER_FIN (1 << 4)     /* the client sent FIN */
 #define HS_F_READ_EOF (1 << 5)     /* a read returned 0 */
 #define HS_F_READ_RESET (1 << 6)   /* a read or write returned ECONNRESET/EPIPE */
+#define HS_F_PEER_RESET (1 << 7)   /* the socket closed straight from ESTABLISHED: a reset */
 
 /* Bits of the per-flight record-type masks (hs_conn.rec_types[]): 1 << (type - 20). */
 #define HS_RT_CCS (1 << 0)

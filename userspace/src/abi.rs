@@ -23,6 +23,7 @@ pub const FAIL_ALERT: u8 = 2;
 pub const FAIL_RESET: u8 = 3;
 pub const FAIL_NOT_TLS: u8 = 4;
 pub const FAIL_SERVER_CLOSED: u8 = 5;
+pub const FAIL_SERVER_EXITED: u8 = 6;
 
 pub const F_UPROBE: u32 = 1 << 0;
 pub const F_HS_DONE_SSL: u32 = 1 << 1;
@@ -109,7 +110,13 @@ pub const C_MAX: u32 = 8;
 
 /// Size of the kernel's per-connection state (`struct conn` in ebpf/conn.bpf.h); only its
 /// keys are read from userspace, to count connections in progress.
-pub const CONN_STATE_BYTES: usize = 344;
+pub const CONN_STATE_BYTES: usize = 352;
+/// Offset of its `emitted` flag (the record `Conn` is at offset 0).
+pub const CONN_EMITTED_OFFSET: usize = 345;
+
+/// The kernel's per-connection state, read from userspace only to sweep up connections
+/// of servers that exited without closing them.
+pub type ConnState = [u8; CONN_STATE_BYTES];
 
 impl Hello {
     /// The captured bytes of the message (handshake header included).

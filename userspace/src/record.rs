@@ -170,6 +170,7 @@ fn failure_name(f: u8) -> &'static str {
         abi::FAIL_RESET => "reset",
         abi::FAIL_NOT_TLS => "not_tls",
         abi::FAIL_SERVER_CLOSED => "server_closed",
+        abi::FAIL_SERVER_EXITED => "server_exited",
         _ => "unknown",
     }
 }

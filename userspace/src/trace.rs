@@ -36,6 +36,13 @@ pub struct Options {
     pub max_conns: u32,
 }
 
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid pointer to a timespec
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Counts by outcome, printed at exit.
 #[derive(Default)]
 struct Totals {
@@ -103,8 +110,9 @@ impl Tracer {
     }
 
     /// Follow the selection: trace new processes (new workers after a reload), forget
-    /// exited ones.
-    pub fn rescan(&mut self) {
+    /// exited ones. Returns the records of connections their exit left behind.
+    pub fn rescan(&mut self) -> Vec<Conn> {
+        let mut gone = Vec::new();
         let want = targets::resolve(&self.opts.selector);
         for pid in &want {
             if self.tgids.get(pid, 0).is_err() {
@@ -120,10 +128,47 @@ impl Tracer {
                 let _ = self.tgids.remove(pid);
                 self.ssl.detach(&mut self.bpf, *pid);
                 self.warned.remove(pid);
+                gone.push(*pid);
             } else if self.opts.uprobes && !self.ssl.is_attached(*pid) && !self.warned.contains(pid) {
                 self.attach_ssl(*pid);
             }
         }
+        if gone.is_empty() {
+            Vec::new()
+        } else {
+            self.sweep_exited(&gone)
+        }
+    }
+
+    /// Connections of exited servers that the kernel never saw closed: send their
+    /// records from here, so none is lost without a word.
+    fn sweep_exited(&mut self, gone: &[u32]) -> Vec<Conn> {
+        let Some(map) = self.bpf.map_mut("conns") else { return Vec::new() };
+        let Ok(mut conns) = BpfHashMap::<_, u64, abi::ConnState>::try_from(map) else { return Vec::new() };
+        let now = monotonic_ns();
+        let mut out = Vec::new();
+        let mut stale = Vec::new();
+        for (sk, state) in conns.iter().filter_map(|e| e.ok()) {
+            let Some(mut c) = abi::read_record::<Conn>(&state) else { continue };
+            if !gone.contains(&c.tgid) {
+                continue;
+            }
+            stale.push(sk);
+            if state[abi::CONN_EMITTED_OFFSET] == 0 {
+                c.t_end = now;
+                if c.t_hs_done != 0 {
+                    c.outcome = abi::OUTCOME_DONE;
+                } else {
+                    c.outcome = abi::OUTCOME_FAILED;
+                    c.failure = abi::FAIL_SERVER_EXITED;
+                }
+                out.push(c);
+            }
+        }
+        for sk in stale {
+            let _ = conns.remove(&sk);
+        }
+        out
     }
 
     fn attach_ssl(&mut self, pid: u32) {
@@ -207,7 +252,13 @@ impl Tracer {
                     }
                     guard.clear_ready();
                 }
-                _ = rescan.tick() => self.rescan(),
+                _ = rescan.tick() => {
+                    let left = self.rescan();
+                    let res = left.iter().try_for_each(|c| emit(asm.conn(c, &clock), &mut totals, &mut out));
+                    if let Err(e) = res.and_then(|_| out.flush()) {
+                        break Err(e.into());
+                    }
+                }
                 _ = tokio::signal::ctrl_c() => break Ok(()),
                 _ = &mut stop => break Ok(()),
             }

@@ -1,1 +1,216 @@
-fn main(){}
+//! Jobs cargo can't do alone. Run as root on a Debian machine:
+//!   cargo xtask setup            install what hstrace and its tests need (apt), mount tracefs
+//!   cargo xtask demo [ARGS]      build, then trace ARGS (e.g. --pid 1234) or, with none, a
+//!                                throwaway TLS nginx on loopback driven by real clients
+//!   cargo xtask test             setup, build, then every test (unit, verifier, integration)
+//!   cargo xtask vmlinux          regenerate ebpf/vmlinux/<arch>/vmlinux.h from this kernel
+
+use std::{
+    env, fs,
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+
+/// Debian packages: build (clang, libbpf headers, bpftool), servers and clients for the
+/// demo and the tests.
+const PACKAGES: &[&str] = &["clang-19", "llvm-19", "libbpf-dev", "bpftool", "nginx", "openssl", "util-linux"];
+
+fn main() {
+    if let Err(e) = xtask() {
+        eprintln!("xtask: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn xtask() -> Result<()> {
+    let args: Vec<String> = env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("setup") => setup(),
+        Some("demo") => demo(&args[1..]),
+        Some("test") => test(&args[1..]),
+        Some("vmlinux") => vmlinux(),
+        _ => {
+            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | vmlinux");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let st = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !st.success() {
+        bail!("{cmd:?} failed ({st})");
+    }
+    Ok(())
+}
+
+fn installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        .unwrap_or(false)
+}
+
+fn require_root(what: &str) -> Result<()> {
+    // SAFETY: geteuid has no preconditions
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("`cargo xtask {what}` needs root (it installs packages and loads BPF programs): run it with sudo");
+    }
+    Ok(())
+}
+
+fn setup() -> Result<()> {
+    require_root("setup")?;
+    let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    if !missing.is_empty() {
+        eprintln!("xtask: installing {}", missing.join(" "));
+        run(Command::new("apt-get").args(["update", "-q"]))?;
+        run(Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    if !Path::new("/sys/kernel/tracing/events").exists() && !Path::new("/sys/kernel/debug/tracing/events").exists() {
+        run(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))?;
+    }
+    Ok(())
+}
+
+fn build() -> Result<PathBuf> {
+    run(Command::new("cargo").args(["build", "--release", "-p", "hstrace"]).current_dir(root()))?;
+    Ok(root().join("target/release/hstrace"))
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    setup()?;
+    let bin = build()?;
+    // one at a time: the tests share the kernel and load BPF programs
+    run(Command::new("cargo")
+        .args(["test", "--release", "--workspace"])
+        .args(extra)
+        .args(["--", "--test-threads=1"])
+        .env("HSTRACE_BIN", &bin)
+        .current_dir(root()))
+}
+
+fn vmlinux() -> Result<()> {
+    let arch = match env::consts::ARCH {
+        "x86_64" => "x86",
+        "aarch64" => "arm64",
+        a => bail!("no vmlinux.h layout for {a}"),
+    };
+    let out = Command::new("bpftool").args(["btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"]).output()?;
+    if !out.status.success() {
+        bail!("bpftool failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let path = root().join("ebpf/vmlinux").join(arch).join("vmlinux.h");
+    fs::write(&path, out.stdout)?;
+    eprintln!("xtask: wrote {}", path.display());
+    Ok(())
+}
+
+/// A throwaway TLS nginx on 127.0.0.1:8443 under target/demo.
+struct DemoNginx {
+    dir: PathBuf,
+    pid: u32,
+}
+
+impl DemoNginx {
+    fn start(port: u16) -> Result<DemoNginx> {
+        let dir = root().join("target/demo");
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("tmp"))?;
+        run(Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=demo.test"])
+            .arg("-keyout")
+            .arg(dir.join("key.pem"))
+            .arg("-out")
+            .arg(dir.join("cert.pem"))
+            .stderr(Stdio::null()))?;
+        let d = dir.display();
+        fs::write(
+            dir.join("nginx.conf"),
+            format!(
+                "daemon on;\nworker_processes 2;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+                 events {{ worker_connections 256; }}\nhttp {{\n  access_log {d}/access.log;\n  \
+                 client_body_temp_path {d}/tmp/b; proxy_temp_path {d}/tmp/p; fastcgi_temp_path {d}/tmp/f;\n  \
+                 uwsgi_temp_path {d}/tmp/u; scgi_temp_path {d}/tmp/s;\n  ssl_protocols TLSv1.2 TLSv1.3;\n  \
+                 ssl_session_cache shared:SSL:1m;\n  ssl_session_tickets on;\n  server {{\n    \
+                 listen 127.0.0.1:{port} ssl;\n    server_name demo.test;\n    ssl_certificate {d}/cert.pem;\n    \
+                 ssl_certificate_key {d}/key.pem;\n    location / {{ return 200 \"hello from the hstrace demo\\n\"; }}\n  }}\n}}\n"
+            ),
+        )?;
+        run(Command::new("nginx").arg("-p").arg(&dir).arg("-c").arg(dir.join("nginx.conf")).arg("-e").arg(dir.join("error.log")))?;
+        let pidfile = dir.join("nginx.pid");
+        let start = Instant::now();
+        while !pidfile.exists() {
+            if start.elapsed() > Duration::from_secs(10) {
+                bail!("the demo nginx did not start: see {}", dir.join("error.log").display());
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        let pid = fs::read_to_string(&pidfile)?.trim().parse()?;
+        Ok(DemoNginx { dir, pid })
+    }
+}
+
+impl Drop for DemoNginx {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.pid.to_string()).status();
+    }
+}
+
+/// One client connection of the demo mix.
+fn client(port: u16, dir: &Path, args: &[&str]) -> Result<()> {
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{port}"), "-servername", "demo.test", "-alpn", "http/1.1", "-ign_eof"])
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    child.stdin.take().unwrap().write_all(b"GET / HTTP/1.0\r\nHost: demo.test\r\n\r\n")?;
+    child.wait()?;
+    Ok(())
+}
+
+fn demo(args: &[String]) -> Result<()> {
+    setup()?;
+    let bin = build()?;
+    if !args.is_empty() {
+        // trace what the user named, until Ctrl-C
+        return run(Command::new(&bin).arg("trace").args(args));
+    }
+    let port = 8443;
+    let nginx = DemoNginx::start(port)?;
+    eprintln!("xtask: demo nginx (master pid {}) on https://127.0.0.1:{port}, config in {}", nginx.pid, nginx.dir.display());
+    let mut tracer = Command::new(&bin).args(["trace", "--pid", &nginx.pid.to_string(), "--duration", "6"]).spawn()?;
+    thread::sleep(Duration::from_secs(2));
+    let d = nginx.dir.as_path();
+    eprintln!("xtask: driving TLS 1.2 and 1.3 handshakes, full and resumed, and one that fails");
+    for _ in 0..2 {
+        client(port, d, &["-tls1_2", "-no_ticket", "-sess_out", "id12"])?;
+        client(port, d, &["-tls1_2", "-no_ticket", "-sess_in", "id12"])?;
+        client(port, d, &["-tls1_2", "-sess_out", "tk12"])?;
+        client(port, d, &["-tls1_2", "-sess_in", "tk12"])?;
+        client(port, d, &["-tls1_3", "-sess_out", "ps13"])?;
+        client(port, d, &["-tls1_3", "-sess_in", "ps13"])?;
+    }
+    client(port, d, &["-tls1_1"])?;
+    let st = tracer.wait()?;
+    if !st.success() {
+        bail!("hstrace failed ({st})");
+    }
+    Ok(())
+}

@@ -1,0 +1,309 @@
+//! Test support: a throwaway nginx on loopback, the real `hstrace` binary, and the real
+//! openssl clients. Everything lives under target/hstrace-tests/ and is stopped on drop.
+
+use std::{
+    collections::BTreeSet,
+    fs,
+    io::{BufRead, BufReader, Read, Write},
+    net::{TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The hstrace binary under test (built by `cargo xtask test`).
+pub fn hstrace_bin() -> PathBuf {
+    let p = std::env::var_os("HSTRACE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/release/hstrace"));
+    assert!(p.exists(), "{} missing: run the tests with `cargo xtask test`", p.display());
+    p
+}
+
+/// A fresh directory for one test.
+pub fn work_dir(name: &str) -> PathBuf {
+    let d = workspace().join("target/hstrace-tests").join(name);
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A self-signed RSA certificate for demo.test.
+pub fn make_cert(dir: &Path, bits: u32) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let st = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", &format!("rsa:{bits}"), "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=demo.test", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl");
+    assert!(st.success(), "openssl req failed");
+    (cert, key)
+}
+
+/// A throwaway nginx (Debian package) on 127.0.0.1: own prefix, self-signed cert,
+/// shared session cache and tickets on, TLS 1.2 and 1.3.
+pub struct Nginx {
+    pub dir: PathBuf,
+    pub port: u16,
+    child: Child,
+}
+
+impl Nginx {
+    pub fn start(name: &str, workers: u32) -> Nginx {
+        let dir = work_dir(name);
+        let (cert, key) = make_cert(&dir, 2048);
+        let port = free_port();
+        let d = dir.display();
+        fs::create_dir_all(dir.join("tmp")).unwrap();
+        let conf = format!(
+            r#"daemon off;
+master_process on;
+worker_processes {workers};
+pid {d}/nginx.pid;
+error_log {d}/error.log info;
+events {{ worker_connections 1024; }}
+http {{
+    log_format hs '$remote_port $ssl_protocol $ssl_session_reused $ssl_server_name';
+    access_log {d}/access.log hs;
+    client_body_temp_path {d}/tmp/body; proxy_temp_path {d}/tmp/proxy;
+    fastcgi_temp_path {d}/tmp/fcgi; uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache shared:SSL:1m;
+    ssl_session_tickets on;
+    server {{
+        listen 127.0.0.1:{port} ssl;
+        server_name demo.test;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        location / {{ return 200 "ok\n"; }}
+    }}
+}}
+"#,
+            cert = cert.display(),
+            key = key.display()
+        );
+        fs::write(dir.join("nginx.conf"), conf).unwrap();
+        let child = Command::new("nginx")
+            .arg("-p")
+            .arg(&dir)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .arg("-e")
+            .arg(dir.join("error.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx (apt-get install nginx; `cargo xtask setup` does it)");
+        let n = Nginx { dir, port, child };
+        wait_for("nginx to listen", Duration::from_secs(10), || TcpStream::connect(("127.0.0.1", port)).is_ok());
+        wait_for("nginx workers", Duration::from_secs(10), || n.worker_pids().len() == workers as usize);
+        n
+    }
+
+    pub fn master_pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn worker_pids(&self) -> BTreeSet<u32> {
+        children(self.master_pid())
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) on our own child
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+/// Direct children of `pid`.
+pub fn children(pid: u32) -> BTreeSet<u32> {
+    let mut out = BTreeSet::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+        let ppid = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.insert(p);
+        }
+    }
+    out
+}
+
+/// The real hstrace binary, running `trace --format json ARGS`.
+pub struct Hstrace {
+    child: Child,
+    stdout: thread::JoinHandle<Vec<String>>,
+    stderr: mpsc::Receiver<String>,
+    stderr_seen: Vec<String>,
+}
+
+pub struct Traced {
+    pub records: Vec<Value>,
+    pub stderr: String,
+    pub success: bool,
+}
+
+impl Hstrace {
+    /// Start and wait until it says it is tracing.
+    pub fn start(args: &[&str]) -> Hstrace {
+        let mut child = Command::new(hstrace_bin())
+            .args(["trace", "--format", "json"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("hstrace binary");
+        let out = child.stdout.take().unwrap();
+        let stdout = thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect());
+        let (tx, rx) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut h = Hstrace { child, stdout, stderr: rx, stderr_seen: Vec::new() };
+        let start = Instant::now();
+        loop {
+            match h.stderr.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    let ready = line.contains("hstrace: tracing");
+                    h.stderr_seen.push(line);
+                    if ready {
+                        break;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("hstrace exited before tracing:\n{}", h.stderr_seen.join("\n"))
+                }
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "hstrace did not start:\n{}", h.stderr_seen.join("\n"));
+        }
+        h
+    }
+
+    /// Ctrl-C, then every record it printed and what it said at exit.
+    pub fn stop(mut self) -> Traced {
+        // let the last connections' TCP close reach the kernel side
+        thread::sleep(Duration::from_millis(500));
+        // SAFETY: plain kill(2) on our own child
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = self.child.wait().unwrap();
+        let lines = self.stdout.join().unwrap();
+        self.stderr_seen.extend(self.stderr.iter());
+        let records = lines
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect();
+        Traced { records, stderr: self.stderr_seen.join("\n"), success: status.success() }
+    }
+}
+
+/// Run hstrace to completion (for argument and error checks).
+pub fn hstrace_run(args: &[&str]) -> (bool, String) {
+    let out = Command::new(hstrace_bin()).args(args).stdin(Stdio::null()).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// `openssl s_client` to 127.0.0.1:port with SNI demo.test and ALPN http/1.1, sending one
+/// HTTP/1.0 request and waiting for the server to close (so TLS 1.3 tickets are read).
+pub fn s_client(port: u16, args: &[&str]) -> String {
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{port}"), "-servername", "demo.test"])
+        .args(["-alpn", "http/1.1", "-ign_eof"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("openssl");
+    child.stdin.take().unwrap().write_all(b"GET / HTTP/1.0\r\nHost: demo.test\r\n\r\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// Connect, write `bytes`, read what comes back until close or 2 s, close.
+pub fn raw_exchange(port: u16, bytes: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    if !bytes.is_empty() {
+        s.write_all(bytes).unwrap();
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        if bytes.is_empty() {
+            break;
+        }
+    }
+    got
+}
+
+/// A real captured ClientHello (handshake message) wrapped in a TLS record.
+pub fn client_hello_record(fixture: &str) -> Vec<u8> {
+    let path = workspace().join("userspace/tests/fixtures/hello").join(fixture);
+    let hex: String = fs::read_to_string(&path).unwrap().split_whitespace().collect();
+    let msg: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+    let mut rec = vec![22, 3, 1, (msg.len() >> 8) as u8, msg.len() as u8];
+    rec.extend_from_slice(&msg);
+    rec
+}
+
+pub fn str_field<'a>(r: &'a Value, k: &str) -> Option<&'a str> {
+    r.get(k).and_then(Value::as_str)
+}
+
+/// Every stage present is >= 0, and the stages between accept and the end of the
+/// handshake add up to handshake_ns (within 1 ms). accept_queue lies before accept(), so it
+/// is not part of handshake_ns: under back-to-back load it alone can exceed 1 ms.
+pub fn check_stages(r: &Value) {
+    let stages = r["stages_ns"].as_object().unwrap_or_else(|| panic!("no stages_ns: {r}"));
+    let mut inside = 0u64;
+    for (k, v) in stages {
+        let v = v.as_u64().unwrap_or_else(|| panic!("stage {k} is not a non-negative integer: {r}"));
+        if k != "accept_queue" {
+            inside += v;
+        }
+    }
+    if let Some(hs) = r["handshake_ns"].as_u64() {
+        assert!(hs > 0, "handshake_ns 0: {r}");
+        assert!(inside <= hs + 1_000_000, "handshake stages {inside} > handshake_ns {hs} + 1 ms: {r}");
+        assert!(inside + 1_000_000 >= hs, "handshake stages {inside} leave more than 1 ms of handshake_ns {hs} unaccounted: {r}");
+    }
+}

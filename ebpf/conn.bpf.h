@@ -31,17 +31,21 @@ __u64 next_conn_id = 0;
 /* One direction of a connection's TLS record stream. */
 struct stream {
 	__u32 rec_left;      /* body bytes of the current record not yet seen */
+	__u32 rec_len;       /* body length of the current record */
 	__u8 hdr[16];        /* the record header being assembled (5 bytes; room for the verifier) */
 	__u8 hdr_have;       /* bytes of it seen so far */
 	__u8 rec_type;       /* type of the current record */
 	__u8 ccs;            /* a ChangeCipherSpec passed: later handshake records are encrypted */
-	__u8 pad;
+	__u8 defer_hello;    /* the record's first message was not all in one buffer: look at it
+			      * when the record ends */
+	__u8 pad[4];
 };
 
 struct conn {
 	struct hs_conn r;       /* the record, filled in as the connection goes */
 	struct stream st[2];    /* HS_DIR_IN, HS_DIR_OUT */
-	__u64 arrive_pending;   /* first bytes queued since the server last wrote */
+	__u64 arrive_pending;   /* first bytes queued since the server last read or wrote */
+	__u64 last_arrive;      /* the latest arrival the server has read in this flight */
 	__u64 done_at;          /* TLS 1.3: client Finished read; tickets may still follow */
 	__u64 fkey;             /* tgid << 32 | fd, once known */
 	__s8 flight;            /* index of the current flight, -1 before any bytes */
@@ -49,6 +53,7 @@ struct conn {
 	__u8 wire_done;         /* the wire says the handshake completed at r.t_hs_done */
 	__u8 not_tls;
 	__u8 tcp_closed;        /* TCP is closed; the server has not closed its fd yet */
+	__u8 first_rec_done;    /* the current client flight's first record is complete */
 };
 
 /* A child socket between ESTABLISHED and accept(). */

@@ -502,5 +502,5 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 /* the layout userspace/src/abi.rs expects */
 _Static_assert(sizeof(struct hs_conn) == 272, "hs_conn layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_hello) == 24 + HS_HELLO_CAP, "hs_hello layout changed: update abi.rs");
-_Static_assert(sizeof(struct conn) == 352, "conn size changed: update CONN_STATE_BYTES in abi.rs");
-_Static_assert(__builtin_offsetof(struct conn, emitted) == 345, "update CONN_EMITTED_OFFSET in abi.rs");
+_Static_assert(sizeof(struct conn) == 376, "conn size changed: update CONN_STATE_BYTES in abi.rs");
+_Static_assert(__builtin_offsetof(struct conn, emitted) == 369, "update CONN_EMITTED_OFFSET in abi.rs");

@@ -44,19 +44,19 @@ static __always_inline void on_transfer(struct conn *c, __u32 dir, __u32 n, __u6
 		if (flight_dir(f) != dir)
 			f += 1;
 		c->flight = f;
-		if ((__u32)f < HS_FLIGHTS) {
+		c->first_rec_done = 0;
+		c->last_arrive = 0;
+		if (dir == HS_DIR_OUT && (__u32)f < HS_FLIGHTS)
 			c->r.t_first[f & 3] = now;
-			if (dir == HS_DIR_IN)
-				c->r.t_arrive[f & 3] = c->arrive_pending;
-		}
-		c->arrive_pending = 0;
 	}
 	if (dir == HS_DIR_OUT) {
-		c->arrive_pending = 0;
 		c->r.bytes_out += n;
 	} else {
 		c->r.bytes_in += n;
+		if (c->arrive_pending)
+			c->last_arrive = c->arrive_pending;
 	}
+	c->arrive_pending = 0;
 	if ((__u32)f < HS_FLIGHTS)
 		c->r.t_last[f & 3] = now;
 }
@@ -123,6 +123,8 @@ __noinline int on_record_start(struct conn *c, __u32 dir, __u64 body, __u32 avai
 		return 0;
 	if (avail > len)
 		avail = len;
+	if (avail < 4 && c->flight <= HS_FL_S1)
+		st->defer_hello = 1; /* not even the message header is here */
 	for (int i = 0; i < HS_MSGS_PER_RECORD; i++) {
 		__u32 mlen;
 
@@ -134,8 +136,12 @@ __noinline int on_record_start(struct conn *c, __u32 dir, __u64 body, __u32 avai
 		if (hh[0] < 32)
 			c->r.hs_types[f] |= 1u << hh[0];
 		if ((hh[0] == HT_CLIENT_HELLO && dir == HS_DIR_IN) ||
-		    (hh[0] == HT_SERVER_HELLO && dir == HS_DIR_OUT))
-			capture_hello(c, dir, body + mo, mlen + 4, avail - mo);
+		    (hh[0] == HT_SERVER_HELLO && dir == HS_DIR_OUT)) {
+			if (mlen + 4 <= avail - mo || avail - mo >= HS_HELLO_CAP)
+				capture_hello(c, dir, body + mo, mlen + 4, avail - mo);
+			else if (mo == 0)
+				st->defer_hello = 1;
+		}
 		mo += mlen + 4;
 	}
 	return 0;
@@ -156,13 +162,40 @@ static __always_inline void wire_done(struct conn *c, __u64 now)
 		emit_conn(c, now, HS_OUTCOME_DONE);
 }
 
-/* A record's last byte has passed: is the handshake complete? */
+/* A hello that came over several reads: the server read it into one buffer, so the
+ * record's body lies just before `end`. Checked against its own header before use. */
+__noinline int capture_deferred_hello(struct conn *c, __u32 dir, __u64 end, __u32 len)
+{
+	__u8 hh[4];
+	__u32 mlen;
+
+	if (!c || len < 4 || end < len)
+		return 0;
+	if (bpf_probe_read_user(hh, 4, (const void *)(end - len)))
+		return 0;
+	mlen = ((__u32)hh[1] << 16) | ((__u32)hh[2] << 8) | hh[3];
+	if (hh[0] != (dir == HS_DIR_IN ? HT_CLIENT_HELLO : HT_SERVER_HELLO) || mlen + 4 > len)
+		return 0;
+	c->r.hs_types[(__u32)c->flight & 3] |= 1u << hh[0];
+	capture_hello(c, dir, end - len, mlen + 4, len);
+	return 0;
+}
+
+/* A record's last byte has passed: the first record of a client flight is the read
+ * the server acts on; and is the handshake complete? */
 static __always_inline void on_record_end(struct conn *c, __u32 dir, __u8 type, __u64 now)
 {
 	__s8 f = c->flight;
 	int tls13 = is_tls13(c);
 	int s1_ccs = c->r.rec_types[HS_FL_S1] & HS_RT_CCS;
 
+	if (dir == HS_DIR_IN && !c->first_rec_done) {
+		c->first_rec_done = 1;
+		if ((__u32)f < HS_FLIGHTS) {
+			c->r.t_first[f & 3] = now;
+			c->r.t_arrive[f & 3] = c->last_arrive;
+		}
+	}
 	if (c->wire_done)
 		return;
 	if (dir == HS_DIR_OUT && type == REC_HANDSHAKE && c->st[HS_DIR_OUT].ccs && !tls13 &&
@@ -224,8 +257,13 @@ static long walk_step(__u32 i, struct walk *w)
 
 		st->rec_left -= take;
 		w->off = off + take;
-		if (!st->rec_left)
+		if (!st->rec_left) {
+			if (st->defer_hello) {
+				st->defer_hello = 0;
+				capture_deferred_hello(c, w->dir, w->buf + off + take, st->rec_len);
+			}
 			on_record_end(c, w->dir, st->rec_type, w->now);
+		}
 		return 0;
 	}
 	/* assemble the 5-byte record header, which may be split over reads */
@@ -250,6 +288,8 @@ static long walk_step(__u32 i, struct walk *w)
 	}
 	st->rec_type = type;
 	st->rec_left = len;
+	st->rec_len = len;
+	st->defer_hello = 0;
 	on_record_start(c, w->dir, w->buf + off, n - off);
 	if (!len)
 		on_record_end(c, w->dir, type, w->now);

@@ -93,8 +93,11 @@ struct hs_conn {
 	__u8 fail_flight; /* 1 + the flight in progress when the record was sent; 0: no bytes yet */
 	__u64 t_est;      /* TCP handshake complete (child socket ESTABLISHED) */
 	__u64 t_accept;   /* accept() returned the fd */
-	__u64 t_arrive[HS_FLIGHTS]; /* client flights: first bytes queued on the socket */
-	__u64 t_first[HS_FLIGHTS];  /* first read (client) / first write (server) of the flight */
+	__u64 t_arrive[HS_FLIGHTS]; /* client flights: the bytes that completed the first record
+				     * were queued on the socket (a slow client's earlier pieces
+				     * are waiting for the client, not queueing) */
+	__u64 t_first[HS_FLIGHTS];  /* client: the read that completed the flight's first record;
+				     * server: the flight's first write */
 	__u64 t_last[HS_FLIGHTS];   /* last read (client) / last write (server) of the flight */
 	__u64 t_hs_done;  /* handshake complete (SSL_do_handshake == 1, or from the wire) */
 	__u64 t_end;      /* record sent */

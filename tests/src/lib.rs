@@ -275,6 +275,27 @@ pub fn raw_exchange(port: u16, bytes: &[u8]) -> Vec<u8> {
     got
 }
 
+/// Connect and send `bytes` in pieces of `piece` bytes, each its own TCP segment, so the
+/// server's reads see record headers and bodies cut anywhere; then read the answer and close.
+pub fn dribble_exchange(port: u16, bytes: &[u8], piece: usize) -> Vec<u8> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    for chunk in bytes.chunks(piece) {
+        s.write_all(chunk).unwrap();
+        thread::sleep(Duration::from_millis(2));
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
 /// A real captured ClientHello (handshake message) wrapped in a TLS record.
 pub fn client_hello_record(fixture: &str) -> Vec<u8> {
     let path = workspace().join("userspace/tests/fixtures/hello").join(fixture);

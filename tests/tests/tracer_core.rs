@@ -137,6 +137,32 @@ fn six_handshake_kinds_and_failures_wire_only() {
     six_kinds("kinds-wire", &["--no-uprobes"], "wire");
 }
 
+/// A ClientHello that reaches the server a few bytes at a time: the server's reads cut the
+/// record header and body anywhere, and the parser must still find every field.
+#[test]
+fn client_hello_split_over_many_reads() {
+    let nginx = Nginx::start("split", 1);
+    let port = nginx.port.to_string();
+    let tracer = Hstrace::start(&["--port", &port]);
+    let hello = client_hello_record("tls12_full.client_hello.hex");
+    for piece in [1, 3, 7] {
+        let flight = dribble_exchange(nginx.port, &hello, piece);
+        assert_eq!(flight.first(), Some(&22), "no ServerHello for pieces of {piece}");
+    }
+    let out = tracer.stop();
+    assert_eq!(out.records.len(), 3, "{:?}\n{}", out.records, out.stderr);
+    for r in &out.records {
+        // the client leaves after the server's first flight
+        assert_eq!(str_field(r, "kind"), Some("failed"), "{r}");
+        assert_eq!(str_field(r, "failure"), Some("client_closed"), "{r}");
+        assert_eq!(str_field(r, "failed_in"), Some("wait_client_flight_2"), "{r}");
+        assert_eq!(str_field(r, "sni"), Some("demo.test"), "{r}");
+        assert_eq!(str_field(r, "tls_version"), Some("1.2"), "{r}");
+        assert!(r.get("notes").is_none(), "{r}");
+        check_stages(r);
+    }
+}
+
 /// s_time's own count of the connections it made.
 fn s_time(port: u16, secs: u32) -> u64 {
     let out = Command::new("openssl")

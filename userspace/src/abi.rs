@@ -110,9 +110,9 @@ pub const C_MAX: u32 = 8;
 
 /// Size of the kernel's per-connection state (`struct conn` in ebpf/conn.bpf.h); only its
 /// keys are read from userspace, to count connections in progress.
-pub const CONN_STATE_BYTES: usize = 352;
+pub const CONN_STATE_BYTES: usize = 376;
 /// Offset of its `emitted` flag (the record `Conn` is at offset 0).
-pub const CONN_EMITTED_OFFSET: usize = 345;
+pub const CONN_EMITTED_OFFSET: usize = 369;
 
 /// The kernel's per-connection state, read from userspace only to sweep up connections
 /// of servers that exited without closing them.

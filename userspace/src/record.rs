@@ -156,9 +156,12 @@ fn failed_in(c: &Conn) -> &'static str {
     let server_alert = c.alert_level != 0 && c.alert_dir as u32 == abi::DIR_OUT;
     match c.fail_flight.checked_sub(1).map(usize::from) {
         None => "wait_client_hello",
+        // the client's flight never completed a record: still waiting for it
+        Some(abi::FL_C1) if c.t_first[abi::FL_C1] == 0 => "wait_client_hello",
         Some(abi::FL_C1) => "server_flight_1",
         Some(abi::FL_S1) if server_alert => "server_flight_1",
         Some(abi::FL_S1) => "wait_client_flight_2",
+        Some(abi::FL_C2) if c.t_first[abi::FL_C2] == 0 => "wait_client_flight_2",
         _ => "server_flight_2",
     }
 }
@@ -227,22 +230,39 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// A connection's hellos, parsed as they arrive (the raw bytes are not kept).
+#[derive(Debug, Default)]
+pub struct Hellos {
+    pub client: Option<Result<ClientHello, tls::ParseError>>,
+    pub server: Option<Result<ServerHello, tls::ParseError>>,
+}
+
+impl Hellos {
+    /// Parse a captured hello; a later one of the same direction (after a
+    /// HelloRetryRequest) replaces the earlier.
+    pub fn add(&mut self, h: &Hello) {
+        if h.dir == abi::DIR_IN {
+            self.client = Some(ClientHello::parse(h.bytes(), h.msg_len as usize));
+        } else {
+            self.server = Some(ServerHello::parse(h.bytes(), h.msg_len as usize));
+        }
+    }
+}
+
 /// Build the printed record from the kernel's record and the hellos captured for it.
-pub fn build(c: &Conn, ch: Option<&Hello>, sh: Option<&Hello>, clock: &Clock) -> Record {
+pub fn build(c: &Conn, hellos: Hellos, clock: &Clock) -> Record {
     let mut notes = Vec::new();
-    let ch = ch.and_then(|h| {
-        let r = ClientHello::parse(h.bytes(), h.msg_len as usize).ok();
-        if r.is_none() {
+    let ch = hellos.client.and_then(|r| {
+        if r.is_err() {
             notes.push("client_hello_unparsed");
         }
-        r
+        r.ok()
     });
-    let sh = sh.and_then(|h| {
-        let r = ServerHello::parse(h.bytes(), h.msg_len as usize).ok();
-        if r.is_none() {
+    let sh = hellos.server.and_then(|r| {
+        if r.is_err() {
             notes.push("server_hello_unparsed");
         }
-        r
+        r.ok()
     });
     if ch.as_ref().is_some_and(|h| h.truncated) {
         notes.push("client_hello_truncated");
@@ -251,10 +271,12 @@ pub fn build(c: &Conn, ch: Option<&Hello>, sh: Option<&Hello>, clock: &Clock) ->
         notes.push("record_stream_desync");
     }
     let done = c.outcome == abi::OUTCOME_DONE;
-    if done && ch.is_none() {
+    // a hello that was on the wire (its flight completed a record) but not captured
+    let tls = c.failure != abi::FAIL_NOT_TLS;
+    if tls && ch.is_none() && c.t_first[abi::FL_C1] != 0 {
         notes.push("client_hello_missing");
     }
-    if done && sh.is_none() {
+    if tls && sh.is_none() && c.t_first[abi::FL_S1] != 0 {
         notes.push("server_hello_missing");
     }
     let tls13_wire = c.rec_types[abi::FL_S1] & abi::RT_APPDATA != 0;
@@ -369,7 +391,7 @@ impl Record {
 /// Joins hellos with their connection's record. Hellos arrive first; a connection
 /// whose record never comes (evicted, lost) is forgotten oldest-first past `cap`.
 pub struct Assembler {
-    hellos: HashMap<u64, (Option<Box<Hello>>, Option<Box<Hello>>)>,
+    hellos: HashMap<u64, Hellos>,
     order: VecDeque<u64>,
     cap: usize,
     pub hellos_unmatched: u64,
@@ -380,37 +402,28 @@ impl Assembler {
         Assembler { hellos: HashMap::new(), order: VecDeque::new(), cap, hellos_unmatched: 0 }
     }
 
-    pub fn hello(&mut self, h: Hello) {
+    pub fn hello(&mut self, h: &Hello) {
         let id = h.conn_id;
         if !self.hellos.contains_key(&id) {
             while self.hellos.len() >= self.cap {
-                match self.order.pop_front() {
-                    Some(old) => {
-                        if self.hellos.remove(&old).is_some() {
-                            self.hellos_unmatched += 1;
-                        }
-                    }
-                    None => break,
+                let Some(old) = self.order.pop_front() else { break };
+                if self.hellos.remove(&old).is_some() {
+                    self.hellos_unmatched += 1;
                 }
             }
             self.order.push_back(id);
         }
-        let e = self.hellos.entry(id).or_default();
-        // keep the latest of each (a HelloRetryRequest is followed by a second pair)
-        if h.dir == abi::DIR_IN {
-            e.0 = Some(Box::new(h));
-        } else {
-            e.1 = Some(Box::new(h));
-        }
+        self.hellos.entry(id).or_default().add(h);
     }
 
     pub fn conn(&mut self, c: &Conn, clock: &Clock) -> Record {
-        let (ch, sh) = self.hellos.remove(&c.conn_id).unwrap_or_default();
-        if self.order.len() > 2 * self.cap {
+        let hellos = self.hellos.remove(&c.conn_id).unwrap_or_default();
+        // ids whose record came are still queued in `order`: trim them now and then
+        if self.order.len() > 2 * self.cap.max(self.hellos.len()) {
             let live = &self.hellos;
             self.order.retain(|id| live.contains_key(id));
         }
-        build(c, ch.as_deref(), sh.as_deref(), clock)
+        build(c, hellos, clock)
     }
 
     pub fn pending(&self) -> usize {
@@ -472,7 +485,7 @@ mod tests {
         c.t_first[abi::FL_C2] = 0;
         c.t_hs_done = 0;
         c.fail_flight = abi::FL_S1 as u8 + 1;
-        let r = build(&c, None, None, &Clock::new());
+        let r = build(&c, Hellos::default(), &Clock::new());
         assert_eq!(r.kind, "failed");
         assert_eq!(r.failure, Some("client_closed"));
         assert_eq!(r.failed_in, Some("wait_client_flight_2"));
@@ -485,7 +498,7 @@ mod tests {
         let clock = Clock::new();
         for id in 1..=5u64 {
             let h = Hello { rec: 1, dir: 0, conn_id: id, msg_len: 0, cap_len: 0, data: [0; abi::HELLO_CAP] };
-            a.hello(h);
+            a.hello(&h);
         }
         assert_eq!(a.pending(), 2);
         assert_eq!(a.hellos_unmatched, 3);

@@ -229,7 +229,7 @@ impl Tracer {
                 match abi::record_kind(&item) {
                     Some(abi::REC_HELLO) => {
                         if let Some(h) = abi::read_record::<Hello>(&item) {
-                            asm.hello(h);
+                            asm.hello(&h);
                         }
                     }
                     Some(abi::REC_CONN) => {

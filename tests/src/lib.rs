@@ -256,34 +256,21 @@ pub fn s_client(port: u16, args: &[&str]) -> String {
 
 /// Connect, write `bytes`, read what comes back until close or 2 s, close.
 pub fn raw_exchange(port: u16, bytes: &[u8]) -> Vec<u8> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    if !bytes.is_empty() {
-        s.write_all(bytes).unwrap();
-    }
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while let Ok(n) = s.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        got.extend_from_slice(&buf[..n]);
-        if bytes.is_empty() {
-            break;
-        }
-    }
-    got
+    dribble_exchange(port, bytes, bytes.len().max(1))
 }
 
 /// Connect and send `bytes` in pieces of `piece` bytes, each its own TCP segment, so the
-/// server's reads see record headers and bodies cut anywhere; then read the answer and close.
+/// server's reads see record headers and bodies cut anywhere; then read the answer until
+/// close or 2 s, and close.
 pub fn dribble_exchange(port: u16, bytes: &[u8], piece: usize) -> Vec<u8> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_nodelay(true).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     for chunk in bytes.chunks(piece) {
         s.write_all(chunk).unwrap();
-        thread::sleep(Duration::from_millis(2));
+        if chunk.len() < bytes.len() {
+            thread::sleep(Duration::from_millis(2));
+        }
     }
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];

@@ -62,8 +62,12 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 	struct conn *c;
 	struct est *e;
 
-	if (!sk || (!targ_all && !tgid_traced(tgid)))
+	if (!targ_all && !tgid_traced(tgid))
 		return;
+	if (!sk) {
+		count(HS_C_NO_SOCK);
+		return;
+	}
 	family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	if (family != AF_INET && family != AF_INET6)
 		return;

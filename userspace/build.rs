@@ -12,10 +12,18 @@ fn main() {
         other => panic!("hstrace: no vmlinux.h for target arch {other}"),
     };
 
-    for f in ["hstrace.bpf.c", "conn.bpf.h", "wire.bpf.h", "include/hstrace.h"] {
+    for f in [
+        "hstrace.bpf.c",
+        "conn.bpf.h",
+        "wire.bpf.h",
+        "include/hstrace.h",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(f).display());
     }
-    println!("cargo:rerun-if-changed={}", root.join("vmlinux").join(arch).join("vmlinux.h").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        root.join("vmlinux").join(arch).join("vmlinux.h").display()
+    );
     println!("cargo:rerun-if-env-changed=HSTRACE_CLANG");
 
     let status = Command::new(&clang)
@@ -29,5 +37,8 @@ fn main() {
         .unwrap_or_else(|e| {
             panic!("hstrace: cannot run {clang} ({e}): install it with `cargo xtask setup` (apt-get install clang-19 libbpf-dev)")
         });
-    assert!(status.success(), "hstrace: {clang} failed to compile ebpf/hstrace.bpf.c");
+    assert!(
+        status.success(),
+        "hstrace: {clang} failed to compile ebpf/hstrace.bpf.c"
+    );
 }

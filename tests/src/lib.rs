@@ -16,7 +16,10 @@ use std::{
 use serde_json::Value;
 
 pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// The hstrace binary under test (built by `cargo xtask test`).
@@ -24,7 +27,11 @@ pub fn hstrace_bin() -> PathBuf {
     let p = std::env::var_os("HSTRACE_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace().join("target/release/hstrace"));
-    assert!(p.exists(), "{} missing: run the tests with `cargo xtask test`", p.display());
+    assert!(
+        p.exists(),
+        "{} missing: run the tests with `cargo xtask test`",
+        p.display()
+    );
     p
 }
 
@@ -38,7 +45,11 @@ pub fn work_dir(name: &str) -> PathBuf {
 
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
@@ -53,7 +64,15 @@ fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
 pub fn make_cert(dir: &Path, bits: u32) -> (PathBuf, PathBuf) {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     let st = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", &format!("rsa:{bits}"), "-nodes", "-days", "2"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            &format!("rsa:{bits}"),
+            "-nodes",
+            "-days",
+            "2",
+        ])
         .args(["-subj", "/CN=demo.test", "-keyout"])
         .arg(&key)
         .arg("-out")
@@ -121,8 +140,12 @@ http {{
             .spawn()
             .expect("nginx (apt-get install nginx; `cargo xtask setup` does it)");
         let n = Nginx { dir, port, child };
-        wait_for("nginx to listen", Duration::from_secs(10), || TcpStream::connect(("127.0.0.1", port)).is_ok());
-        wait_for("nginx workers", Duration::from_secs(10), || n.worker_pids().len() == workers as usize);
+        wait_for("nginx to listen", Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        wait_for("nginx workers", Duration::from_secs(10), || {
+            n.worker_pids().len() == workers as usize
+        });
         n
     }
 
@@ -147,9 +170,15 @@ impl Drop for Nginx {
 pub fn children(pid: u32) -> BTreeSet<u32> {
     let mut out = BTreeSet::new();
     for e in fs::read_dir("/proc").unwrap().flatten() {
-        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(stat) = fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
-        let ppid = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
         if ppid == Some(pid) {
             out.insert(p);
         }
@@ -183,7 +212,8 @@ impl Hstrace {
             .spawn()
             .expect("hstrace binary");
         let out = child.stdout.take().unwrap();
-        let stdout = thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect());
+        let stdout =
+            thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect());
         let (tx, rx) = mpsc::channel();
         let err = child.stderr.take().unwrap();
         thread::spawn(move || {
@@ -193,7 +223,12 @@ impl Hstrace {
                 }
             }
         });
-        let mut h = Hstrace { child, stdout, stderr: rx, stderr_seen: Vec::new() };
+        let mut h = Hstrace {
+            child,
+            stdout,
+            stderr: rx,
+            stderr_seen: Vec::new(),
+        };
         let start = Instant::now();
         loop {
             match h.stderr.recv_timeout(Duration::from_millis(100)) {
@@ -206,10 +241,17 @@ impl Hstrace {
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    panic!("hstrace exited before tracing:\n{}", h.stderr_seen.join("\n"))
+                    panic!(
+                        "hstrace exited before tracing:\n{}",
+                        h.stderr_seen.join("\n")
+                    )
                 }
             }
-            assert!(start.elapsed() < Duration::from_secs(30), "hstrace did not start:\n{}", h.stderr_seen.join("\n"));
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "hstrace did not start:\n{}",
+                h.stderr_seen.join("\n")
+            );
         }
         h
     }
@@ -227,21 +269,38 @@ impl Hstrace {
             .iter()
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
             .collect();
-        Traced { records, stderr: self.stderr_seen.join("\n"), success: status.success() }
+        Traced {
+            records,
+            stderr: self.stderr_seen.join("\n"),
+            success: status.success(),
+        }
     }
 }
 
 /// Run hstrace to completion (for argument and error checks).
 pub fn hstrace_run(args: &[&str]) -> (bool, String) {
-    let out = Command::new(hstrace_bin()).args(args).stdin(Stdio::null()).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(hstrace_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// `openssl s_client` to 127.0.0.1:port with SNI demo.test and ALPN http/1.1, sending one
 /// HTTP/1.0 request and waiting for the server to close (so TLS 1.3 tickets are read).
 pub fn s_client(port: u16, args: &[&str]) -> String {
     let mut child = Command::new("openssl")
-        .args(["s_client", "-connect", &format!("127.0.0.1:{port}"), "-servername", "demo.test"])
+        .args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-servername",
+            "demo.test",
+        ])
         .args(["-alpn", "http/1.1", "-ign_eof"])
         .args(args)
         .stdin(Stdio::piped())
@@ -249,9 +308,18 @@ pub fn s_client(port: u16, args: &[&str]) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("openssl");
-    child.stdin.take().unwrap().write_all(b"GET / HTTP/1.0\r\nHost: demo.test\r\n\r\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"GET / HTTP/1.0\r\nHost: demo.test\r\n\r\n")
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// Connect, write `bytes`, read what comes back until close or 2 s, close.
@@ -285,9 +353,17 @@ pub fn dribble_exchange(port: u16, bytes: &[u8], piece: usize) -> Vec<u8> {
 
 /// A real captured ClientHello (handshake message) wrapped in a TLS record.
 pub fn client_hello_record(fixture: &str) -> Vec<u8> {
-    let path = workspace().join("userspace/tests/fixtures/hello").join(fixture);
-    let hex: String = fs::read_to_string(&path).unwrap().split_whitespace().collect();
-    let msg: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+    let path = workspace()
+        .join("userspace/tests/fixtures/hello")
+        .join(fixture);
+    let hex: String = fs::read_to_string(&path)
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let msg: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
     let mut rec = vec![22, 3, 1, (msg.len() >> 8) as u8, msg.len() as u8];
     rec.extend_from_slice(&msg);
     rec
@@ -301,17 +377,27 @@ pub fn str_field<'a>(r: &'a Value, k: &str) -> Option<&'a str> {
 /// handshake add up to handshake_ns (within 1 ms). accept_queue lies before accept(), so it
 /// is not part of handshake_ns: under back-to-back load it alone can exceed 1 ms.
 pub fn check_stages(r: &Value) {
-    let stages = r["stages_ns"].as_object().unwrap_or_else(|| panic!("no stages_ns: {r}"));
+    let stages = r["stages_ns"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no stages_ns: {r}"));
     let mut inside = 0u64;
     for (k, v) in stages {
-        let v = v.as_u64().unwrap_or_else(|| panic!("stage {k} is not a non-negative integer: {r}"));
+        let v = v
+            .as_u64()
+            .unwrap_or_else(|| panic!("stage {k} is not a non-negative integer: {r}"));
         if k != "accept_queue" {
             inside += v;
         }
     }
     if let Some(hs) = r["handshake_ns"].as_u64() {
         assert!(hs > 0, "handshake_ns 0: {r}");
-        assert!(inside <= hs + 1_000_000, "handshake stages {inside} > handshake_ns {hs} + 1 ms: {r}");
-        assert!(inside + 1_000_000 >= hs, "handshake stages {inside} leave more than 1 ms of handshake_ns {hs} unaccounted: {r}");
+        assert!(
+            inside <= hs + 1_000_000,
+            "handshake stages {inside} > handshake_ns {hs} + 1 ms: {r}"
+        );
+        assert!(
+            inside + 1_000_000 >= hs,
+            "handshake stages {inside} leave more than 1 ms of handshake_ns {hs} unaccounted: {r}"
+        );
     }
 }

@@ -21,12 +21,35 @@ struct Expect {
     failure: Option<&'static str>,
 }
 
-const fn ok(what: &'static str, version: &'static str, kind: &'static str, offered: bool, resumption: Option<&'static str>, cipher: &'static str) -> Expect {
-    Expect { what, version: Some(version), kind, offered, resumption, cipher: Some(cipher), failure: None }
+const fn ok(
+    what: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    offered: bool,
+    resumption: Option<&'static str>,
+    cipher: &'static str,
+) -> Expect {
+    Expect {
+        what,
+        version: Some(version),
+        kind,
+        offered,
+        resumption,
+        cipher: Some(cipher),
+        failure: None,
+    }
 }
 
 const fn failed(what: &'static str, failure: &'static str) -> Expect {
-    Expect { what, version: None, kind: "failed", offered: false, resumption: None, cipher: None, failure: Some(failure) }
+    Expect {
+        what,
+        version: None,
+        kind: "failed",
+        offered: false,
+        resumption: None,
+        cipher: None,
+        failure: Some(failure),
+    }
 }
 
 /// Drive the six handshake kinds and three failures; returns what each must look like.
@@ -40,7 +63,10 @@ fn drive_all_kinds(nginx: &Nginx) -> Vec<Expect> {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();
         let out = s_client(port, &args);
         let want = if reused { "Reused, " } else { "New, " };
-        assert!(out.contains(want), "s_client {args:?} did not report {want:?}:\n{out}");
+        assert!(
+            out.contains(want),
+            "s_client {args:?} did not report {want:?}:\n{out}"
+        );
     };
     run(&tls12, &["-no_ticket", "-sess_out", &id12], false);
     run(&tls12, &["-no_ticket", "-sess_in", &id12], true);
@@ -50,22 +76,63 @@ fn drive_all_kinds(nginx: &Nginx) -> Vec<Expect> {
     run(&tls13, &["-sess_in", &ps13], true);
     // TLS 1.1 is not enabled: the server answers the ClientHello with an alert
     let out = s_client(port, &["-tls1_1"]);
-    assert!(!out.contains("New, TLS"), "TLS 1.1 unexpectedly accepted:\n{out}");
+    assert!(
+        !out.contains("New, TLS"),
+        "TLS 1.1 unexpectedly accepted:\n{out}"
+    );
     // garbage instead of a ClientHello: plain HTTP to the TLS port
     raw_exchange(port, b"GET / HTTP/1.0\r\n\r\n");
     // a client that sends its ClientHello, reads the server's first flight and leaves
     let flight = raw_exchange(port, &client_hello_record("tls12_full.client_hello.hex"));
     assert!(flight.first() == Some(&22), "no ServerHello came back");
     vec![
-        ok("TLS 1.2 full (session id)", "1.2", "full", false, None, TLS12_CIPHER_IANA),
-        ok("TLS 1.2 resumed by session id", "1.2", "resumed", true, Some("session_id"), TLS12_CIPHER_IANA),
-        ok("TLS 1.2 full (ticket)", "1.2", "full", false, None, TLS12_CIPHER_IANA),
-        ok("TLS 1.2 resumed by ticket", "1.2", "resumed", true, Some("ticket"), TLS12_CIPHER_IANA),
+        ok(
+            "TLS 1.2 full (session id)",
+            "1.2",
+            "full",
+            false,
+            None,
+            TLS12_CIPHER_IANA,
+        ),
+        ok(
+            "TLS 1.2 resumed by session id",
+            "1.2",
+            "resumed",
+            true,
+            Some("session_id"),
+            TLS12_CIPHER_IANA,
+        ),
+        ok(
+            "TLS 1.2 full (ticket)",
+            "1.2",
+            "full",
+            false,
+            None,
+            TLS12_CIPHER_IANA,
+        ),
+        ok(
+            "TLS 1.2 resumed by ticket",
+            "1.2",
+            "resumed",
+            true,
+            Some("ticket"),
+            TLS12_CIPHER_IANA,
+        ),
         ok("TLS 1.3 full", "1.3", "full", false, None, TLS13_SUITE),
-        ok("TLS 1.3 resumed (PSK)", "1.3", "resumed", true, Some("psk"), TLS13_SUITE),
+        ok(
+            "TLS 1.3 resumed (PSK)",
+            "1.3",
+            "resumed",
+            true,
+            Some("psk"),
+            TLS13_SUITE,
+        ),
         failed("TLS 1.1 refused", "alert"),
         failed("plain HTTP on the TLS port", "not_tls"),
-        failed("client left after the server's first flight", "client_closed"),
+        failed(
+            "client left after the server's first flight",
+            "client_closed",
+        ),
     ]
 }
 
@@ -75,13 +142,34 @@ fn check_record(r: &Value, e: &Expect, nginx: &Nginx, hs_done_from: &str) {
     assert_eq!(str_field(r, "protocol"), Some("tls"), "{ctx}");
     assert_eq!(str_field(r, "comm"), Some("nginx"), "{ctx}");
     let pid = r["pid"].as_u64().unwrap() as u32;
-    assert!(nginx.worker_pids().contains(&pid), "pid {pid} is not an nginx worker, {ctx}");
-    assert_eq!(str_field(r, "local"), Some(format!("127.0.0.1:{}", nginx.port).as_str()), "{ctx}");
-    assert!(str_field(r, "peer").is_some_and(|p| p.starts_with("127.0.0.1:")), "{ctx}");
+    assert!(
+        nginx.worker_pids().contains(&pid),
+        "pid {pid} is not an nginx worker, {ctx}"
+    );
+    assert_eq!(
+        str_field(r, "local"),
+        Some(format!("127.0.0.1:{}", nginx.port).as_str()),
+        "{ctx}"
+    );
+    assert!(
+        str_field(r, "peer").is_some_and(|p| p.starts_with("127.0.0.1:")),
+        "{ctx}"
+    );
     let time = str_field(r, "time").unwrap();
-    assert!(time.len() == 27 && time.ends_with('Z') && time.starts_with("20"), "time {time}, {ctx}");
-    assert_eq!(r["resumption_offered"].as_bool(), Some(e.offered), "resumption_offered, {ctx}");
-    assert_eq!(str_field(r, "resumption"), e.resumption, "resumption, {ctx}");
+    assert!(
+        time.len() == 27 && time.ends_with('Z') && time.starts_with("20"),
+        "time {time}, {ctx}"
+    );
+    assert_eq!(
+        r["resumption_offered"].as_bool(),
+        Some(e.offered),
+        "resumption_offered, {ctx}"
+    );
+    assert_eq!(
+        str_field(r, "resumption"),
+        e.resumption,
+        "resumption, {ctx}"
+    );
     assert_eq!(str_field(r, "failure"), e.failure, "failure, {ctx}");
     check_stages(r);
     if e.kind == "failed" {
@@ -95,7 +183,12 @@ fn check_record(r: &Value, e: &Expect, nginx: &Nginx, hs_done_from: &str) {
     assert_eq!(str_field(r, "alpn"), Some("http/1.1"), "alpn, {ctx}");
     assert_eq!(str_field(r, "hs_done_from"), Some(hs_done_from), "{ctx}");
     let stages = r["stages_ns"].as_object().unwrap();
-    for s in ["accept_queue", "server_flight_1", "wait_client_flight_2", "server_flight_2"] {
+    for s in [
+        "accept_queue",
+        "server_flight_1",
+        "wait_client_flight_2",
+        "server_flight_2",
+    ] {
         assert!(stages.contains_key(s), "stage {s} missing, {ctx}");
     }
 }
@@ -110,11 +203,20 @@ fn six_kinds(name: &str, extra: &[&str], hs_done_from: &str) {
     let out = tracer.stop();
     assert!(out.success, "hstrace failed:\n{}", out.stderr);
     let listing: Vec<String> = out.records.iter().map(Value::to_string).collect();
-    assert_eq!(out.records.len(), expect.len(), "one record per connection expected:\n{}", listing.join("\n"));
+    assert_eq!(
+        out.records.len(),
+        expect.len(),
+        "one record per connection expected:\n{}",
+        listing.join("\n")
+    );
     for (r, e) in out.records.iter().zip(&expect) {
         check_record(r, e, &nginx, hs_done_from);
     }
-    assert!(out.stderr.contains("records lost (ring buffer full) 0,"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("records lost (ring buffer full) 0,"),
+        "{}",
+        out.stderr
+    );
     // nginx's own view of each completed handshake agrees on resumption
     let log = std::fs::read_to_string(nginx.dir.join("access.log")).unwrap();
     let reused: Vec<bool> = log
@@ -123,7 +225,12 @@ fn six_kinds(name: &str, extra: &[&str], hs_done_from: &str) {
         .filter(|f| f.len() > 2 && f[1].starts_with("TLS"))
         .map(|f| f[2] == "r")
         .collect();
-    let traced: Vec<bool> = out.records.iter().filter(|r| r["kind"] != "failed").map(|r| r["kind"] == "resumed").collect();
+    let traced: Vec<bool> = out
+        .records
+        .iter()
+        .filter(|r| r["kind"] != "failed")
+        .map(|r| r["kind"] == "resumed")
+        .collect();
     assert_eq!(traced, reused, "kind vs nginx $ssl_session_reused:\n{log}");
 }
 
@@ -147,7 +254,11 @@ fn client_hello_split_over_many_reads() {
     let hello = client_hello_record("tls12_full.client_hello.hex");
     for piece in [1, 3, 7] {
         let flight = dribble_exchange(nginx.port, &hello, piece);
-        assert_eq!(flight.first(), Some(&22), "no ServerHello for pieces of {piece}");
+        assert_eq!(
+            flight.first(),
+            Some(&22),
+            "no ServerHello for pieces of {piece}"
+        );
     }
     let out = tracer.stop();
     assert_eq!(out.records.len(), 3, "{:?}\n{}", out.records, out.stderr);
@@ -155,7 +266,11 @@ fn client_hello_split_over_many_reads() {
         // the client leaves after the server's first flight
         assert_eq!(str_field(r, "kind"), Some("failed"), "{r}");
         assert_eq!(str_field(r, "failure"), Some("client_closed"), "{r}");
-        assert_eq!(str_field(r, "failed_in"), Some("wait_client_flight_2"), "{r}");
+        assert_eq!(
+            str_field(r, "failed_in"),
+            Some("wait_client_flight_2"),
+            "{r}"
+        );
         assert_eq!(str_field(r, "sni"), Some("demo.test"), "{r}");
         assert_eq!(str_field(r, "tls_version"), Some("1.2"), "{r}");
         assert!(r.get("notes").is_none(), "{r}");
@@ -166,11 +281,20 @@ fn client_hello_split_over_many_reads() {
 /// s_time's own count of the connections it made.
 fn s_time(port: u16, secs: u32) -> u64 {
     let out = Command::new("openssl")
-        .args(["s_time", "-connect", &format!("127.0.0.1:{port}"), "-new", "-time", &secs.to_string()])
+        .args([
+            "s_time",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-new",
+            "-time",
+            &secs.to_string(),
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().find(|l| l.contains("connections in") && l.contains("real seconds"));
+    let line = text
+        .lines()
+        .find(|l| l.contains("connections in") && l.contains("real seconds"));
     line.and_then(|l| l.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no connection count from s_time:\n{text}"))
 }
@@ -186,13 +310,28 @@ fn thousand_back_to_back_handshakes_none_lost() {
     }
     let out = tracer.stop();
     assert!(out.success, "{}", out.stderr);
-    assert_eq!(out.records.len() as u64, made, "records != connections made by s_time:\n{}", out.stderr);
+    assert_eq!(
+        out.records.len() as u64,
+        made,
+        "records != connections made by s_time:\n{}",
+        out.stderr
+    );
     for r in &out.records {
         assert_eq!(str_field(r, "kind"), Some("full"), "{r}");
         check_stages(r);
     }
-    assert!(out.stderr.contains("records lost (ring buffer full) 0, hellos lost 0"), "{}", out.stderr);
-    assert!(out.stderr.contains(&format!("tracked {made}, still in progress 0")), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("records lost (ring buffer full) 0, hellos lost 0"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains(&format!("tracked {made}, still in progress 0")),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -210,29 +349,51 @@ fn selectors_comm_and_all_listeners() {
             .collect();
         assert_eq!(mine.len(), 1, "selector {args:?}: {:?}", traced.records);
         assert_eq!(str_field(mine[0], "kind"), Some("full"));
-        assert_eq!(str_field(mine[0], "hs_done_from"), Some("ssl"), "selector {args:?} attached uprobes");
+        assert_eq!(
+            str_field(mine[0], "hs_done_from"),
+            Some("ssl"),
+            "selector {args:?} attached uprobes"
+        );
     }
 }
 
 #[test]
 fn errors_say_what_to_do() {
     let (ok, err) = hstrace_run(&["trace", "--pid", "999999999"]);
-    assert!(!ok && err.contains("no process with pid 999999999"), "{err}");
+    assert!(
+        !ok && err.contains("no process with pid 999999999"),
+        "{err}"
+    );
     let port = free_port().to_string();
     let (ok, err) = hstrace_run(&["trace", "--port", &port]);
-    assert!(!ok && err.contains(&format!("nothing is listening on TCP port {port}")), "{err}");
+    assert!(
+        !ok && err.contains(&format!("nothing is listening on TCP port {port}")),
+        "{err}"
+    );
     let (ok, err) = hstrace_run(&["trace", "--comm", "no-such-server"]);
-    assert!(!ok && err.contains("no running process is named 'no-such-server'"), "{err}");
+    assert!(
+        !ok && err.contains("no running process is named 'no-such-server'"),
+        "{err}"
+    );
 
     // without privileges: a clear line, not a libbpf error
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
         .arg(hstrace_bin())
         .args(["trace", "--duration", "1"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("hstrace needs root"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("hstrace needs root"),
+        "{err}"
+    );
 
     // a process without libssl: traced from the wire only, and told so
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
@@ -243,6 +404,11 @@ fn errors_say_what_to_do() {
     let _ = sleeper.kill();
     let _ = sleeper.wait();
     assert!(out.success, "{}", out.stderr);
-    assert!(out.stderr.contains(&format!("pid {pid} (sleep) has no libssl")), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains(&format!("pid {pid} (sleep) has no libssl")),
+        "{}",
+        out.stderr
+    );
     assert!(out.stderr.contains("from the wire only"), "{}", out.stderr);
 }

@@ -103,6 +103,7 @@ pub const COUNTERS: [(u32, &str); 7] = [
     (5, "connection_state_evicted"),
     (6, "accepted_fd_without_socket"),
 ];
+pub const C_CONNS: u32 = 0;
 pub const C_RECORDS_DROPPED: u32 = 2;
 pub const C_HELLOS_DROPPED: u32 = 3;
 pub const C_CONN_EVICTED: u32 = 5;

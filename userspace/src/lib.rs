@@ -17,4 +17,5 @@ pub mod tls;
 pub mod trace;
 
 /// The compiled BPF object (built from ../ebpf by build.rs).
-pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/hstrace.bpf.o"));
+pub static BPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/hstrace.bpf.o"));

@@ -10,7 +10,11 @@ use hstrace::{
 };
 
 #[derive(Parser)]
-#[command(name = "hstrace", version, about = "Per-stage latency of every TCP + TLS handshake of unmodified servers")]
+#[command(
+    name = "hstrace",
+    version,
+    about = "Per-stage latency of every TCP + TLS handshake of unmodified servers"
+)]
 struct Cli {
     /// More detail on stderr: which hook each probe group uses (-v), libbpf and verifier detail (-vv)
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -60,10 +64,12 @@ fn main() {
         1 => "info",
         _ => "debug",
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(format!("hstrace={level}")))
-        .format_timestamp(None)
-        .format_target(false)
-        .init();
+    env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or(format!("hstrace={level}")),
+    )
+    .format_timestamp(None)
+    .format_target(false)
+    .init();
     if let Err(e) = run(cli) {
         eprintln!("hstrace: {e:#}");
         std::process::exit(1);
@@ -72,7 +78,15 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Trace { pids, comm, port, duration, format, no_uprobes, max_conns } => {
+        Command::Trace {
+            pids,
+            comm,
+            port,
+            duration,
+            format,
+            no_uprobes,
+            max_conns,
+        } => {
             let opts = Options {
                 selector: Selector { pids, comm, port },
                 format: match format {
@@ -83,7 +97,9 @@ fn run(cli: Cli) -> Result<()> {
                 uprobes: !no_uprobes,
                 max_conns,
             };
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
             rt.block_on(async {
                 let tracer = Tracer::attach(opts)?;
                 eprintln!("hstrace: tracing; Ctrl-C stops and prints totals");

@@ -65,7 +65,10 @@ pub fn tracefs() -> Result<()> {
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; raise it where allowed and
 /// carry on where not (newer kernels do not need it).
 pub fn memlock() {
-    let rlim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    let rlim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
     // SAFETY: valid pointer to an rlimit
     if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) } != 0 {
         log::debug!("could not raise RLIMIT_MEMLOCK (fine on 5.11+ kernels)");

@@ -12,7 +12,7 @@ use anyhow::{anyhow, Context, Result};
 use aya::{
     programs::{
         uprobe::{UProbeLinkId, UProbeScope},
-        BtfTracePoint, FEntry, FExit, KProbe, Program, TracePoint, UProbe,
+        Program, UProbe,
     },
     Btf, Ebpf,
 };
@@ -49,7 +49,10 @@ pub struct Group {
 }
 
 const fn tp(program: &'static str, category: &'static str, event: &'static str) -> Probe {
-    Probe { program, hook: Hook::Tracepoint(category, event) }
+    Probe {
+        program,
+        hook: Hook::Tracepoint(category, event),
+    }
 }
 
 const fn p(program: &'static str, hook: Hook) -> Probe {
@@ -71,7 +74,10 @@ pub const GROUPS: &[Group] = &[
         required: true,
         without: "",
         alternatives: &[
-            &[tp("accept4_exit", "syscalls", "sys_exit_accept4"), tp("accept_exit", "syscalls", "sys_exit_accept")],
+            &[
+                tp("accept4_exit", "syscalls", "sys_exit_accept4"),
+                tp("accept_exit", "syscalls", "sys_exit_accept"),
+            ],
             &[p("accept_fexit", Hook::FExit("inet_csk_accept"))],
             &[p("accept_kretprobe", Hook::KRetProbe("inet_csk_accept"))],
         ],
@@ -140,7 +146,13 @@ pub const SSL_RETURN: &str = "ssl_handshake_exit";
 pub fn tracepoint_exists(category: &str, event: &str) -> bool {
     ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
         .iter()
-        .any(|root| Path::new(root).join("events").join(category).join(event).exists())
+        .any(|root| {
+            Path::new(root)
+                .join("events")
+                .join(category)
+                .join(event)
+                .exists()
+        })
 }
 
 /// Load one program into the kernel (the verifier runs here) without attaching it.
@@ -154,7 +166,12 @@ pub fn load(bpf: &mut Ebpf, btf: &Btf, probe: &Probe) -> Result<()> {
         (Hook::FEntry(func), Program::FEntry(p)) => p.load(func, btf),
         (Hook::FExit(func), Program::FExit(p)) => p.load(func, btf),
         (Hook::KProbe(_) | Hook::KRetProbe(_), Program::KProbe(p)) => p.load(),
-        (hook, _) => return Err(anyhow!("program {} does not match hook {hook:?}", probe.program)),
+        (hook, _) => {
+            return Err(anyhow!(
+                "program {} does not match hook {hook:?}",
+                probe.program
+            ))
+        }
     };
     match res {
         Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => Ok(()),
@@ -203,7 +220,11 @@ pub struct Choice {
 pub fn attach_kernel_probes(bpf: &mut Ebpf, btf: &Btf) -> Result<Vec<Choice>> {
     let mut choices = Vec::new();
     for group in GROUPS {
-        let mut choice = Choice { group: group.name, hooks: None, errors: Vec::new() };
+        let mut choice = Choice {
+            group: group.name,
+            hooks: None,
+            errors: Vec::new(),
+        };
         for alt in group.alternatives {
             let mut failed = None;
             for probe in alt.iter() {
@@ -286,10 +307,14 @@ impl SslProbes {
     /// Detach from a process that exited or is no longer selected.
     pub fn detach(&mut self, bpf: &mut Ebpf, pid: u32) {
         if let Some((e, r)) = self.links.remove(&pid) {
-            if let Ok(p) = TryInto::<&mut UProbe>::try_into(bpf.program_mut(SSL_ENTRY).expect("loaded")) {
+            if let Ok(p) =
+                TryInto::<&mut UProbe>::try_into(bpf.program_mut(SSL_ENTRY).expect("loaded"))
+            {
                 let _ = p.detach(e);
             }
-            if let Ok(p) = TryInto::<&mut UProbe>::try_into(bpf.program_mut(SSL_RETURN).expect("loaded")) {
+            if let Ok(p) =
+                TryInto::<&mut UProbe>::try_into(bpf.program_mut(SSL_RETURN).expect("loaded"))
+            {
                 let _ = p.detach(r);
             }
         }
@@ -298,9 +323,7 @@ impl SslProbes {
 
 /// Every program variant of the table, for the load-everything verifier test.
 pub fn all_probes() -> impl Iterator<Item = &'static Probe> {
-    GROUPS.iter().flat_map(|g| g.alternatives.iter().flat_map(|a| a.iter()))
+    GROUPS
+        .iter()
+        .flat_map(|g| g.alternatives.iter().flat_map(|a| a.iter()))
 }
-
-// Keep the compiler honest about types only used in some configurations.
-#[allow(dead_code)]
-fn _types(_: &TracePoint, _: &BtfTracePoint, _: &FEntry, _: &FExit, _: &KProbe) {}

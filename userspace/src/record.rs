@@ -187,12 +187,17 @@ pub struct Clock {
 impl Clock {
     pub fn new() -> Clock {
         let now = |id| {
-            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
             // SAFETY: valid pointer to a timespec
             unsafe { libc::clock_gettime(id, &mut ts) };
             ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
         };
-        Clock { offset: now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC) }
+        Clock {
+            offset: now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC),
+        }
     }
 
     /// RFC 3339 UTC with microseconds.
@@ -280,7 +285,10 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock) -> Record {
         notes.push("server_hello_missing");
     }
     let tls13_wire = c.rec_types[abi::FL_S1] & abi::RT_APPDATA != 0;
-    let version = sh.as_ref().map(|s| s.version).or(done.then_some(if tls13_wire { 0x0304 } else { 0x0303 }));
+    let version = sh
+        .as_ref()
+        .map(|s| s.version)
+        .or(done.then_some(if tls13_wire { 0x0304 } else { 0x0303 }));
     let resumed = match (&sh, version) {
         (Some(s), Some(0x0304)) => s.psk,
         // TLS 1.2: the server echoed the session and went straight to ChangeCipherSpec,
@@ -323,7 +331,11 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock) -> Record {
         cipher: sh.as_ref().map(|s| tls::cipher_label(s.cipher)),
         sni: ch.as_ref().and_then(|h| h.sni.clone()),
         alpn,
-        alpn_offered: if offered.len() > 1 { offered } else { Vec::new() },
+        alpn_offered: if offered.len() > 1 {
+            offered
+        } else {
+            Vec::new()
+        },
         kind,
         resumption_offered: ch.as_ref().is_some_and(|h| h.offers_resumption()),
         resumption,
@@ -331,12 +343,20 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock) -> Record {
         stages_ns: stages(c),
         failure: (!done).then(|| failure_name(c.failure)),
         failed_in: (!done).then(|| failed_in(c)),
-        alert: (c.alert_level != 0).then(|| Alert {
-            from: if c.alert_dir as u32 == abi::DIR_OUT { "server" } else { "client" },
+        alert: (c.alert_level != 0).then_some(Alert {
+            from: if c.alert_dir as u32 == abi::DIR_OUT {
+                "server"
+            } else {
+                "client"
+            },
             level: c.alert_level,
             description: c.alert_desc,
         }),
-        hs_done_from: done.then(|| if c.flags & abi::F_HS_DONE_SSL != 0 { "ssl" } else { "wire" }),
+        hs_done_from: done.then_some(if c.flags & abi::F_HS_DONE_SSL != 0 {
+            "ssl"
+        } else {
+            "wire"
+        }),
         ssl_calls: c.ssl_calls,
         ssl_ns: c.ssl_ns,
         notes,
@@ -372,7 +392,11 @@ impl Record {
         if let Some(f) = self.failure {
             let _ = write!(s, "({f} in {})", self.failed_in.unwrap_or("?"));
         }
-        for (k, v) in [("cipher", &self.cipher), ("sni", &self.sni), ("alpn", &self.alpn)] {
+        for (k, v) in [
+            ("cipher", &self.cipher),
+            ("sni", &self.sni),
+            ("alpn", &self.alpn),
+        ] {
             if let Some(v) = v {
                 let _ = write!(s, " {k}={v}");
             }
@@ -380,7 +404,12 @@ impl Record {
         if let Some(h) = self.handshake_ns {
             let _ = write!(s, " handshake={}", dur(h));
         }
-        let timeline: Vec<String> = self.stages_ns.0.iter().map(|(k, v)| format!("{k} {}", dur(*v))).collect();
+        let timeline: Vec<String> = self
+            .stages_ns
+            .0
+            .iter()
+            .map(|(k, v)| format!("{k} {}", dur(*v)))
+            .collect();
         if !timeline.is_empty() {
             let _ = write!(s, " | {}", timeline.join(" > "));
         }
@@ -399,14 +428,21 @@ pub struct Assembler {
 
 impl Assembler {
     pub fn new(cap: usize) -> Assembler {
-        Assembler { hellos: HashMap::new(), order: VecDeque::new(), cap, hellos_unmatched: 0 }
+        Assembler {
+            hellos: HashMap::new(),
+            order: VecDeque::new(),
+            cap,
+            hellos_unmatched: 0,
+        }
     }
 
     pub fn hello(&mut self, h: &Hello) {
         let id = h.conn_id;
         if !self.hellos.contains_key(&id) {
             while self.hellos.len() >= self.cap {
-                let Some(old) = self.order.pop_front() else { break };
+                let Some(old) = self.order.pop_front() else {
+                    break;
+                };
                 if self.hellos.remove(&old).is_some() {
                     self.hellos_unmatched += 1;
                 }
@@ -443,7 +479,12 @@ mod tests {
     }
 
     fn conn() -> Conn {
-        let mut c = Conn { outcome: abi::OUTCOME_DONE, t_est: 100, t_accept: 200, ..Default::default() };
+        let mut c = Conn {
+            outcome: abi::OUTCOME_DONE,
+            t_est: 100,
+            t_accept: 200,
+            ..Default::default()
+        };
         c.t_arrive = [150, 0, 1_200, 0];
         c.t_first = [300, 500, 1_300, 1_500];
         c.t_last = [310, 900, 1_350, 1_600];
@@ -463,7 +504,11 @@ mod tests {
         assert_eq!(s.get("wait_client_flight_2"), Some(300));
         assert_eq!(s.get("client_flight_2_queue"), Some(100));
         assert_eq!(s.get("server_flight_2"), Some(400));
-        let inside: u64 = s.0.iter().filter(|(n, _)| *n != "accept_queue").map(|(_, v)| v).sum();
+        let inside: u64 =
+            s.0.iter()
+                .filter(|(n, _)| *n != "accept_queue")
+                .map(|(_, v)| v)
+                .sum();
         assert_eq!(inside, c.t_hs_done - c.t_accept);
     }
 
@@ -497,12 +542,23 @@ mod tests {
         let mut a = Assembler::new(2);
         let clock = Clock::new();
         for id in 1..=5u64 {
-            let h = Hello { rec: 1, dir: 0, conn_id: id, msg_len: 0, cap_len: 0, data: [0; abi::HELLO_CAP] };
+            let h = Hello {
+                rec: 1,
+                dir: 0,
+                conn_id: id,
+                msg_len: 0,
+                cap_len: 0,
+                data: [0; abi::HELLO_CAP],
+            };
             a.hello(&h);
         }
         assert_eq!(a.pending(), 2);
         assert_eq!(a.hellos_unmatched, 3);
-        let c = Conn { conn_id: 5, outcome: abi::OUTCOME_FAILED, ..Default::default() };
+        let c = Conn {
+            conn_id: 5,
+            outcome: abi::OUTCOME_FAILED,
+            ..Default::default()
+        };
         a.conn(&c, &clock);
         assert_eq!(a.pending(), 1);
     }

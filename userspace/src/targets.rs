@@ -26,18 +26,31 @@ impl Selector {
 
 fn all_pids() -> Vec<u32> {
     fs::read_dir("/proc")
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 pub fn comm(pid: u32) -> Option<String> {
-    Some(fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim_end().to_string())
+    Some(
+        fs::read_to_string(format!("/proc/{pid}/comm"))
+            .ok()?
+            .trim_end()
+            .to_string(),
+    )
 }
 
 fn ppid(pid: u32) -> Option<u32> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // the comm field may hold spaces and parentheses: fields resume after the last ')'
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 pub fn exists(pid: u32) -> bool {
@@ -48,14 +61,18 @@ pub fn exists(pid: u32) -> bool {
 fn listening_inodes() -> HashMap<u64, u16> {
     let mut out = HashMap::new();
     for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = fs::read_to_string(file) else { continue };
+        let Ok(text) = fs::read_to_string(file) else {
+            continue;
+        };
         for line in text.lines().skip(1) {
             let f: Vec<&str> = line.split_whitespace().collect();
             // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
             if f.len() < 10 || f[3] != "0A" {
                 continue;
             }
-            let port = f[1].rsplit_once(':').and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            let port = f[1]
+                .rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
             if let (Some(port), Ok(inode)) = (port, f[9].parse()) {
                 out.insert(inode, port);
             }
@@ -69,12 +86,21 @@ pub fn listeners() -> HashMap<u32, BTreeSet<u16>> {
     let inodes = listening_inodes();
     let mut out: HashMap<u32, BTreeSet<u16>> = HashMap::new();
     for pid in all_pids() {
-        let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+        let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
         for fd in dir.flatten() {
-            let Ok(link) = fs::read_link(fd.path()) else { continue };
+            let Ok(link) = fs::read_link(fd.path()) else {
+                continue;
+            };
             let link = link.to_string_lossy();
-            let inode = link.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']'));
-            if let Some(port) = inode.and_then(|i| i.parse().ok()).and_then(|i: u64| inodes.get(&i)) {
+            let inode = link
+                .strip_prefix("socket:[")
+                .and_then(|s| s.strip_suffix(']'));
+            if let Some(port) = inode
+                .and_then(|i| i.parse().ok())
+                .and_then(|i: u64| inodes.get(&i))
+            {
                 out.entry(pid).or_default().insert(*port);
             }
         }
@@ -86,7 +112,10 @@ pub fn listeners() -> HashMap<u32, BTreeSet<u16>> {
 pub fn resolve(sel: &Selector) -> BTreeSet<u32> {
     let mut set = BTreeSet::new();
     if !sel.pids.is_empty() {
-        let parents: Vec<(u32, u32)> = all_pids().into_iter().filter_map(|p| Some((p, ppid(p)?))).collect();
+        let parents: Vec<(u32, u32)> = all_pids()
+            .into_iter()
+            .filter_map(|p| Some((p, ppid(p)?)))
+            .collect();
         let mut frontier: Vec<u32> = sel.pids.iter().copied().filter(|p| exists(*p)).collect();
         while let Some(p) = frontier.pop() {
             if set.insert(p) {
@@ -95,10 +124,19 @@ pub fn resolve(sel: &Selector) -> BTreeSet<u32> {
         }
     }
     if let Some(name) = &sel.comm {
-        set.extend(all_pids().into_iter().filter(|p| comm(*p).as_deref() == Some(name.as_str())));
+        set.extend(
+            all_pids()
+                .into_iter()
+                .filter(|p| comm(*p).as_deref() == Some(name.as_str())),
+        );
     }
     if let Some(port) = sel.port {
-        set.extend(listeners().into_iter().filter(|(_, ports)| ports.contains(&port)).map(|(p, _)| p));
+        set.extend(
+            listeners()
+                .into_iter()
+                .filter(|(_, ports)| ports.contains(&port))
+                .map(|(p, _)| p),
+        );
     }
     if sel.is_all() {
         set.extend(listeners().into_keys());
@@ -111,11 +149,16 @@ pub fn resolve(sel: &Selector) -> BTreeSet<u32> {
 pub fn check(sel: &Selector) -> Result<()> {
     for pid in &sel.pids {
         if !exists(*pid) {
-            bail!("no process with pid {pid}: is the server running? (find it with `pgrep -a nginx`)");
+            bail!(
+                "no process with pid {pid}: is the server running? (find it with `pgrep -a nginx`)"
+            );
         }
     }
     if let Some(name) = &sel.comm {
-        if !all_pids().into_iter().any(|p| comm(p).as_deref() == Some(name.as_str())) {
+        if !all_pids()
+            .into_iter()
+            .any(|p| comm(p).as_deref() == Some(name.as_str()))
+        {
             bail!("no running process is named '{name}': start the server, or check the name with `ps -eo comm | sort -u`");
         }
     }
@@ -134,7 +177,9 @@ pub fn ssl_candidates(pid: u32) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) {
         for line in maps.lines() {
-            let Some(path) = line.split_whitespace().nth(5) else { continue };
+            let Some(path) = line.split_whitespace().nth(5) else {
+                continue;
+            };
             let file = path.rsplit('/').next().unwrap_or(path);
             if file.starts_with("libssl.so") {
                 let p = PathBuf::from(format!("/proc/{pid}/root{path}"));

@@ -37,7 +37,10 @@ pub struct Options {
 }
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid pointer to a timespec
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -90,8 +93,16 @@ impl Tracer {
             match &c.hooks {
                 Some(h) => log::info!("probe group {}: {:?}", c.group, h),
                 None => {
-                    let g = probes::GROUPS.iter().find(|g| g.name == c.group).expect("from the table");
-                    log::warn!("probe group {} unavailable ({}): {}", c.group, c.errors.join("; "), g.without);
+                    let g = probes::GROUPS
+                        .iter()
+                        .find(|g| g.name == c.group)
+                        .expect("from the table");
+                    log::warn!(
+                        "probe group {} unavailable ({}): {}",
+                        c.group,
+                        c.errors.join("; "),
+                        g.without
+                    );
                 }
             }
             for e in &c.errors {
@@ -102,9 +113,18 @@ impl Tracer {
         if opts.uprobes {
             ssl.load(&mut bpf)?;
         }
-        let tgids = BpfHashMap::try_from(bpf.take_map("traced_tgids").context("map traced_tgids")?)?;
+        let tgids =
+            BpfHashMap::try_from(bpf.take_map("traced_tgids").context("map traced_tgids")?)?;
         let counters = PerCpuArray::try_from(bpf.take_map("counters").context("map counters")?)?;
-        let mut t = Tracer { bpf, ssl, tgids, counters, opts, warned: HashSet::new(), choices };
+        let mut t = Tracer {
+            bpf,
+            ssl,
+            tgids,
+            counters,
+            opts,
+            warned: HashSet::new(),
+            choices,
+        };
         t.rescan();
         Ok(t)
     }
@@ -129,7 +149,8 @@ impl Tracer {
                 self.ssl.detach(&mut self.bpf, *pid);
                 self.warned.remove(pid);
                 gone.push(*pid);
-            } else if self.opts.uprobes && !self.ssl.is_attached(*pid) && !self.warned.contains(pid) {
+            } else if self.opts.uprobes && !self.ssl.is_attached(*pid) && !self.warned.contains(pid)
+            {
                 self.attach_ssl(*pid);
             }
         }
@@ -143,13 +164,19 @@ impl Tracer {
     /// Connections of exited servers that the kernel never saw closed: send their
     /// records from here, so none is lost without a word.
     fn sweep_exited(&mut self, gone: &[u32]) -> Vec<Conn> {
-        let Some(map) = self.bpf.map_mut("conns") else { return Vec::new() };
-        let Ok(mut conns) = BpfHashMap::<_, u64, abi::ConnState>::try_from(map) else { return Vec::new() };
+        let Some(map) = self.bpf.map_mut("conns") else {
+            return Vec::new();
+        };
+        let Ok(mut conns) = BpfHashMap::<_, u64, abi::ConnState>::try_from(map) else {
+            return Vec::new();
+        };
         let now = monotonic_ns();
         let mut out = Vec::new();
         let mut stale = Vec::new();
         for (sk, state) in conns.iter().filter_map(|e| e.ok()) {
-            let Some(mut c) = abi::read_record::<Conn>(&state) else { continue };
+            let Some(mut c) = abi::read_record::<Conn>(&state) else {
+                continue;
+            };
             if !gone.contains(&c.tgid) {
                 continue;
             }
@@ -177,7 +204,10 @@ impl Tracer {
         for target in targets::ssl_candidates(pid) {
             match self.ssl.attach(&mut self.bpf, pid, &target) {
                 Ok(()) => {
-                    log::info!("pid {pid} ({name}): SSL_do_handshake uprobes on {}", target.display());
+                    log::info!(
+                        "pid {pid} ({name}): SSL_do_handshake uprobes on {}",
+                        target.display()
+                    );
                     return;
                 }
                 Err(e) => errors.push(format!("{}: {e:#}", target.display())),
@@ -191,7 +221,10 @@ impl Tracer {
     }
 
     fn counter(&self, idx: u32) -> u64 {
-        self.counters.get(&idx, 0).map(|v| v.iter().sum()).unwrap_or(0)
+        self.counters
+            .get(&idx, 0)
+            .map(|v| v.iter().sum())
+            .unwrap_or(0)
     }
 
     /// Run until Ctrl-C or --duration; print records to stdout, totals to stderr.
@@ -199,8 +232,9 @@ impl Tracer {
         let ring = RingBuf::try_from(self.bpf.take_map("events").context("map events")?)?;
         // SAFETY: the ring buffer owns its map fd, which stays open and the same while the
         // AsyncFd owns the ring buffer
-        let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-            .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))?;
+        let mut ring =
+            unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+                .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))?;
         let clock = Clock::new();
         let mut asm = Assembler::new(self.opts.max_conns as usize);
         let mut totals = Totals::default();
@@ -224,7 +258,11 @@ impl Tracer {
             }
             out.write_all(b"\n")
         };
-        let drain = |ring: &mut RingBuf<MapData>, asm: &mut Assembler, totals: &mut Totals, out: &mut dyn Write| -> io::Result<()> {
+        let drain = |ring: &mut RingBuf<MapData>,
+                     asm: &mut Assembler,
+                     totals: &mut Totals,
+                     out: &mut dyn Write|
+         -> io::Result<()> {
             while let Some(item) = ring.next() {
                 match abi::record_kind(&item) {
                     Some(abi::REC_HELLO) => {
@@ -266,7 +304,9 @@ impl Tracer {
         // the records already in the ring buffer
         let _ = drain(ring.get_mut(), &mut asm, &mut totals, &mut out);
         if let Err(e) = &res {
-            if e.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe) {
+            if e.downcast_ref::<io::Error>()
+                .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+            {
                 return Ok(());
             }
         }
@@ -277,9 +317,13 @@ impl Tracer {
     /// Totals on stderr: what was printed, and every connection that was not.
     fn report(&self, totals: &Totals, asm: &Assembler) {
         let printed: u64 = totals.by_kind.values().sum();
-        let kinds: Vec<String> = totals.by_kind.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let kinds: Vec<String> = totals
+            .by_kind
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
         eprintln!("hstrace: {printed} connections ({})", kinds.join(", "));
-        let tracked = self.counter(0);
+        let tracked = self.counter(abi::C_CONNS);
         let dropped = self.counter(abi::C_RECORDS_DROPPED);
         let hellos = self.counter(abi::C_HELLOS_DROPPED);
         let evicted = self.counter(abi::C_CONN_EVICTED);
@@ -300,7 +344,9 @@ impl Tracer {
 
     /// Connections still in flight in the kernel.
     fn in_progress_count(&self) -> usize {
-        let Some(map) = self.bpf.map("conns") else { return 0 };
+        let Some(map) = self.bpf.map("conns") else {
+            return 0;
+        };
         BpfHashMap::<_, u64, [u8; abi::CONN_STATE_BYTES]>::try_from(map)
             .map(|m| m.keys().filter(|k| k.is_ok()).count())
             .unwrap_or(0)

@@ -9,7 +9,9 @@ use aya::{
 use hstrace::probes::{self, Hook};
 
 fn loader() -> aya::Ebpf {
-    EbpfLoader::new().load(hstrace::BPF_OBJECT).expect("the BPF object loads (maps, BTF)")
+    EbpfLoader::new()
+        .load(hstrace::BPF_OBJECT)
+        .expect("the BPF object loads (maps, BTF)")
 }
 
 /// Some kernels (these test machines among them) refuse BPF trampoline programs with
@@ -41,7 +43,11 @@ fn every_program_variant_verifies() {
                     refused.push(probe.program);
                 } else {
                     let msg = format!("{e:#}");
-                    failures.push(format!("{}: {}", probe.program, &msg[..msg.len().min(2000)]));
+                    failures.push(format!(
+                        "{}: {}",
+                        probe.program,
+                        &msg[..msg.len().min(2000)]
+                    ));
                 }
             }
         }
@@ -54,7 +60,13 @@ fn every_program_variant_verifies() {
             Err(e) => failures.push(format!("{name}: {e:#}")),
         }
     }
-    eprintln!("verified {verified} programs; refused by this kernel before verification: {refused:?}");
-    assert!(failures.is_empty(), "programs that failed to load:\n{}", failures.join("\n"));
+    eprintln!(
+        "verified {verified} programs; refused by this kernel before verification: {refused:?}"
+    );
+    assert!(
+        failures.is_empty(),
+        "programs that failed to load:\n{}",
+        failures.join("\n")
+    );
     assert!(verified >= 25, "only {verified} programs verified");
 }

@@ -18,7 +18,15 @@ use anyhow::{bail, Context, Result};
 
 /// Debian packages: build (clang, libbpf headers, bpftool), servers and clients for the
 /// demo and the tests.
-const PACKAGES: &[&str] = &["clang-19", "llvm-19", "libbpf-dev", "bpftool", "nginx", "openssl", "util-linux"];
+const PACKAGES: &[&str] = &[
+    "clang-19",
+    "llvm-19",
+    "libbpf-dev",
+    "bpftool",
+    "nginx",
+    "openssl",
+    "util-linux",
+];
 
 fn main() {
     if let Err(e) = xtask() {
@@ -42,7 +50,10 @@ fn xtask() -> Result<()> {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
@@ -80,14 +91,18 @@ fn setup() -> Result<()> {
             .args(&missing)
             .env("DEBIAN_FRONTEND", "noninteractive"))?;
     }
-    if !Path::new("/sys/kernel/tracing/events").exists() && !Path::new("/sys/kernel/debug/tracing/events").exists() {
+    if !Path::new("/sys/kernel/tracing/events").exists()
+        && !Path::new("/sys/kernel/debug/tracing/events").exists()
+    {
         run(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))?;
     }
     Ok(())
 }
 
 fn build() -> Result<PathBuf> {
-    run(Command::new("cargo").args(["build", "--release", "-p", "hstrace"]).current_dir(root()))?;
+    run(Command::new("cargo")
+        .args(["build", "--release", "-p", "hstrace"])
+        .current_dir(root()))?;
     Ok(root().join("target/release/hstrace"))
 }
 
@@ -109,7 +124,16 @@ fn vmlinux() -> Result<()> {
         "aarch64" => "arm64",
         a => bail!("no vmlinux.h layout for {a}"),
     };
-    let out = Command::new("bpftool").args(["btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"]).output()?;
+    let out = Command::new("bpftool")
+        .args([
+            "btf",
+            "dump",
+            "file",
+            "/sys/kernel/btf/vmlinux",
+            "format",
+            "c",
+        ])
+        .output()?;
     if !out.status.success() {
         bail!("bpftool failed: {}", String::from_utf8_lossy(&out.stderr));
     }
@@ -131,7 +155,17 @@ impl DemoNginx {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("tmp"))?;
         run(Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=demo.test"])
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=demo.test",
+            ])
             .arg("-keyout")
             .arg(dir.join("key.pem"))
             .arg("-out")
@@ -150,12 +184,21 @@ impl DemoNginx {
                  ssl_certificate_key {d}/key.pem;\n    location / {{ return 200 \"hello from the hstrace demo\\n\"; }}\n  }}\n}}\n"
             ),
         )?;
-        run(Command::new("nginx").arg("-p").arg(&dir).arg("-c").arg(dir.join("nginx.conf")).arg("-e").arg(dir.join("error.log")))?;
+        run(Command::new("nginx")
+            .arg("-p")
+            .arg(&dir)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .arg("-e")
+            .arg(dir.join("error.log")))?;
         let pidfile = dir.join("nginx.pid");
         let start = Instant::now();
         while !pidfile.exists() {
             if start.elapsed() > Duration::from_secs(10) {
-                bail!("the demo nginx did not start: see {}", dir.join("error.log").display());
+                bail!(
+                    "the demo nginx did not start: see {}",
+                    dir.join("error.log").display()
+                );
             }
             thread::sleep(Duration::from_millis(50));
         }
@@ -173,14 +216,27 @@ impl Drop for DemoNginx {
 /// One client connection of the demo mix.
 fn client(port: u16, dir: &Path, args: &[&str]) -> Result<()> {
     let mut child = Command::new("openssl")
-        .args(["s_client", "-connect", &format!("127.0.0.1:{port}"), "-servername", "demo.test", "-alpn", "http/1.1", "-ign_eof"])
+        .args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-servername",
+            "demo.test",
+            "-alpn",
+            "http/1.1",
+            "-ign_eof",
+        ])
         .args(args)
         .current_dir(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()?;
-    child.stdin.take().unwrap().write_all(b"GET / HTTP/1.0\r\nHost: demo.test\r\n\r\n")?;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"GET / HTTP/1.0\r\nHost: demo.test\r\n\r\n")?;
     child.wait()?;
     Ok(())
 }
@@ -194,8 +250,14 @@ fn demo(args: &[String]) -> Result<()> {
     }
     let port = 8443;
     let nginx = DemoNginx::start(port)?;
-    eprintln!("xtask: demo nginx (master pid {}) on https://127.0.0.1:{port}, config in {}", nginx.pid, nginx.dir.display());
-    let mut tracer = Command::new(&bin).args(["trace", "--pid", &nginx.pid.to_string(), "--duration", "6"]).spawn()?;
+    eprintln!(
+        "xtask: demo nginx (master pid {}) on https://127.0.0.1:{port}, config in {}",
+        nginx.pid,
+        nginx.dir.display()
+    );
+    let mut tracer = Command::new(&bin)
+        .args(["trace", "--pid", &nginx.pid.to_string(), "--duration", "6"])
+        .spawn()?;
     thread::sleep(Duration::from_secs(2));
     let d = nginx.dir.as_path();
     eprintln!("xtask: driving TLS 1.2 and 1.3 handshakes, full and resumed, and one that fails");

@@ -166,6 +166,63 @@ impl Drop for Nginx {
     }
 }
 
+/// A blocking TLS server with OpenSSL linked in statically (tests/servers), so the
+/// executable itself exports SSL_do_handshake. Built with the system cc and libssl-dev.
+pub struct StaticTlsServer {
+    pub port: u16,
+    child: Child,
+}
+
+impl StaticTlsServer {
+    pub fn start(name: &str) -> StaticTlsServer {
+        let dir = work_dir(name);
+        let exe = dir.join("static_tls_server");
+        let st = Command::new("cc")
+            .arg("-O2")
+            .arg(workspace().join("tests/servers/static_tls_server.c"))
+            .arg("-o")
+            .arg(&exe)
+            .args([
+                "-Wl,-Bstatic",
+                "-lssl",
+                "-lcrypto",
+                "-Wl,-Bdynamic",
+                "-ldl",
+                "-lpthread",
+            ])
+            .status()
+            .expect("cc");
+        assert!(
+            st.success(),
+            "building the static TLS server failed (needs libssl-dev)"
+        );
+        let (cert, key) = make_cert(&dir, 2048);
+        let port = free_port();
+        let child = Command::new(&exe)
+            .arg(port.to_string())
+            .arg(&cert)
+            .arg(&key)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for("the static TLS server", Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        StaticTlsServer { port, child }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for StaticTlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Direct children of `pid`.
 pub fn children(pid: u32) -> BTreeSet<u32> {
     let mut out = BTreeSet::new();

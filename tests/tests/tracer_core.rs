@@ -310,6 +310,10 @@ fn thousand_back_to_back_handshakes_none_lost() {
     }
     let out = tracer.stop();
     assert!(out.success, "{}", out.stderr);
+    eprintln!(
+        "s_time made {made} connections; hstrace printed {} records",
+        out.records.len()
+    );
     assert_eq!(
         out.records.len() as u64,
         made,
@@ -355,6 +359,39 @@ fn selectors_comm_and_all_listeners() {
             "selector {args:?} attached uprobes"
         );
     }
+}
+
+/// OpenSSL linked into the server's executable: the uprobes go on the executable.
+#[test]
+fn ssl_in_the_executable_itself() {
+    let server = StaticTlsServer::start("static");
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.pid())).unwrap();
+    assert!(
+        !maps.contains("libssl"),
+        "the test server should not map a libssl"
+    );
+    let pid = server.pid().to_string();
+    let tracer = Hstrace::start(&["-v", "--pid", &pid]);
+    assert!(s_client(server.port, &["-tls1_3"]).contains("New, TLSv1.3"));
+    let out = tracer.stop();
+    assert!(
+        out.stderr.contains(&format!(
+            "pid {pid} (static_tls_serv): SSL_do_handshake uprobes on /proc/{pid}/exe"
+        )),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.records.len(), 1, "{:?}", out.records);
+    let r = &out.records[0];
+    assert_eq!(str_field(r, "kind"), Some("full"), "{r}");
+    assert_eq!(str_field(r, "hs_done_from"), Some("ssl"), "{r}");
+    assert_eq!(str_field(r, "sni"), Some("demo.test"), "{r}");
+    assert_eq!(
+        r["ssl_calls"].as_u64(),
+        Some(1),
+        "one blocking SSL_accept spans the handshake: {r}"
+    );
+    check_stages(r);
 }
 
 #[test]

@@ -17,7 +17,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 /// Debian packages: build (clang, libbpf headers, bpftool), servers and clients for the
-/// demo and the tests.
+/// demo and the tests (gcc and libssl-dev build the statically linked test server).
 const PACKAGES: &[&str] = &[
     "clang-19",
     "llvm-19",
@@ -26,6 +26,8 @@ const PACKAGES: &[&str] = &[
     "nginx",
     "openssl",
     "util-linux",
+    "gcc",
+    "libssl-dev",
 ];
 
 fn main() {

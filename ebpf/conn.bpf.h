@@ -54,6 +54,7 @@ struct conn {
 	__u8 not_tls;
 	__u8 tcp_closed;        /* TCP is closed; the server has not closed its fd yet */
 	__u8 first_rec_done;    /* the current client flight's first record is complete */
+	__u32 exchanges;        /* request/response exchanges after the handshake */
 };
 
 /* A child socket between ESTABLISHED and accept(). */
@@ -167,7 +168,7 @@ static __always_inline int tgid_traced(__u32 tgid)
 	return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
 }
 
-/* Send the connection's record; it is parsed no further. */
+/* Send the connection's record; from here on only bytes and exchanges are counted. */
 static __noinline void emit_conn(struct conn *c, __u64 now, __u8 outcome)
 {
 	struct hs_conn *r;
@@ -203,23 +204,53 @@ static __always_inline __u8 failure_reason(struct conn *c)
 	return HS_FAIL_SERVER_CLOSED;
 }
 
-/* The connection is going away: send its record if it has not been sent. */
+/* How the record of a connection that got this far ends. */
+static __always_inline __u8 outcome_now(struct conn *c)
+{
+	if (c->not_tls)
+		return HS_OUTCOME_NOT_TLS;
+	if (c->r.phase != HS_PH_HANDSHAKE)
+		return HS_OUTCOME_DONE;
+	c->r.failure = failure_reason(c);
+	return HS_OUTCOME_FAILED;
+}
+
+/* The end of every connection: totals after its record. */
+static __noinline void emit_close(struct conn *c, __u64 now)
+{
+	struct hs_close *r;
+
+	if (!c)
+		return;
+	r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (!r) {
+		count(HS_C_CLOSES_DROPPED);
+		return;
+	}
+	r->rec = HS_REC_CLOSE;
+	r->tgid = c->r.tgid;
+	r->conn_id = c->r.conn_id;
+	r->t_accept = c->r.t_accept;
+	r->t_close = now;
+	r->exchanges = c->exchanges;
+	r->pad = 0;
+	r->bytes_in = c->r.bytes_in;
+	r->bytes_out = c->r.bytes_out;
+	bpf_ringbuf_submit(r, 0);
+}
+
+/* The connection is going away: send its record if it has not been sent, then its totals. */
 static __always_inline void finish_conn(struct conn *c, __u64 now)
 {
-	if (c->emitted)
-		return;
 	if (c->done_at && !c->wire_done) {
 		/* TLS 1.3 with no read after the tickets: the handshake did complete */
 		c->wire_done = 1;
 		if (!c->r.t_hs_done)
 			c->r.t_hs_done = c->done_at;
+		c->r.phase = HS_PH_WAIT_REQUEST;
 	}
-	if (c->wire_done || c->r.t_hs_done) {
-		emit_conn(c, now, HS_OUTCOME_DONE);
-		return;
-	}
-	c->r.failure = failure_reason(c);
-	emit_conn(c, now, HS_OUTCOME_FAILED);
+	emit_conn(c, now, outcome_now(c));
+	emit_close(c, now);
 }
 
 /* Forget a connection: its state and its fd. */

@@ -207,7 +207,7 @@ int sock_data_ready(struct trace_event_raw_sk_data_ready *ctx)
 	/* runs in the sender's context on loopback: match the socket, not the process */
 	c = bpf_map_lookup_elem(&conns, &skey);
 	if (c) {
-		if (!c->arrive_pending && !c->emitted)
+		if (!c->arrive_pending && c->r.phase != HS_PH_DONE)
 			c->arrive_pending = bpf_ktime_get_ns();
 		return 0;
 	}
@@ -266,24 +266,23 @@ static __always_inline void on_io(__u64 skey, __u32 dir, long ret, __u64 ptr, __
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct ssl_call *sc;
 	struct conn *c;
+	int new_flight;
 
 	c = bpf_map_lookup_elem(&conns, &skey);
 	if (!c) {
 		count(HS_C_CONN_EVICTED);
 		return;
 	}
-	if (c->emitted || c->not_tls || (c->r.flags & HS_F_DESYNC))
-		return;
 	/* inside SSL_do_handshake: that call belongs to this connection */
-	sc = bpf_map_lookup_elem(&ssl_in_flight, &tid);
-	if (sc) {
-		sc->sk = skey;
-		c->r.flags |= HS_F_UPROBE;
+	if (c->r.phase == HS_PH_HANDSHAKE) {
+		sc = bpf_map_lookup_elem(&ssl_in_flight, &tid);
+		if (sc) {
+			sc->sk = skey;
+			c->r.flags |= HS_F_UPROBE;
+		}
 	}
 	if (dir == HS_DIR_IN && !peek)
-		on_read_attempt(c);
-	if (c->emitted)
-		return;
+		on_read_attempt(c, now);
 	if (ret <= 0 || peek) {
 		if (dir == HS_DIR_IN && ret == 0)
 			c->r.flags |= HS_F_READ_EOF;
@@ -291,11 +290,15 @@ static __always_inline void on_io(__u64 skey, __u32 dir, long ret, __u64 ptr, __
 			c->r.flags |= HS_F_READ_RESET;
 		return;
 	}
-	on_transfer(c, dir, ret, now);
-	if (iovcnt)
-		parse_iov(c, dir, (const struct iovec *)ptr, iovcnt, ret, now);
-	else
-		parse_bytes(c, dir, ptr, ret, now);
+	new_flight = on_transfer(c, dir, ret, now);
+	/* after the first exchange only bytes and exchanges are counted */
+	if (c->r.phase != HS_PH_DONE && !c->not_tls && !(c->r.flags & HS_F_DESYNC)) {
+		if (iovcnt)
+			parse_iov(c, dir, (const struct iovec *)ptr, iovcnt, ret, now);
+		else
+			parse_bytes(c, dir, ptr, ret, now);
+	}
+	on_exchange(c, dir, new_flight, ptr, iovcnt, now);
 }
 
 static __always_inline int io_exit(__u32 dir, long ret)
@@ -490,7 +493,7 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 	if (!sc.sk)
 		return 0;
 	c = bpf_map_lookup_elem(&conns, &sc.sk);
-	if (!c || c->emitted)
+	if (!c || c->r.phase != HS_PH_HANDSHAKE)
 		return 0;
 	c->r.flags |= HS_F_UPROBE;
 	c->r.ssl_calls += 1;
@@ -498,13 +501,15 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 	if (ret == 1) {
 		c->r.t_hs_done = now;
 		c->r.flags |= HS_F_HS_DONE_SSL;
-		emit_conn(c, now, HS_OUTCOME_DONE);
+		c->r.phase = HS_PH_WAIT_REQUEST;
 	}
 	return 0;
 }
 
 /* the layout userspace/src/abi.rs expects */
-_Static_assert(sizeof(struct hs_conn) == 272, "hs_conn layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_conn) == 312, "hs_conn layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_close) == 56, "hs_close layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_hello) == 24 + HS_HELLO_CAP, "hs_hello layout changed: update abi.rs");
-_Static_assert(sizeof(struct conn) == 376, "conn size changed: update CONN_STATE_BYTES in abi.rs");
-_Static_assert(__builtin_offsetof(struct conn, emitted) == 369, "update CONN_EMITTED_OFFSET in abi.rs");
+_Static_assert(sizeof(struct conn) == 424, "conn size changed: update CONN_STATE_BYTES in abi.rs");
+_Static_assert(__builtin_offsetof(struct conn, emitted) == 409, "update CONN_EMITTED_OFFSET in abi.rs");
+_Static_assert(__builtin_offsetof(struct conn, not_tls) == 411, "update CONN_NOT_TLS_OFFSET in abi.rs");

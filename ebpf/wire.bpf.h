@@ -26,6 +26,10 @@
 #define REC_APPDATA 23
 #define REC_HEARTBEAT 24
 
+/* A TLS 1.3 alert (close_notify) as an encrypted record: 2 bytes, content type, 16-byte
+ * AEAD tag. No request is that short. */
+#define HS_TLS13_ALERT_LEN 19
+
 #define HT_CLIENT_HELLO 1
 #define HT_SERVER_HELLO 2
 
@@ -34,12 +38,13 @@ static __always_inline __u32 flight_dir(__s8 f)
 	return f & 1 ? HS_DIR_OUT : HS_DIR_IN;
 }
 
-/* Bytes moved in `dir`: a change of direction starts the next flight. */
-static __always_inline void on_transfer(struct conn *c, __u32 dir, __u32 n, __u64 now)
+/* Bytes moved in `dir`: a change of direction starts the next flight (returns 1). */
+static __always_inline int on_transfer(struct conn *c, __u32 dir, __u32 n, __u64 now)
 {
 	__s8 f = c->flight;
+	int new_flight = f < 0 || flight_dir(f) != dir;
 
-	if (f < 0 || flight_dir(f) != dir) {
+	if (new_flight) {
 		f += 1;
 		if (flight_dir(f) != dir)
 			f += 1;
@@ -52,13 +57,15 @@ static __always_inline void on_transfer(struct conn *c, __u32 dir, __u32 n, __u6
 	if (dir == HS_DIR_OUT) {
 		c->r.bytes_out += n;
 	} else {
+		/* what arrived since the last read is what this read gets */
 		c->r.bytes_in += n;
 		if (c->arrive_pending)
 			c->last_arrive = c->arrive_pending;
+		c->arrive_pending = 0;
 	}
-	c->arrive_pending = 0;
 	if ((__u32)f < HS_FLIGHTS)
 		c->r.t_last[f & 3] = now;
+	return new_flight;
 }
 
 /* Copy a ClientHello or ServerHello at user address `msg` out for userspace to parse.
@@ -157,9 +164,9 @@ static __always_inline void wire_done(struct conn *c, __u64 now)
 {
 	c->wire_done = 1;
 	c->r.t_hs_done = now;
-	/* with uprobes on this connection, SSL_do_handshake's return sends the record */
+	/* with uprobes on this connection, SSL_do_handshake's return says when */
 	if (!(c->r.flags & HS_F_UPROBE))
-		emit_conn(c, now, HS_OUTCOME_DONE);
+		c->r.phase = HS_PH_WAIT_REQUEST;
 }
 
 /* A hello that came over several reads: the server read it into one buffer, so the
@@ -196,6 +203,14 @@ static __always_inline void on_record_end(struct conn *c, __u32 dir, __u8 type, 
 			c->r.t_arrive[f & 3] = c->last_arrive;
 		}
 	}
+	if (dir == HS_DIR_IN && type == REC_APPDATA && c->r.phase == HS_PH_WAIT_REQUEST &&
+	    !(tls13 && c->st[HS_DIR_IN].rec_len == HS_TLS13_ALERT_LEN)) {
+		/* the first request's first record is complete */
+		c->r.phase = HS_PH_REQUEST;
+		c->r.t_req_read = now;
+		c->r.t_req_arrive = c->last_arrive;
+		c->exchanges = 1;
+	}
 	if (c->wire_done)
 		return;
 	if (dir == HS_DIR_OUT && type == REC_HANDSHAKE && c->st[HS_DIR_OUT].ccs && !tls13 &&
@@ -216,11 +231,62 @@ static __always_inline void on_record_end(struct conn *c, __u32 dir, __u8 type, 
 	}
 }
 
-/* TLS 1.3 is complete once the server reads again after the client's Finished. */
-static __always_inline void on_read_attempt(struct conn *c)
+/* The server reads (or tries to) again: TLS 1.3 is complete once it does after the
+ * client's Finished, and a response is complete once it does after writing it. */
+static __always_inline void on_read_attempt(struct conn *c, __u64 now)
 {
 	if (c->done_at && !c->wire_done)
 		wire_done(c, c->done_at);
+	if (c->r.phase == HS_PH_RESPONSE) {
+		emit_conn(c, now, outcome_now(c));
+		c->r.phase = HS_PH_DONE;
+	}
+}
+
+/* Does a client flight whose bytes start at `buf` (an iovec array if `iovcnt`) open with
+ * a request, not an alert? Only its first record header is read. */
+static __always_inline int is_request(struct conn *c, __u64 buf, __u32 iovcnt)
+{
+	struct iovec first;
+	__u8 h[5];
+
+	if (c->not_tls)
+		return 1;
+	if (iovcnt) {
+		if (bpf_probe_read_user(&first, sizeof(first), (const void *)buf))
+			return 0;
+		buf = (__u64)first.iov_base;
+	}
+	if (bpf_probe_read_user(h, 5, (const void *)buf) || h[0] != REC_APPDATA)
+		return 0;
+	return !(is_tls13(c) && (((__u32)h[3] << 8) | h[4]) == HS_TLS13_ALERT_LEN);
+}
+
+/* After the bytes are parsed: the first request and response of a plain-text stream
+ * (it has no records), the response's writes of either, and later requests counted from
+ * the record header that starts each client flight (`buf`, user memory). */
+static __always_inline void on_exchange(struct conn *c, __u32 dir, int new_flight, __u64 buf,
+					__u32 iovcnt, __u64 now)
+{
+	__u8 ph = c->r.phase;
+
+	if (dir == HS_DIR_IN) {
+		if (c->not_tls && ph == HS_PH_HANDSHAKE) {
+			c->r.phase = HS_PH_REQUEST;
+			c->r.t_req_read = now;
+			c->r.t_req_arrive = c->last_arrive;
+			c->exchanges = 1;
+		} else if (ph == HS_PH_DONE && new_flight && is_request(c, buf, iovcnt)) {
+			c->exchanges += 1;
+		}
+		return;
+	}
+	if (ph == HS_PH_REQUEST || ph == HS_PH_RESPONSE) {
+		if (!c->r.t_resp_first)
+			c->r.t_resp_first = now;
+		c->r.t_resp_last = now;
+		c->r.phase = HS_PH_RESPONSE;
+	}
 }
 
 /* The record stream stopped making sense: stop parsing this connection. */

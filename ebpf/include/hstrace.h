@@ -20,6 +20,7 @@
 /* Record kinds, the first __u32 of every ring-buffer record. */
 #define HS_REC_HELLO 1
 #define HS_REC_CONN 2
+#define HS_REC_CLOSE 3
 
 /* Direction of bytes on a server's connection. */
 #define HS_DIR_IN 0  /* client -> server: the server reads them */
@@ -28,6 +29,8 @@
 /* How a connection's record ended (hs_conn.outcome). */
 #define HS_OUTCOME_DONE 1   /* the handshake completed */
 #define HS_OUTCOME_FAILED 2 /* it ended before completing */
+#define HS_OUTCOME_NOT_TLS 3 /* the client's first bytes were not TLS: plain text (plain HTTP
+			      * on a plain port, or a failed TLS connection: userspace decides) */
 
 /* Why it failed (hs_conn.failure). */
 #define HS_FAIL_NONE 0
@@ -37,6 +40,7 @@
 #define HS_FAIL_NOT_TLS 4       /* the first bytes were not a TLS handshake record */
 #define HS_FAIL_SERVER_CLOSED 5 /* the server closed it without an alert */
 #define HS_FAIL_SERVER_EXITED 6 /* the server process exited (found by userspace) */
+#define HS_FAIL_TIMEOUT 7       /* idle past the timeout before completing (userspace) */
 
 /* hs_conn.flags */
 #define HS_F_UPROBE (1 << 0)       /* SSL_do_handshake calls were seen for this connection */
@@ -108,6 +112,33 @@ struct hs_conn {
 	__u64 ssl_ns;     /* time spent inside those calls */
 	__u64 bytes_in;   /* bytes read by the server before the record was sent */
 	__u64 bytes_out;
+	/* the first request and its response (TLS after the handshake, or plain text) */
+	__u64 t_req_arrive; /* the bytes that completed the request's first record arrived */
+	__u64 t_req_read;   /* the read that completed it (plain text: the first read) */
+	__u64 t_resp_first; /* first write after the request */
+	__u64 t_resp_last;  /* last write before the server read again */
+	__u8 phase;         /* HS_PH_* when the record was made */
+	__u8 pad1[7];
+};
+
+/* Where a connection is (hs_conn.phase). */
+#define HS_PH_HANDSHAKE 0
+#define HS_PH_WAIT_REQUEST 1 /* handshake complete, no request read yet */
+#define HS_PH_REQUEST 2      /* the first request is being read */
+#define HS_PH_RESPONSE 3     /* its response is being written */
+#define HS_PH_DONE 4         /* record sent; bytes and exchanges are still counted */
+
+/* At the end of every connection, after its hs_conn record. */
+struct hs_close {
+	__u32 rec;       /* HS_REC_CLOSE */
+	__u32 tgid;
+	__u64 conn_id;
+	__u64 t_accept;
+	__u64 t_close;
+	__u32 exchanges; /* request/response exchanges after the handshake */
+	__u32 pad;
+	__u64 bytes_in;
+	__u64 bytes_out;
 };
 
 /* Counters (index into the per-CPU array `counters`). */
@@ -118,6 +149,7 @@ struct hs_conn {
 #define HS_C_DESYNC 4         /* connections whose record stream stopped parsing */
 #define HS_C_CONN_EVICTED 5   /* connection state missing when needed (LRU evicted it) */
 #define HS_C_NO_SOCK 6        /* accepted fd whose socket could not be resolved */
+#define HS_C_CLOSES_DROPPED 7 /* close records the ring buffer had no room for */
 #define HS_C_MAX 8
 
 #endif

@@ -88,7 +88,10 @@ pub fn make_cert(dir: &Path, bits: u32) -> (PathBuf, PathBuf) {
 /// shared session cache and tickets on, TLS 1.2 and 1.3.
 pub struct Nginx {
     pub dir: PathBuf,
+    /// the TLS port
     pub port: u16,
+    /// a plain-HTTP port on the same server
+    pub plain_port: u16,
     child: Child,
 }
 
@@ -97,6 +100,7 @@ impl Nginx {
         let dir = work_dir(name);
         let (cert, key) = make_cert(&dir, 2048);
         let port = free_port();
+        let plain_port = free_port();
         let d = dir.display();
         fs::create_dir_all(dir.join("tmp")).unwrap();
         let conf = format!(
@@ -114,6 +118,10 @@ http {{
     ssl_protocols TLSv1.2 TLSv1.3;
     ssl_session_cache shared:SSL:1m;
     ssl_session_tickets on;
+    server {{
+        listen 127.0.0.1:{plain_port};
+        location / {{ return 200 "plain\n"; }}
+    }}
     server {{
         listen 127.0.0.1:{port} ssl;
         server_name demo.test;
@@ -139,7 +147,12 @@ http {{
             .stderr(Stdio::null())
             .spawn()
             .expect("nginx (apt-get install nginx; `cargo xtask setup` does it)");
-        let n = Nginx { dir, port, child };
+        let n = Nginx {
+            dir,
+            port,
+            plain_port,
+            child,
+        };
         wait_for("nginx to listen", Duration::from_secs(10), || {
             TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
@@ -252,7 +265,10 @@ pub struct Hstrace {
 }
 
 pub struct Traced {
+    /// one "connection" record per connection
     pub records: Vec<Value>,
+    /// one "close" record per connection, with its totals
+    pub closes: Vec<Value>,
     pub stderr: String,
     pub success: bool,
 }
@@ -322,12 +338,15 @@ impl Hstrace {
         let status = self.child.wait().unwrap();
         let lines = self.stdout.join().unwrap();
         self.stderr_seen.extend(self.stderr.iter());
-        let records = lines
+        let (closes, records) = lines
             .iter()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-            .collect();
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))
+            })
+            .partition(|r| r["record"] == "close");
         Traced {
             records,
+            closes,
             stderr: self.stderr_seen.join("\n"),
             success: status.success(),
         }
@@ -377,6 +396,22 @@ pub fn s_client(port: u16, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// curl fetching `urls` over one keep-alive connection (-k: the certificate is self-signed).
+pub fn curl(args: &[&str], urls: &[String]) -> String {
+    let out = Command::new("curl")
+        .args(["-sk", "--http1.1"])
+        .args(args)
+        .args(urls)
+        .output()
+        .expect("curl");
+    assert!(
+        out.status.success(),
+        "curl {urls:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Connect, write `bytes`, read what comes back until close or 2 s, close.

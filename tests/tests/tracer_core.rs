@@ -182,14 +182,31 @@ fn check_record(r: &Value, e: &Expect, nginx: &Nginx, hs_done_from: &str) {
     assert_eq!(str_field(r, "sni"), Some("demo.test"), "sni, {ctx}");
     assert_eq!(str_field(r, "alpn"), Some("http/1.1"), "alpn, {ctx}");
     assert_eq!(str_field(r, "hs_done_from"), Some(hs_done_from), "{ctx}");
+    // s_client sends one HTTP/1.0 request: the first request and response are in the record
     let stages = r["stages_ns"].as_object().unwrap();
     for s in [
         "accept_queue",
+        "wait_client_hello",
         "server_flight_1",
         "wait_client_flight_2",
         "server_flight_2",
+        "wait_request",
+        "response",
     ] {
         assert!(stages.contains_key(s), "stage {s} missing, {ctx}");
+    }
+    let classes = r["stage_classes"].as_object().unwrap();
+    assert_eq!(
+        classes.len(),
+        stages.len(),
+        "a class for every stage, {ctx}"
+    );
+    for (s, class) in [
+        ("server_flight_1", "service"),
+        ("wait_client_flight_2", "delay"),
+        ("response", "service"),
+    ] {
+        assert_eq!(classes[s], class, "{ctx}");
     }
 }
 
@@ -211,6 +228,31 @@ fn six_kinds(name: &str, extra: &[&str], hs_done_from: &str) {
     );
     for (r, e) in out.records.iter().zip(&expect) {
         check_record(r, e, &nginx, hs_done_from);
+    }
+    // one close line per connection: one exchange (HTTP/1.0) when the handshake completed
+    assert_eq!(out.closes.len(), expect.len(), "{:?}", out.closes);
+    for (r, e) in out.records.iter().zip(&expect) {
+        let close = out
+            .closes
+            .iter()
+            .find(|c| c["conn_id"] == r["conn_id"])
+            .expect("its close line");
+        // (nginx answers plain HTTP on its TLS port with a 400: one exchange)
+        let want = if e.kind != "failed" || e.failure == Some("not_tls") {
+            1
+        } else {
+            0
+        };
+        assert_eq!(
+            close["exchanges"].as_u64(),
+            Some(want),
+            "{}: {close}",
+            e.what
+        );
+        assert!(
+            close["bytes_in"].as_u64().unwrap() > 0 && close["duration_ns"].as_u64().unwrap() > 0,
+            "{close}"
+        );
     }
     assert!(
         out.stderr.contains("records lost (ring buffer full) 0,"),
@@ -302,26 +344,54 @@ fn s_time(port: u16, secs: u32) -> u64 {
 #[test]
 fn thousand_back_to_back_handshakes_none_lost() {
     let nginx = Nginx::start("thousand", 2);
-    let port = nginx.port.to_string();
-    let tracer = Hstrace::start(&["--port", &port]);
+    let master = nginx.master_pid().to_string();
+    let tracer = Hstrace::start(&["--pid", &master]);
+    // plain HTTP connections on the same server, alongside
+    let plain_port = nginx.plain_port;
+    let plain = thread::spawn(move || {
+        for _ in 0..300 {
+            let got = raw_exchange(plain_port, b"GET / HTTP/1.0\r\n\r\n");
+            assert!(
+                got.starts_with(b"HTTP/1.1 200"),
+                "{}",
+                String::from_utf8_lossy(&got)
+            );
+        }
+        300u64
+    });
     let mut made = 0;
     while made < 1000 {
         made += s_time(nginx.port, 2);
     }
+    let plain = plain.join().unwrap();
     let out = tracer.stop();
     assert!(out.success, "{}", out.stderr);
+    let count = |kind: &str| out.records.iter().filter(|r| r["kind"] == kind).count() as u64;
     eprintln!(
-        "s_time made {made} connections; hstrace printed {} records",
-        out.records.len()
+        "s_time made {made} TLS connections and {plain} plain ones; hstrace printed {} records: {} full, {} plain",
+        out.records.len(),
+        count("full"),
+        count("plain")
     );
     assert_eq!(
-        out.records.len() as u64,
+        count("full"),
         made,
-        "records != connections made by s_time:\n{}",
+        "TLS records != connections made by s_time:\n{}",
         out.stderr
     );
+    assert_eq!(count("plain"), plain, "plain records != plain connections");
+    assert_eq!(
+        out.records.len() as u64,
+        made + plain,
+        "other records: {}",
+        out.stderr
+    );
+    assert_eq!(
+        out.closes.len(),
+        out.records.len(),
+        "a close line per connection"
+    );
     for r in &out.records {
-        assert_eq!(str_field(r, "kind"), Some("full"), "{r}");
         check_stages(r);
     }
     assert!(
@@ -332,7 +402,7 @@ fn thousand_back_to_back_handshakes_none_lost() {
     );
     assert!(
         out.stderr
-            .contains(&format!("tracked {made}, still in progress 0")),
+            .contains(&format!("tracked {}, still in progress 0", made + plain)),
         "{}",
         out.stderr
     );
@@ -359,6 +429,136 @@ fn selectors_comm_and_all_listeners() {
             "selector {args:?} attached uprobes"
         );
     }
+}
+
+/// Plain HTTP and TLS on one server, keep-alive: each connection's first request and
+/// response are stages of its record, and its close line counts every request.
+#[test]
+fn plain_and_tls_on_one_server_with_keep_alive() {
+    let nginx = Nginx::start("plain", 1);
+    let tracer = Hstrace::start(&["--comm", "nginx"]);
+    let tls: Vec<String> = (0..3)
+        .map(|i| format!("https://127.0.0.1:{}/{i}", nginx.port))
+        .collect();
+    let plain: Vec<String> = (0..4)
+        .map(|i| format!("http://127.0.0.1:{}/{i}", nginx.plain_port))
+        .collect();
+    assert_eq!(curl(&[], &tls), "ok\nok\nok\n");
+    assert_eq!(
+        curl(&["--tlsv1.2", "--tls-max", "1.2"], &tls),
+        "ok\nok\nok\n"
+    );
+    assert_eq!(curl(&[], &plain), "plain\n".repeat(4));
+    let out = tracer.stop();
+    let mine: Vec<&Value> = out
+        .records
+        .iter()
+        .filter(|r| r["pid"] != Value::Null)
+        .collect();
+    assert_eq!(mine.len(), 3, "{:?}", out.records);
+    for (r, version) in mine[..2].iter().zip(["1.3", "1.2"]) {
+        assert_eq!(str_field(r, "protocol"), Some("tls"), "{r}");
+        assert_eq!(str_field(r, "tls_version"), Some(version), "{r}");
+        check_stages(r);
+        for s in [
+            "server_flight_2",
+            "wait_request",
+            "request_queue",
+            "response",
+        ] {
+            assert!(r["stages_ns"].get(s).is_some(), "{s} missing: {r}");
+        }
+    }
+    let p = mine[2];
+    assert_eq!(str_field(p, "protocol"), Some("plain"), "{p}");
+    assert_eq!(str_field(p, "kind"), Some("plain"), "{p}");
+    assert_eq!(
+        str_field(p, "local"),
+        Some(format!("127.0.0.1:{}", nginx.plain_port).as_str())
+    );
+    // (serde_json sorts map keys)
+    let stages: Vec<&String> = p["stages_ns"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        stages,
+        ["accept_queue", "request_queue", "response", "wait_request"],
+        "{p}"
+    );
+    assert!(
+        p.get("handshake_ns").is_none() && p.get("failure").is_none(),
+        "{p}"
+    );
+    let exchanges: Vec<u64> = mine
+        .iter()
+        .map(|r| {
+            let c = out
+                .closes
+                .iter()
+                .find(|c| c["conn_id"] == r["conn_id"])
+                .expect("close line");
+            c["exchanges"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        exchanges,
+        [3, 3, 4],
+        "requests per connection: {:?}",
+        out.closes
+    );
+}
+
+/// A connection that never finishes is reported after --idle-timeout, not held forever;
+/// one that completed its handshake but sent no request is reported as it stands.
+#[test]
+fn idle_connections_are_reported_after_the_timeout() {
+    let nginx = Nginx::start("idle", 1);
+    let port = nginx.port.to_string();
+    let tracer = Hstrace::start(&["--port", &port, "--idle-timeout", "1"]);
+    // nothing sent at all, for 3 s
+    let silent = std::net::TcpStream::connect(("127.0.0.1", nginx.port)).unwrap();
+    // a handshake, then nothing: s_client waits on its stdin
+    let mut idle_tls = Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{}", nginx.port),
+            "-servername",
+            "demo.test",
+            "-tls1_3",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_secs(3));
+    let _ = idle_tls.kill();
+    let _ = idle_tls.wait();
+    drop(silent);
+    let out = tracer.stop();
+    assert_eq!(out.records.len(), 2, "{:?}", out.records);
+    let silent = out
+        .records
+        .iter()
+        .find(|r| r["kind"] == "failed")
+        .expect("the silent one");
+    assert_eq!(str_field(silent, "failure"), Some("timeout"), "{silent}");
+    assert_eq!(
+        str_field(silent, "failed_in"),
+        Some("wait_client_hello"),
+        "{silent}"
+    );
+    let tls = out
+        .records
+        .iter()
+        .find(|r| r["kind"] == "full")
+        .expect("the idle TLS one");
+    assert!(
+        tls["stages_ns"].get("server_flight_2").is_some()
+            && tls["stages_ns"].get("response").is_none(),
+        "{tls}"
+    );
+    // reported once, even though the kernel saw them close later
+    assert_eq!(out.closes.len(), 2, "{:?}", out.closes);
 }
 
 /// OpenSSL linked into the server's executable: the uprobes go on the executable.

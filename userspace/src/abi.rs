@@ -10,12 +10,14 @@ pub const RINGBUF_BYTES: u32 = 8 << 20;
 
 pub const REC_HELLO: u32 = 1;
 pub const REC_CONN: u32 = 2;
+pub const REC_CLOSE: u32 = 3;
 
 pub const DIR_IN: u32 = 0;
 pub const DIR_OUT: u32 = 1;
 
 pub const OUTCOME_DONE: u8 = 1;
 pub const OUTCOME_FAILED: u8 = 2;
+pub const OUTCOME_NOT_TLS: u8 = 3;
 
 pub const FAIL_NONE: u8 = 0;
 pub const FAIL_CLIENT_CLOSED: u8 = 1;
@@ -24,6 +26,13 @@ pub const FAIL_RESET: u8 = 3;
 pub const FAIL_NOT_TLS: u8 = 4;
 pub const FAIL_SERVER_CLOSED: u8 = 5;
 pub const FAIL_SERVER_EXITED: u8 = 6;
+pub const FAIL_TIMEOUT: u8 = 7;
+
+pub const PH_HANDSHAKE: u8 = 0;
+pub const PH_WAIT_REQUEST: u8 = 1;
+pub const PH_REQUEST: u8 = 2;
+pub const PH_RESPONSE: u8 = 3;
+pub const PH_DONE: u8 = 4;
 
 pub const F_UPROBE: u32 = 1 << 0;
 pub const F_HS_DONE_SSL: u32 = 1 << 1;
@@ -88,13 +97,33 @@ pub struct Conn {
     pub ssl_ns: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    pub t_req_arrive: u64,
+    pub t_req_read: u64,
+    pub t_resp_first: u64,
+    pub t_resp_last: u64,
+    pub phase: u8,
+    pub pad1: [u8; 7],
 }
 
 // SAFETY: plain old data, every bit pattern valid, layout fixed by repr(C).
 unsafe impl aya::Pod for Conn {}
 
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Close {
+    pub rec: u32,
+    pub tgid: u32,
+    pub conn_id: u64,
+    pub t_accept: u64,
+    pub t_close: u64,
+    pub exchanges: u32,
+    pub pad: u32,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
 /// Counters kept by the BPF side, by index into the per-CPU `counters` map.
-pub const COUNTERS: [(u32, &str); 7] = [
+pub const COUNTERS: [(u32, &str); 8] = [
     (0, "connections_tracked"),
     (1, "records_sent"),
     (2, "records_dropped"),
@@ -102,21 +131,26 @@ pub const COUNTERS: [(u32, &str); 7] = [
     (4, "record_stream_desync"),
     (5, "connection_state_evicted"),
     (6, "accepted_fd_without_socket"),
+    (7, "close_records_dropped"),
 ];
 pub const C_CONNS: u32 = 0;
 pub const C_RECORDS_DROPPED: u32 = 2;
 pub const C_HELLOS_DROPPED: u32 = 3;
 pub const C_CONN_EVICTED: u32 = 5;
+pub const C_CLOSES_DROPPED: u32 = 7;
 pub const C_MAX: u32 = 8;
 
 /// Size of the kernel's per-connection state (`struct conn` in ebpf/conn.bpf.h); only its
 /// keys are read from userspace, to count connections in progress.
-pub const CONN_STATE_BYTES: usize = 376;
-/// Offset of its `emitted` flag (the record `Conn` is at offset 0).
-pub const CONN_EMITTED_OFFSET: usize = 369;
+pub const CONN_STATE_BYTES: usize = 424;
+/// Offsets of its `emitted` and `not_tls` flags (the record `Conn` is at offset 0).
+pub const CONN_EMITTED_OFFSET: usize = 409;
+pub const CONN_NOT_TLS_OFFSET: usize = 411;
+/// Offset of `Conn::phase` in the record, hence in the state.
+pub const CONN_PHASE_OFFSET: usize = std::mem::offset_of!(Conn, phase);
 
 /// The kernel's per-connection state, read from userspace only to sweep up connections
-/// of servers that exited without closing them.
+/// that went idle or whose server exited without closing them.
 pub type ConnState = [u8; CONN_STATE_BYTES];
 
 impl Hello {
@@ -142,7 +176,10 @@ pub fn record_kind(bytes: &[u8]) -> Option<u32> {
 const _: () = {
     assert!(size_of::<Hello>() == 24 + HELLO_CAP);
     assert!(offset_of!(Hello, data) == 24);
-    assert!(size_of::<Conn>() == 272);
+    assert!(size_of::<Conn>() == 312);
+    assert!(offset_of!(Conn, t_req_arrive) == 272);
+    assert!(offset_of!(Conn, phase) == 304);
+    assert!(size_of::<Close>() == 56);
     assert!(offset_of!(Conn, comm) == 16);
     assert!(offset_of!(Conn, sport) == 64);
     assert!(offset_of!(Conn, flags) == 72);

@@ -51,6 +51,10 @@ enum Command {
         /// Wire only: no SSL_do_handshake uprobes (t_hs_done then comes from the wire)
         #[arg(long)]
         no_uprobes: bool,
+        /// Report a connection idle this long as it stands (a handshake that never
+        /// completed: failed, "timeout")
+        #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+        idle_timeout: f64,
         /// Connections tracked at once in the kernel (LRU maps)
         #[arg(long, default_value_t = hstrace::abi::MAX_CONNS, value_name = "N")]
         max_conns: u32,
@@ -86,6 +90,7 @@ fn run(cli: Cli) -> Result<()> {
             format,
             no_uprobes,
             max_conns,
+            idle_timeout,
         } => {
             let opts = Options {
                 selector: Selector { pids, comm, port },
@@ -96,6 +101,7 @@ fn run(cli: Cli) -> Result<()> {
                 duration: duration.map(Duration::from_secs_f64),
                 uprobes: !no_uprobes,
                 max_conns,
+                idle_timeout: Duration::from_secs_f64(idle_timeout),
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

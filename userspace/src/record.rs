@@ -3,7 +3,7 @@
 //! the BRIEF's stage table. This file is where every stage is computed.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     fmt::Write as _,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
@@ -11,7 +11,7 @@ use std::{
 use serde::Serialize;
 
 use crate::{
-    abi::{self, Conn, Hello},
+    abi::{self, Close, Conn, Hello},
     tls::{self, ClientHello, ServerHello},
 };
 
@@ -25,11 +25,24 @@ pub const STAGES: &[(&str, &str)] = &[
     ("wait_client_flight_2", "delay"),
     ("client_flight_2_queue", "queue"),
     ("server_flight_2", "service"),
+    ("wait_request", "delay"),
+    ("request_queue", "queue"),
+    ("response", "service"),
 ];
+
+/// The class of a stage name from `STAGES`.
+pub fn stage_class(name: &str) -> &'static str {
+    STAGES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("unknown", |(_, c)| c)
+}
 
 /// A finished connection, as printed (the JSON field names are a documented contract).
 #[derive(Debug, Serialize)]
 pub struct Record {
+    /// "connection" (the other line is "close")
+    pub record: &'static str,
     pub time: String,
     pub conn_id: u64,
     pub pid: u32,
@@ -50,6 +63,8 @@ pub struct Record {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handshake_ns: Option<u64>,
     pub stages_ns: Stages,
+    /// service / queue / delay of each stage present
+    pub stage_classes: StageClasses,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -93,6 +108,36 @@ impl Serialize for Stages {
     }
 }
 
+/// The class of each stage of a record, serialized as {"stage": "class", ...}.
+#[derive(Debug, Default)]
+pub struct StageClasses(pub Vec<&'static str>);
+
+impl Serialize for StageClasses {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for k in &self.0 {
+            m.serialize_entry(k, stage_class(k))?;
+        }
+        m.end()
+    }
+}
+
+/// The line printed when a connection ends (JSON only): its totals.
+#[derive(Debug, Serialize)]
+pub struct CloseRecord {
+    pub record: &'static str,
+    pub time: String,
+    pub conn_id: u64,
+    pub pid: u32,
+    /// request/response exchanges after the handshake (HTTP/1.x: requests)
+    pub exchanges: u32,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_ns: Option<u64>,
+}
+
 fn addr(family: u16, bytes: &[u8; 16], port: u16) -> String {
     let ip = if family == 10 {
         IpAddr::V6(Ipv6Addr::from(*bytes))
@@ -115,6 +160,17 @@ fn span(a: u64, b: u64) -> Option<u64> {
     (a != 0 && b != 0 && b >= a).then(|| b - a)
 }
 
+/// Waiting for a message that may have arrived before the server looked (then the wait
+/// is 0 and the queue starts when the server could have read it): (wait, queue).
+fn wait_and_queue(from: u64, arrive: u64, read: u64) -> (Option<u64>, Option<u64>) {
+    if arrive != 0 && read != 0 {
+        let arrive = arrive.max(from);
+        (span(from, arrive), span(arrive, read))
+    } else {
+        (span(from, read), None)
+    }
+}
+
 /// Cut the connection's timeline into stages (only those that happened).
 pub fn stages(c: &Conn) -> Stages {
     let mut out = Vec::new();
@@ -126,26 +182,36 @@ pub fn stages(c: &Conn) -> Stages {
     use abi::{FL_C1, FL_C2, FL_S1};
     let end = c.t_hs_done;
     push("accept_queue", span(c.t_est, c.t_accept));
-    // a message that arrived before accept() waited 0 for the client: it was queued
-    let read_ch = c.t_first[FL_C1];
-    if c.t_arrive[FL_C1] != 0 && read_ch != 0 {
-        let arrive = c.t_arrive[FL_C1].max(c.t_accept);
-        push("wait_client_hello", span(c.t_accept, arrive));
-        push("client_hello_queue", span(arrive, read_ch));
+    // the first request: after the handshake, or from accept() on a plain-text stream
+    let request_from = if c.outcome == abi::OUTCOME_NOT_TLS {
+        c.t_accept
     } else {
-        push("wait_client_hello", span(c.t_accept, read_ch));
+        end
+    };
+    let request = |push: &mut dyn FnMut(&'static str, Option<u64>)| {
+        let (wait, queue) = wait_and_queue(request_from, c.t_req_arrive, c.t_req_read);
+        push("wait_request", wait);
+        push("request_queue", queue);
+        push("response", span(c.t_req_read, c.t_resp_last));
+    };
+    if c.outcome == abi::OUTCOME_NOT_TLS {
+        request(&mut push);
+        return Stages(out);
     }
+    let read_ch = c.t_first[FL_C1];
+    let (wait, queue) = wait_and_queue(c.t_accept, c.t_arrive[FL_C1], read_ch);
+    push("wait_client_hello", wait);
+    push("client_hello_queue", queue);
     let sent_s1 = c.t_last[FL_S1];
     push("server_flight_1", span(read_ch, sent_s1));
     let read_c2 = c.t_first[FL_C2];
-    if c.t_arrive[FL_C2] != 0 && read_c2 != 0 {
-        let arrive = c.t_arrive[FL_C2].max(sent_s1);
-        push("wait_client_flight_2", span(sent_s1, arrive));
-        push("client_flight_2_queue", span(arrive, read_c2));
-    } else {
-        push("wait_client_flight_2", span(sent_s1, read_c2));
-    }
+    let (wait, queue) = wait_and_queue(sent_s1, c.t_arrive[FL_C2], read_c2);
+    push("wait_client_flight_2", wait);
+    push("client_flight_2_queue", queue);
     push("server_flight_2", span(read_c2, end));
+    if end != 0 {
+        request(&mut push);
+    }
     Stages(out)
 }
 
@@ -174,6 +240,7 @@ fn failure_name(f: u8) -> &'static str {
         abi::FAIL_NOT_TLS => "not_tls",
         abi::FAIL_SERVER_CLOSED => "server_closed",
         abi::FAIL_SERVER_EXITED => "server_exited",
+        abi::FAIL_TIMEOUT => "timeout",
         _ => "unknown",
     }
 }
@@ -255,7 +322,9 @@ impl Hellos {
 }
 
 /// Build the printed record from the kernel's record and the hellos captured for it.
-pub fn build(c: &Conn, hellos: Hellos, clock: &Clock) -> Record {
+/// `plain_port`: the connection's local address has never carried TLS, so a stream that
+/// is not TLS is plain text (HTTP) rather than a failed TLS connection.
+pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Record {
     let mut notes = Vec::new();
     let ch = hellos.client.and_then(|r| {
         if r.is_err() {
@@ -272,12 +341,14 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock) -> Record {
     if ch.as_ref().is_some_and(|h| h.truncated) {
         notes.push("client_hello_truncated");
     }
-    if c.flags & abi::F_DESYNC != 0 && c.failure != abi::FAIL_NOT_TLS {
+    let not_tls = c.outcome == abi::OUTCOME_NOT_TLS;
+    if c.flags & abi::F_DESYNC != 0 && !not_tls {
         notes.push("record_stream_desync");
     }
     let done = c.outcome == abi::OUTCOME_DONE;
+    let plain = not_tls && plain_port;
     // a hello that was on the wire (its flight completed a record) but not captured
-    let tls = c.failure != abi::FAIL_NOT_TLS;
+    let tls = !not_tls;
     if tls && ch.is_none() && c.t_first[abi::FL_C1] != 0 {
         notes.push("client_hello_missing");
     }
@@ -299,7 +370,9 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock) -> Record {
         }
         _ => false,
     };
-    let kind = if !done {
+    let kind = if plain {
+        "plain"
+    } else if !done {
         "failed"
     } else if resumed {
         "resumed"
@@ -319,14 +392,21 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock) -> Record {
         (_, Some(0x0304)) if done && offered.len() == 1 => offered.first().cloned(),
         _ => None,
     };
+    let failure = match (done || plain, not_tls) {
+        (true, _) => None,
+        (false, true) => Some("not_tls"),
+        (false, false) => Some(failure_name(c.failure)),
+    };
+    let stages_ns = stages(c);
     Record {
+        record: "connection",
         time: clock.rfc3339(c.t_end),
         conn_id: c.conn_id,
         pid: c.tgid,
         comm: c_str(&c.comm),
         local: addr(c.family, &c.saddr, c.sport),
         peer: addr(c.family, &c.daddr, c.dport),
-        protocol: "tls",
+        protocol: if plain { "plain" } else { "tls" },
         tls_version: version.and_then(tls::version_name),
         cipher: sh.as_ref().map(|s| tls::cipher_label(s.cipher)),
         sni: ch.as_ref().and_then(|h| h.sni.clone()),
@@ -340,9 +420,10 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock) -> Record {
         resumption_offered: ch.as_ref().is_some_and(|h| h.offers_resumption()),
         resumption,
         handshake_ns: done.then(|| span(c.t_accept, c.t_hs_done)).flatten(),
-        stages_ns: stages(c),
-        failure: (!done).then(|| failure_name(c.failure)),
-        failed_in: (!done).then(|| failed_in(c)),
+        stage_classes: StageClasses(stages_ns.0.iter().map(|(k, _)| *k).collect()),
+        stages_ns,
+        failed_in: failure.map(|_| failed_in(c)),
+        failure,
         alert: (c.alert_level != 0).then_some(Alert {
             from: if c.alert_dir as u32 == abi::DIR_OUT {
                 "server"
@@ -417,14 +498,19 @@ impl Record {
     }
 }
 
-/// Joins hellos with their connection's record. Hellos arrive first; a connection
-/// whose record never comes (evicted, lost) is forgotten oldest-first past `cap`.
+/// Joins hellos with their connection's record, and remembers which local addresses
+/// carry TLS. Hellos arrive first; a connection whose record never comes (evicted, lost)
+/// is forgotten oldest-first past `cap`.
 pub struct Assembler {
     hellos: HashMap<u64, Hellos>,
     order: VecDeque<u64>,
     cap: usize,
+    tls_addrs: HashSet<String>,
     pub hellos_unmatched: u64,
 }
+
+/// Local addresses remembered as carrying TLS (one per listening socket in practice).
+const MAX_TLS_ADDRS: usize = 4096;
 
 impl Assembler {
     pub fn new(cap: usize) -> Assembler {
@@ -432,6 +518,7 @@ impl Assembler {
             hellos: HashMap::new(),
             order: VecDeque::new(),
             cap,
+            tls_addrs: HashSet::new(),
             hellos_unmatched: 0,
         }
     }
@@ -459,7 +546,28 @@ impl Assembler {
             let live = &self.hellos;
             self.order.retain(|id| live.contains_key(id));
         }
-        build(c, hellos, clock)
+        let local = addr(c.family, &c.saddr, c.sport);
+        let plain_port = !self.tls_addrs.contains(&local);
+        if c.outcome != abi::OUTCOME_NOT_TLS
+            && c.rec_types[abi::FL_C1] != 0
+            && self.tls_addrs.len() < MAX_TLS_ADDRS
+        {
+            self.tls_addrs.insert(local);
+        }
+        build(c, hellos, clock, plain_port)
+    }
+
+    pub fn close(&self, c: &Close, clock: &Clock) -> CloseRecord {
+        CloseRecord {
+            record: "close",
+            time: clock.rfc3339(c.t_close),
+            conn_id: c.conn_id,
+            pid: c.tgid,
+            exchanges: c.exchanges,
+            bytes_in: c.bytes_in,
+            bytes_out: c.bytes_out,
+            duration_ns: span(c.t_accept, c.t_close),
+        }
     }
 
     pub fn pending(&self) -> usize {
@@ -530,7 +638,7 @@ mod tests {
         c.t_first[abi::FL_C2] = 0;
         c.t_hs_done = 0;
         c.fail_flight = abi::FL_S1 as u8 + 1;
-        let r = build(&c, Hellos::default(), &Clock::new());
+        let r = build(&c, Hellos::default(), &Clock::new(), false);
         assert_eq!(r.kind, "failed");
         assert_eq!(r.failure, Some("client_closed"));
         assert_eq!(r.failed_in, Some("wait_client_flight_2"));

@@ -2,7 +2,7 @@
 //! connection, and account for every connection at exit.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashSet},
+    collections::{BTreeMap, BTreeSet, HashSet, VecDeque},
     io::{self, Write},
     time::Duration,
 };
@@ -17,7 +17,7 @@ use tokio::io::unix::AsyncFd;
 use crate::{
     abi::{self, Conn, Hello},
     preflight, probes,
-    record::{Assembler, Clock, Record},
+    record::{Assembler, Clock},
     targets::{self, Selector},
 };
 
@@ -27,6 +27,15 @@ pub enum Format {
     Json,
 }
 
+/// What the sweep found: records the kernel will not send.
+enum Swept {
+    Conn(Conn),
+    Close(abi::Close),
+}
+
+/// A response is complete when the server reads again, or after this long without.
+const RESPONSE_IDLE: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone)]
 pub struct Options {
     pub selector: Selector,
@@ -34,6 +43,9 @@ pub struct Options {
     pub duration: Option<Duration>,
     pub uprobes: bool,
     pub max_conns: u32,
+    /// A connection idle this long is reported as it stands (failed: timeout, if its
+    /// handshake never completed).
+    pub idle_timeout: Duration,
 }
 
 fn monotonic_ns() -> u64 {
@@ -50,6 +62,109 @@ fn monotonic_ns() -> u64 {
 #[derive(Default)]
 struct Totals {
     by_kind: BTreeMap<String, u64>,
+    /// kernel records of connections the sweep had already reported
+    duplicates: u64,
+}
+
+/// Turns ring-buffer records (and the sweep's) into printed lines.
+struct Output<W: Write> {
+    format: Format,
+    asm: Assembler,
+    clock: Clock,
+    totals: Totals,
+    /// connections reported by the sweep, so a late kernel record is not printed twice
+    swept: HashSet<u64>,
+    swept_order: VecDeque<u64>,
+    cap: usize,
+    out: io::BufWriter<W>,
+}
+
+impl<W: Write> Output<W> {
+    fn new(format: Format, cap: usize, w: W) -> Self {
+        Output {
+            format,
+            asm: Assembler::new(cap),
+            clock: Clock::new(),
+            totals: Totals::default(),
+            swept: HashSet::new(),
+            swept_order: VecDeque::new(),
+            cap,
+            out: io::BufWriter::new(w),
+        }
+    }
+
+    fn line<T: serde::Serialize>(&mut self, rec: &T, text: Option<String>) -> io::Result<()> {
+        match (self.format, text) {
+            (Format::Json, _) => {
+                serde_json::to_writer(&mut self.out, rec).map_err(io::Error::other)?
+            }
+            (Format::Text, Some(t)) => self.out.write_all(t.as_bytes())?,
+            (Format::Text, None) => return Ok(()),
+        }
+        self.out.write_all(b"\n")
+    }
+
+    fn conn(&mut self, c: &Conn) -> io::Result<()> {
+        if self.swept.contains(&c.conn_id) {
+            self.totals.duplicates += 1;
+            return Ok(());
+        }
+        let rec = self.asm.conn(c, &self.clock);
+        *self.totals.by_kind.entry(rec.kind.to_string()).or_default() += 1;
+        let text = rec.text();
+        self.line(&rec, Some(text))
+    }
+
+    /// Close lines are JSON only: text mode shows one line per connection.
+    fn close(&mut self, c: &abi::Close) -> io::Result<()> {
+        let rec = self.asm.close(c, &self.clock);
+        self.line(&rec, None)
+    }
+
+    fn swept(&mut self, s: Swept) -> io::Result<()> {
+        match s {
+            Swept::Conn(c) => {
+                self.conn(&c)?;
+                if self.swept_order.len() >= self.cap {
+                    if let Some(old) = self.swept_order.pop_front() {
+                        self.swept.remove(&old);
+                    }
+                }
+                self.swept.insert(c.conn_id);
+                self.swept_order.push_back(c.conn_id);
+                Ok(())
+            }
+            Swept::Close(c) => self.close(&c),
+        }
+    }
+
+    fn drain(&mut self, ring: &mut RingBuf<MapData>) -> io::Result<()> {
+        while let Some(item) = ring.next() {
+            match abi::record_kind(&item) {
+                Some(abi::REC_HELLO) => {
+                    if let Some(h) = abi::read_record::<Hello>(&item) {
+                        self.asm.hello(&h);
+                    }
+                }
+                Some(abi::REC_CONN) => {
+                    if let Some(c) = abi::read_record::<Conn>(&item) {
+                        self.conn(&c)?;
+                    }
+                }
+                Some(abi::REC_CLOSE) => {
+                    if let Some(c) = abi::read_record::<abi::Close>(&item) {
+                        self.close(&c)?;
+                    }
+                }
+                _ => log::warn!("unknown record kind in the ring buffer"),
+            }
+        }
+        self.flush()
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
 }
 
 pub struct Tracer {
@@ -130,14 +245,17 @@ impl Tracer {
     }
 
     /// Follow the selection: trace new processes (new workers after a reload), forget
-    /// exited ones. Returns the records of connections their exit left behind.
-    pub fn rescan(&mut self) -> Vec<Conn> {
+    /// exited ones (returned).
+    pub fn rescan(&mut self) -> Vec<u32> {
         let mut gone = Vec::new();
         let want = targets::resolve(&self.opts.selector);
         for pid in &want {
             if self.tgids.get(pid, 0).is_err() {
                 if let Err(e) = self.tgids.insert(pid, 1, 0) {
-                    log::warn!("cannot trace pid {pid}: {e} (more than --max-processes?)");
+                    log::warn!(
+                        "cannot trace pid {pid}: {e} (more than {} processes?)",
+                        abi::MAX_TGIDS
+                    );
                 }
             }
         }
@@ -154,16 +272,16 @@ impl Tracer {
                 self.attach_ssl(*pid);
             }
         }
-        if gone.is_empty() {
-            Vec::new()
-        } else {
-            self.sweep_exited(&gone)
-        }
+        gone
     }
 
-    /// Connections of exited servers that the kernel never saw closed: send their
-    /// records from here, so none is lost without a word.
-    fn sweep_exited(&mut self, gone: &[u32]) -> Vec<Conn> {
+    /// Connections the kernel has not reported and will not soon: those of servers that
+    /// exited without closing them (reported and forgotten, with their close), and those
+    /// idle too long (reported, then only counted by the kernel until they close). A
+    /// response is complete when the server reads again; one whose server does not (it
+    /// handed the connection back to an event loop) is reported once it has been idle
+    /// for RESPONSE_IDLE.
+    fn sweep(&mut self, gone: &[u32]) -> Vec<Swept> {
         let Some(map) = self.bpf.map_mut("conns") else {
             return Vec::new();
         };
@@ -171,29 +289,68 @@ impl Tracer {
             return Vec::new();
         };
         let now = monotonic_ns();
+        let idle_limit = self.opts.idle_timeout.as_nanos() as u64;
+        let response_idle = RESPONSE_IDLE.min(self.opts.idle_timeout).as_nanos() as u64;
         let mut out = Vec::new();
-        let mut stale = Vec::new();
+        let mut exited = Vec::new();
+        let mut idle = Vec::new();
         for (sk, state) in conns.iter().filter_map(|e| e.ok()) {
             let Some(mut c) = abi::read_record::<Conn>(&state) else {
                 continue;
             };
-            if !gone.contains(&c.tgid) {
+            let unreported = state[abi::CONN_EMITTED_OFFSET] == 0;
+            let last = [c.t_accept, c.t_hs_done, c.t_req_read, c.t_resp_last]
+                .into_iter()
+                .chain(c.t_last)
+                .max()
+                .unwrap_or(0);
+            let quiet = now.saturating_sub(last);
+            let exit = gone.contains(&c.tgid);
+            let expired = unreported
+                && (quiet >= idle_limit || (c.phase == abi::PH_RESPONSE && quiet >= response_idle));
+            if !exit && !expired {
                 continue;
             }
-            stale.push(sk);
-            if state[abi::CONN_EMITTED_OFFSET] == 0 {
+            if unreported {
                 c.t_end = now;
-                if c.t_hs_done != 0 {
-                    c.outcome = abi::OUTCOME_DONE;
+                c.outcome = if state[abi::CONN_NOT_TLS_OFFSET] != 0 {
+                    abi::OUTCOME_NOT_TLS
+                } else if c.phase != abi::PH_HANDSHAKE {
+                    abi::OUTCOME_DONE
                 } else {
-                    c.outcome = abi::OUTCOME_FAILED;
-                    c.failure = abi::FAIL_SERVER_EXITED;
-                }
-                out.push(c);
+                    c.failure = if exit {
+                        abi::FAIL_SERVER_EXITED
+                    } else {
+                        abi::FAIL_TIMEOUT
+                    };
+                    abi::OUTCOME_FAILED
+                };
+                out.push(Swept::Conn(c));
+            }
+            if exit {
+                exited.push(sk);
+                out.push(Swept::Close(abi::Close {
+                    rec: abi::REC_CLOSE,
+                    tgid: c.tgid,
+                    conn_id: c.conn_id,
+                    t_accept: c.t_accept,
+                    t_close: now,
+                    bytes_in: c.bytes_in,
+                    bytes_out: c.bytes_out,
+                    ..Default::default()
+                }));
+            } else {
+                idle.push((sk, state));
             }
         }
-        for sk in stale {
+        for sk in exited {
             let _ = conns.remove(&sk);
+        }
+        // reported here: the kernel only counts bytes and exchanges from now on
+        for (sk, mut state) in idle {
+            state[abi::CONN_EMITTED_OFFSET] = 1;
+            state[abi::CONN_PHASE_OFFSET] = abi::PH_DONE;
+            let _ = conns.insert(sk, state, 0);
         }
         out
     }
@@ -235,12 +392,13 @@ impl Tracer {
         let mut ring =
             unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
                 .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))?;
-        let clock = Clock::new();
-        let mut asm = Assembler::new(self.opts.max_conns as usize);
-        let mut totals = Totals::default();
         let stdout = io::stdout();
-        let mut out = io::BufWriter::new(stdout.lock());
-        let mut rescan = tokio::time::interval(Duration::from_secs(1));
+        let mut out = Output::new(
+            self.opts.format,
+            self.opts.max_conns as usize,
+            stdout.lock(),
+        );
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
         let deadline = self.opts.duration.map(|d| tokio::time::Instant::now() + d);
         let stop = async move {
             match deadline {
@@ -249,60 +407,27 @@ impl Tracer {
             }
         };
         tokio::pin!(stop);
-        let format = self.opts.format;
-        let emit = |rec: Record, totals: &mut Totals, out: &mut dyn Write| -> io::Result<()> {
-            *totals.by_kind.entry(rec.kind.to_string()).or_default() += 1;
-            match format {
-                Format::Json => serde_json::to_writer(&mut *out, &rec).map_err(io::Error::other)?,
-                Format::Text => out.write_all(rec.text().as_bytes())?,
-            }
-            out.write_all(b"\n")
-        };
-        let drain = |ring: &mut RingBuf<MapData>,
-                     asm: &mut Assembler,
-                     totals: &mut Totals,
-                     out: &mut dyn Write|
-         -> io::Result<()> {
-            while let Some(item) = ring.next() {
-                match abi::record_kind(&item) {
-                    Some(abi::REC_HELLO) => {
-                        if let Some(h) = abi::read_record::<Hello>(&item) {
-                            asm.hello(&h);
-                        }
-                    }
-                    Some(abi::REC_CONN) => {
-                        if let Some(c) = abi::read_record::<Conn>(&item) {
-                            let rec = asm.conn(&c, &clock);
-                            emit(rec, totals, out)?;
-                        }
-                    }
-                    _ => log::warn!("unknown record kind in the ring buffer"),
-                }
-            }
-            out.flush()
-        };
         let res: Result<()> = loop {
-            tokio::select! {
+            let step = tokio::select! {
                 guard = ring.readable_mut() => {
                     let mut guard = guard?;
-                    if let Err(e) = drain(guard.get_inner_mut(), &mut asm, &mut totals, &mut out) {
-                        break Err(e.into());
-                    }
+                    let r = out.drain(guard.get_inner_mut());
                     guard.clear_ready();
+                    r
                 }
-                _ = rescan.tick() => {
-                    let left = self.rescan();
-                    let res = left.iter().try_for_each(|c| emit(asm.conn(c, &clock), &mut totals, &mut out));
-                    if let Err(e) = res.and_then(|_| out.flush()) {
-                        break Err(e.into());
-                    }
+                _ = tick.tick() => {
+                    let gone = self.rescan();
+                    self.sweep(&gone).into_iter().try_for_each(|s| out.swept(s)).and_then(|_| out.flush())
                 }
                 _ = tokio::signal::ctrl_c() => break Ok(()),
                 _ = &mut stop => break Ok(()),
+            };
+            if let Err(e) = step {
+                break Err(e.into());
             }
         };
         // the records already in the ring buffer
-        let _ = drain(ring.get_mut(), &mut asm, &mut totals, &mut out);
+        let _ = out.drain(ring.get_mut());
         if let Err(e) = &res {
             if e.downcast_ref::<io::Error>()
                 .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
@@ -310,12 +435,13 @@ impl Tracer {
                 return Ok(());
             }
         }
-        self.report(&totals, &asm);
+        self.report(&out);
         res
     }
 
     /// Totals on stderr: what was printed, and every connection that was not.
-    fn report(&self, totals: &Totals, asm: &Assembler) {
+    fn report<W: Write>(&self, out: &Output<W>) {
+        let (totals, asm) = (&out.totals, &out.asm);
         let printed: u64 = totals.by_kind.values().sum();
         let kinds: Vec<String> = totals
             .by_kind

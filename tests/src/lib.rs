@@ -84,6 +84,33 @@ pub fn make_cert(dir: &Path, bits: u32) -> (PathBuf, PathBuf) {
     (cert, key)
 }
 
+/// What the tests need of a server under test.
+pub trait Server {
+    /// the TLS port
+    fn port(&self) -> u16;
+    /// where its files, logs and the clients' session files go
+    fn dir(&self) -> &Path;
+    fn master_pid(&self) -> u32;
+    /// the processes that accept connections
+    fn worker_pids(&self) -> BTreeSet<u32> {
+        children(self.master_pid())
+    }
+    fn comm(&self) -> &'static str;
+    /// from the server's own access log: was each TLS request's session resumed?
+    fn resumed_log(&self) -> Vec<bool>;
+}
+
+/// Lines of an access log written with the format "remote-port protocol reused",
+/// for requests that came over TLS: `reused_word` marks a resumed session.
+fn resumed_from_log(path: &Path, reused_word: &str) -> Vec<bool> {
+    let log = fs::read_to_string(path).unwrap_or_default();
+    log.lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .filter(|f| f.len() > 2 && f[1].starts_with("TLS"))
+        .map(|f| f[2] == reused_word)
+        .collect()
+}
+
 /// A throwaway nginx (Debian package) on 127.0.0.1: own prefix, self-signed cert,
 /// shared session cache and tickets on, TLS 1.2 and 1.3.
 pub struct Nginx {
@@ -161,13 +188,135 @@ http {{
         });
         n
     }
+}
 
-    pub fn master_pid(&self) -> u32 {
+impl Server for Nginx {
+    fn port(&self) -> u16 {
+        self.port
+    }
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+    fn master_pid(&self) -> u32 {
         self.child.id()
     }
+    fn comm(&self) -> &'static str {
+        "nginx"
+    }
+    fn resumed_log(&self) -> Vec<bool> {
+        resumed_from_log(&self.dir.join("access.log"), "r")
+    }
+}
 
-    pub fn worker_pids(&self) -> BTreeSet<u32> {
-        children(self.master_pid())
+/// A throwaway Apache httpd (Debian apache2: event MPM, mod_ssl) on 127.0.0.1, one child
+/// process with worker threads, shared session cache and tickets on.
+pub struct Apache {
+    pub dir: PathBuf,
+    pub port: u16,
+    pub plain_port: u16,
+    child: Child,
+}
+
+impl Apache {
+    pub fn start(name: &str) -> Apache {
+        let dir = work_dir(name);
+        let (cert, key) = make_cert(&dir, 2048);
+        let (port, plain_port) = (free_port(), free_port());
+        let www = dir.join("www");
+        fs::create_dir_all(&www).unwrap();
+        fs::write(www.join("index.html"), "ok\n").unwrap();
+        // the workers run as www-data: let them read the document root
+        let _ = Command::new("chmod")
+            .args(["-R", "a+rX"])
+            .arg(&dir)
+            .status();
+        let d = dir.display();
+        let m = "/usr/lib/apache2/modules";
+        let conf = format!(
+            r#"ServerName demo.test
+DefaultRuntimeDir {d}
+PidFile {d}/httpd.pid
+ErrorLog {d}/error.log
+LogLevel info
+User www-data
+Group www-data
+Listen 127.0.0.1:{port}
+Listen 127.0.0.1:{plain_port}
+LoadModule mpm_event_module {m}/mod_mpm_event.so
+LoadModule authz_core_module {m}/mod_authz_core.so
+LoadModule socache_shmcb_module {m}/mod_socache_shmcb.so
+LoadModule ssl_module {m}/mod_ssl.so
+StartServers 1
+ServerLimit 1
+ThreadsPerChild 8
+MaxRequestWorkers 8
+LogFormat "%{{remote}}p %{{SSL_PROTOCOL}}x %{{SSL_SESSION_RESUMED}}x" hs
+CustomLog {d}/access.log hs
+DocumentRoot {d}/www
+<Directory {d}/www>
+    Require all granted
+</Directory>
+SSLSessionCache shmcb:{d}/ssl_scache(512000)
+SSLSessionTickets on
+SSLProtocol -all +TLSv1.2 +TLSv1.3
+<VirtualHost 127.0.0.1:{port}>
+    SSLEngine on
+    SSLCertificateFile {cert}
+    SSLCertificateKeyFile {key}
+</VirtualHost>
+"#,
+            cert = cert.display(),
+            key = key.display()
+        );
+        fs::write(dir.join("httpd.conf"), conf).unwrap();
+        let child = Command::new("apache2")
+            .arg("-f")
+            .arg(dir.join("httpd.conf"))
+            .arg("-DFOREGROUND")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("apache2 (apt-get install apache2; `cargo xtask setup` does it)");
+        let a = Apache {
+            dir,
+            port,
+            plain_port,
+            child,
+        };
+        wait_for("apache to listen", Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        wait_for("apache's child", Duration::from_secs(10), || {
+            !a.worker_pids().is_empty()
+        });
+        a
+    }
+}
+
+impl Server for Apache {
+    fn port(&self) -> u16 {
+        self.port
+    }
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+    fn master_pid(&self) -> u32 {
+        self.child.id()
+    }
+    fn comm(&self) -> &'static str {
+        "apache2"
+    }
+    fn resumed_log(&self) -> Vec<bool> {
+        resumed_from_log(&self.dir.join("access.log"), "Resumed")
+    }
+}
+
+impl Drop for Apache {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) on our own child
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
     }
 }
 

@@ -1,7 +1,7 @@
 //! The tracer core against a real nginx and real openssl clients, in the real kernel.
 //! Root only; run with `cargo xtask test` (which runs these one at a time).
 
-use std::{process::Command, thread, time::Duration};
+use std::{collections::BTreeSet, process::Command, thread, time::Duration};
 
 use hstrace_tests::*;
 use serde_json::Value;
@@ -53,9 +53,9 @@ const fn failed(what: &'static str, failure: &'static str) -> Expect {
 }
 
 /// Drive the six handshake kinds and three failures; returns what each must look like.
-fn drive_all_kinds(nginx: &Nginx) -> Vec<Expect> {
-    let port = nginx.port;
-    let s = |f: &str| nginx.dir.join(f).display().to_string();
+fn drive_all_kinds(server: &dyn Server) -> Vec<Expect> {
+    let port = server.port();
+    let s = |f: &str| server.dir().join(f).display().to_string();
     let (id12, tk12, ps13) = (s("id12.sess"), s("tk12.sess"), s("ps13.sess"));
     let tls12 = ["-tls1_2", "-cipher", TLS12_CIPHER];
     let tls13 = ["-tls1_3", "-ciphersuites", TLS13_SUITE];
@@ -136,19 +136,19 @@ fn drive_all_kinds(nginx: &Nginx) -> Vec<Expect> {
     ]
 }
 
-fn check_record(r: &Value, e: &Expect, nginx: &Nginx, hs_done_from: &str) {
+fn check_record(r: &Value, e: &Expect, server: &dyn Server, hs_done_from: &str) {
     let ctx = format!("{}: {r}", e.what);
     assert_eq!(str_field(r, "kind"), Some(e.kind), "kind, {ctx}");
     assert_eq!(str_field(r, "protocol"), Some("tls"), "{ctx}");
-    assert_eq!(str_field(r, "comm"), Some("nginx"), "{ctx}");
+    assert_eq!(str_field(r, "comm"), Some(server.comm()), "{ctx}");
     let pid = r["pid"].as_u64().unwrap() as u32;
     assert!(
-        nginx.worker_pids().contains(&pid),
-        "pid {pid} is not an nginx worker, {ctx}"
+        server.worker_pids().contains(&pid),
+        "pid {pid} is not a worker, {ctx}"
     );
     assert_eq!(
         str_field(r, "local"),
-        Some(format!("127.0.0.1:{}", nginx.port).as_str()),
+        Some(format!("127.0.0.1:{}", server.port()).as_str()),
         "{ctx}"
     );
     assert!(
@@ -210,13 +210,12 @@ fn check_record(r: &Value, e: &Expect, nginx: &Nginx, hs_done_from: &str) {
     }
 }
 
-fn six_kinds(name: &str, extra: &[&str], hs_done_from: &str) {
-    let nginx = Nginx::start(name, 2);
-    let master = nginx.master_pid().to_string();
+fn six_kinds(server: &dyn Server, extra: &[&str], hs_done_from: &str) {
+    let master = server.master_pid().to_string();
     let mut args = vec!["--pid", master.as_str()];
     args.extend_from_slice(extra);
     let tracer = Hstrace::start(&args);
-    let expect = drive_all_kinds(&nginx);
+    let expect = drive_all_kinds(server);
     let out = tracer.stop();
     assert!(out.success, "hstrace failed:\n{}", out.stderr);
     let listing: Vec<String> = out.records.iter().map(Value::to_string).collect();
@@ -227,7 +226,7 @@ fn six_kinds(name: &str, extra: &[&str], hs_done_from: &str) {
         listing.join("\n")
     );
     for (r, e) in out.records.iter().zip(&expect) {
-        check_record(r, e, &nginx, hs_done_from);
+        check_record(r, e, server, hs_done_from);
     }
     // one close line per connection: one exchange (HTTP/1.0) when the handshake completed
     assert_eq!(out.closes.len(), expect.len(), "{:?}", out.closes);
@@ -237,7 +236,7 @@ fn six_kinds(name: &str, extra: &[&str], hs_done_from: &str) {
             .iter()
             .find(|c| c["conn_id"] == r["conn_id"])
             .expect("its close line");
-        // (nginx answers plain HTTP on its TLS port with a 400: one exchange)
+        // (the servers answer plain HTTP on their TLS port with a 400: one exchange)
         let want = if e.kind != "failed" || e.failure == Some("not_tls") {
             1
         } else {
@@ -259,31 +258,88 @@ fn six_kinds(name: &str, extra: &[&str], hs_done_from: &str) {
         "{}",
         out.stderr
     );
-    // nginx's own view of each completed handshake agrees on resumption
-    let log = std::fs::read_to_string(nginx.dir.join("access.log")).unwrap();
-    let reused: Vec<bool> = log
-        .lines()
-        .map(|l| l.split(' ').collect::<Vec<_>>())
-        .filter(|f| f.len() > 2 && f[1].starts_with("TLS"))
-        .map(|f| f[2] == "r")
-        .collect();
+    // the server's own view of each completed handshake agrees on resumption, 100 %
+    let reused = server.resumed_log();
     let traced: Vec<bool> = out
         .records
         .iter()
         .filter(|r| r["kind"] != "failed")
         .map(|r| r["kind"] == "resumed")
         .collect();
-    assert_eq!(traced, reused, "kind vs nginx $ssl_session_reused:\n{log}");
+    assert_eq!(
+        traced, reused,
+        "kind vs the server's own log of session reuse"
+    );
 }
 
 #[test]
 fn six_handshake_kinds_and_failures_with_uprobes() {
-    six_kinds("kinds-uprobes", &[], "ssl");
+    six_kinds(&Nginx::start("kinds-uprobes", 2), &[], "ssl");
+}
+
+/// Apache: one blocking SSL_do_handshake call spans the whole handshake; the wire events
+/// inside it must still split the stages.
+#[test]
+fn apache_six_handshake_kinds_and_failures() {
+    six_kinds(&Apache::start("apache-kinds"), &[], "ssl");
+}
+
+#[test]
+fn apache_wire_only() {
+    six_kinds(&Apache::start("apache-wire"), &["--no-uprobes"], "wire");
 }
 
 #[test]
 fn six_handshake_kinds_and_failures_wire_only() {
-    six_kinds("kinds-wire", &["--no-uprobes"], "wire");
+    six_kinds(&Nginx::start("kinds-wire", 2), &["--no-uprobes"], "wire");
+}
+
+/// `nginx -s reload` while tracing: the new workers are traced (uprobes too), nothing
+/// crashes, nothing is counted twice.
+#[test]
+fn nginx_reload_while_tracing() {
+    let nginx = Nginx::start("reload", 2);
+    let master = nginx.master_pid().to_string();
+    let tracer = Hstrace::start(&["--pid", &master]);
+    let old = nginx.worker_pids();
+    for _ in 0..5 {
+        assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLSv1.3"));
+    }
+    // SAFETY: plain kill(2): SIGHUP is nginx's reload
+    unsafe { libc::kill(nginx.master_pid() as i32, libc::SIGHUP) };
+    let start = std::time::Instant::now();
+    while nginx.worker_pids().intersection(&old).count() > 0 || nginx.worker_pids().len() != 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "nginx did not replace its workers"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    let new = nginx.worker_pids();
+    // the once-a-second scan attaches the uprobes to the new workers
+    thread::sleep(Duration::from_millis(1500));
+    for _ in 0..5 {
+        assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLSv1.3"));
+    }
+    let out = tracer.stop();
+    assert!(out.success, "{}", out.stderr);
+    assert_eq!(out.records.len(), 10, "{:?}", out.records);
+    let ids: BTreeSet<u64> = out
+        .records
+        .iter()
+        .map(|r| r["conn_id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 10, "a connection reported twice");
+    for (i, r) in out.records.iter().enumerate() {
+        let pid = r["pid"].as_u64().unwrap() as u32;
+        let workers = if i < 5 { &old } else { &new };
+        assert!(
+            workers.contains(&pid),
+            "record {i} from pid {pid}, not {workers:?}: {r}"
+        );
+        assert_eq!(str_field(r, "kind"), Some("full"), "{r}");
+        assert_eq!(str_field(r, "hs_done_from"), Some("ssl"), "{r}");
+    }
 }
 
 /// A ClientHello that reaches the server a few bytes at a time: the server's reads cut the

@@ -26,6 +26,7 @@ const PACKAGES: &[&str] = &[
     "nginx",
     "openssl",
     "util-linux",
+    "apache2",
     "gcc",
     "libssl-dev",
 ];

@@ -124,8 +124,13 @@ pub struct Nginx {
 
 impl Nginx {
     pub fn start(name: &str, workers: u32) -> Nginx {
+        Nginx::start_with_key(name, workers, 2048)
+    }
+
+    /// With an RSA certificate of `rsa_bits`.
+    pub fn start_with_key(name: &str, workers: u32, rsa_bits: u32) -> Nginx {
         let dir = work_dir(name);
-        let (cert, key) = make_cert(&dir, 2048);
+        let (cert, key) = make_cert(&dir, rsa_bits);
         let port = free_port();
         let plain_port = free_port();
         let d = dir.display();

@@ -1,7 +1,7 @@
 //! The stages against ground truth: a known network delay must land in the right delay
 //! stage and nowhere else. Root only; run with `cargo xtask test`.
 
-use std::time::Duration;
+use std::{process::Command, time::Duration};
 
 use hstrace_tests::*;
 use serde_json::Value;
@@ -60,4 +60,89 @@ fn known_delay_of_client_flight_2() {
 fn known_delay_of_the_request() {
     // TLS 1.2 full: ClientHello, flight 2, then (after the server's Finished) the request
     delay_lands_in(3, "wait_request");
+}
+
+/// Seconds per RSA private-key operation (sign) of `bits`, from `openssl speed` on this
+/// machine: what a server pays to sign (ECDHE, TLS 1.3) or decrypt (RSA key exchange).
+fn rsa_private_op_ms(bits: u32) -> f64 {
+    let out = Command::new("openssl")
+        .args(["speed", "-seconds", "1", &format!("rsa{bits}")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("rsa {bits} bits")))
+        .unwrap_or_else(|| panic!("no rsa{bits} line from openssl speed:\n{text}"));
+    let secs: f64 = line
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .trim_end_matches('s')
+        .parse()
+        .unwrap();
+    secs * 1e3
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Median of `stage` over `n` handshakes with these s_client arguments.
+fn median_stage(nginx: &Nginx, args: &[&str], stage: &str, n: usize) -> f64 {
+    let port = nginx.port.to_string();
+    let tracer = Hstrace::start(&["--port", &port]);
+    for _ in 0..n {
+        assert!(s_client(nginx.port, args).contains("New, TLS"));
+    }
+    let out = tracer.stop();
+    assert_eq!(out.records.len(), n, "{:?}", out.records);
+    median(out.records.iter().map(|r| stage_ms(r, stage)).collect())
+}
+
+/// A 4096-bit RSA key costs the server one slower private-key operation per full
+/// handshake. With ECDHE (and in TLS 1.3) that is the signature in the server's first
+/// flight; with RSA key exchange it is the decryption of the client's second flight. The
+/// stage that holds it must grow by what `openssl speed` says the operation costs here,
+/// within a factor of 2 either way (the server's operation includes padding and hashing
+/// speed leaves out, and the machine is shared); the other service stage must not.
+#[test]
+fn known_server_work_moves_into_the_right_stage() {
+    let expected = rsa_private_op_ms(4096) - rsa_private_op_ms(2048);
+    let small = Nginx::start_with_key("rsa2048", 1, 2048);
+    let big = Nginx::start_with_key("rsa4096", 1, 4096);
+    let cases: [(&str, &[&str], &str, &str); 3] = [
+        (
+            "TLS 1.3",
+            &["-tls1_3"],
+            "server_flight_1",
+            "server_flight_2",
+        ),
+        (
+            "TLS 1.2 ECDHE",
+            &["-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256"],
+            "server_flight_1",
+            "server_flight_2",
+        ),
+        (
+            "TLS 1.2 RSA key exchange",
+            &["-tls1_2", "-cipher", "AES128-GCM-SHA256"],
+            "server_flight_2",
+            "server_flight_1",
+        ),
+    ];
+    for (what, args, moves, stays) in cases {
+        let grew = median_stage(&big, args, moves, 9) - median_stage(&small, args, moves, 9);
+        let other = median_stage(&big, args, stays, 9) - median_stage(&small, args, stays, 9);
+        eprintln!("{what}: {moves} grew {grew:.2} ms (openssl speed: {expected:.2} ms), {stays} by {other:.2} ms");
+        assert!(
+            grew > expected / 2.0 && grew < expected * 2.0,
+            "{what}: {moves} grew {grew:.2} ms, expected {expected:.2}"
+        );
+        assert!(
+            other.abs() < expected / 4.0,
+            "{what}: {stays} moved by {other:.2} ms too"
+        );
+    }
 }

@@ -148,6 +148,19 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+/* On-CPU time of the threads that handle traced connections, by thread id. */
+struct oncpu {
+	__u64 since; /* switched in at, 0 while off CPU */
+	__u64 total; /* on CPU before that */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, HS_MAX_THREADS);
+	__type(key, __u32);
+	__type(value, struct oncpu);
+} thread_cpu SEC(".maps");
+
 /* Scratch space for a new connection (too big for the BPF stack). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -166,6 +179,20 @@ static __always_inline void count(__u32 idx)
 static __always_inline int tgid_traced(__u32 tgid)
 {
 	return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
+}
+
+/* The current thread's on-CPU time so far (it is on CPU now). The first call for a
+ * thread starts its clock at 1 ns, so differences between two calls are exact. */
+static __always_inline __u64 thread_cpu_now(__u64 now)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct oncpu *o = bpf_map_lookup_elem(&thread_cpu, &tid), fresh = { .since = now, .total = 1 };
+
+	if (!o) {
+		bpf_map_update_elem(&thread_cpu, &tid, &fresh, BPF_ANY);
+		return 1;
+	}
+	return o->total + (o->since && now > o->since ? now - o->since : 0);
 }
 
 /* Send the connection's record; from here on only bytes and exchanges are counted. */

@@ -456,6 +456,27 @@ int BPF_PROG(process_fork, struct task_struct *parent, struct task_struct *child
 	return 0;
 }
 
+/* ---- on-CPU time ------------------------------------------------------------------ */
+
+SEC("tracepoint/sched/sched_switch")
+int sched_switch(struct trace_event_raw_sched_switch *ctx)
+{
+	__u32 prev = ctx->prev_pid, next = ctx->next_pid;
+	__u64 now = bpf_ktime_get_ns();
+	struct oncpu *o;
+
+	/* only threads that handled a traced connection have an entry */
+	o = bpf_map_lookup_elem(&thread_cpu, &prev);
+	if (o && o->since) {
+		o->total += now - o->since;
+		o->since = 0;
+	}
+	o = bpf_map_lookup_elem(&thread_cpu, &next);
+	if (o)
+		o->since = now;
+	return 0;
+}
+
 /* ---- OpenSSL: SSL_do_handshake (also reached from SSL_accept) -------------------- */
 
 SEC("uprobe/SSL_do_handshake")
@@ -500,6 +521,7 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 	c->r.ssl_ns += now - sc.t_entry;
 	if (ret == 1) {
 		c->r.t_hs_done = now;
+		c->r.cpu_hs_done = thread_cpu_now(now);
 		c->r.flags |= HS_F_HS_DONE_SSL;
 		c->r.phase = HS_PH_WAIT_REQUEST;
 	}
@@ -507,9 +529,9 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 }
 
 /* the layout userspace/src/abi.rs expects */
-_Static_assert(sizeof(struct hs_conn) == 312, "hs_conn layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_conn) == 400, "hs_conn layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_close) == 56, "hs_close layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_hello) == 24 + HS_HELLO_CAP, "hs_hello layout changed: update abi.rs");
-_Static_assert(sizeof(struct conn) == 424, "conn size changed: update CONN_STATE_BYTES in abi.rs");
-_Static_assert(__builtin_offsetof(struct conn, emitted) == 409, "update CONN_EMITTED_OFFSET in abi.rs");
-_Static_assert(__builtin_offsetof(struct conn, not_tls) == 411, "update CONN_NOT_TLS_OFFSET in abi.rs");
+_Static_assert(sizeof(struct conn) == 512, "conn size changed: update CONN_STATE_BYTES in abi.rs");
+_Static_assert(__builtin_offsetof(struct conn, emitted) == 497, "update CONN_EMITTED_OFFSET in abi.rs");
+_Static_assert(__builtin_offsetof(struct conn, not_tls) == 499, "update CONN_NOT_TLS_OFFSET in abi.rs");

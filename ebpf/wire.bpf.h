@@ -51,8 +51,10 @@ static __always_inline int on_transfer(struct conn *c, __u32 dir, __u32 n, __u64
 		c->flight = f;
 		c->first_rec_done = 0;
 		c->last_arrive = 0;
-		if (dir == HS_DIR_OUT && (__u32)f < HS_FLIGHTS)
+		if (dir == HS_DIR_OUT && (__u32)f < HS_FLIGHTS) {
 			c->r.t_first[f & 3] = now;
+			c->r.cpu_first[f & 3] = thread_cpu_now(now);
+		}
 	}
 	if (dir == HS_DIR_OUT) {
 		c->r.bytes_out += n;
@@ -63,8 +65,12 @@ static __always_inline int on_transfer(struct conn *c, __u32 dir, __u32 n, __u64
 			c->last_arrive = c->arrive_pending;
 		c->arrive_pending = 0;
 	}
-	if ((__u32)f < HS_FLIGHTS)
+	if ((__u32)f < HS_FLIGHTS && c->r.phase == HS_PH_HANDSHAKE) {
 		c->r.t_last[f & 3] = now;
+		c->r.cpu_last[f & 3] = thread_cpu_now(now);
+	} else if ((__u32)f < HS_FLIGHTS) {
+		c->r.t_last[f & 3] = now;
+	}
 	return new_flight;
 }
 
@@ -165,8 +171,13 @@ static __always_inline void wire_done(struct conn *c, __u64 now)
 	c->wire_done = 1;
 	c->r.t_hs_done = now;
 	/* with uprobes on this connection, SSL_do_handshake's return says when */
-	if (!(c->r.flags & HS_F_UPROBE))
+	if (!(c->r.flags & HS_F_UPROBE)) {
 		c->r.phase = HS_PH_WAIT_REQUEST;
+		/* TLS 1.3's end is found at the next read: its last write's CPU reading */
+		c->r.cpu_hs_done = now == c->done_at && c->r.t_last[HS_FL_S2] == now
+					   ? c->r.cpu_last[HS_FL_S2]
+					   : thread_cpu_now(now);
+	}
 }
 
 /* A hello that came over several reads: the server read it into one buffer, so the
@@ -201,6 +212,7 @@ static __always_inline void on_record_end(struct conn *c, __u32 dir, __u8 type, 
 		if ((__u32)f < HS_FLIGHTS) {
 			c->r.t_first[f & 3] = now;
 			c->r.t_arrive[f & 3] = c->last_arrive;
+			c->r.cpu_first[f & 3] = thread_cpu_now(now);
 		}
 	}
 	if (dir == HS_DIR_IN && type == REC_APPDATA && c->r.phase == HS_PH_WAIT_REQUEST &&
@@ -209,6 +221,7 @@ static __always_inline void on_record_end(struct conn *c, __u32 dir, __u8 type, 
 		c->r.phase = HS_PH_REQUEST;
 		c->r.t_req_read = now;
 		c->r.t_req_arrive = c->last_arrive;
+		c->r.cpu_req_read = thread_cpu_now(now);
 		c->exchanges = 1;
 	}
 	if (c->wire_done)
@@ -275,6 +288,7 @@ static __always_inline void on_exchange(struct conn *c, __u32 dir, int new_fligh
 			c->r.phase = HS_PH_REQUEST;
 			c->r.t_req_read = now;
 			c->r.t_req_arrive = c->last_arrive;
+			c->r.cpu_req_read = thread_cpu_now(now);
 			c->exchanges = 1;
 		} else if (ph == HS_PH_DONE && new_flight && is_request(c, buf, iovcnt)) {
 			c->exchanges += 1;
@@ -285,6 +299,7 @@ static __always_inline void on_exchange(struct conn *c, __u32 dir, int new_fligh
 		if (!c->r.t_resp_first)
 			c->r.t_resp_first = now;
 		c->r.t_resp_last = now;
+		c->r.cpu_resp_last = thread_cpu_now(now);
 		c->r.phase = HS_PH_RESPONSE;
 	}
 }

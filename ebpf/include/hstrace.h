@@ -119,6 +119,14 @@ struct hs_conn {
 	__u64 t_resp_last;  /* last write before the server read again */
 	__u8 phase;         /* HS_PH_* when the record was made */
 	__u8 pad1[7];
+	/* the server thread's on-CPU time (sched_switch), read at the same moments as
+	 * t_first/t_last, t_hs_done, t_req_read and t_resp_last: differences give each
+	 * service stage's on-CPU time; 0 means not read */
+	__u64 cpu_first[HS_FLIGHTS];
+	__u64 cpu_last[HS_FLIGHTS];
+	__u64 cpu_hs_done;
+	__u64 cpu_req_read;
+	__u64 cpu_resp_last;
 };
 
 /* Where a connection is (hs_conn.phase). */

@@ -146,3 +146,74 @@ fn known_server_work_moves_into_the_right_stage() {
         );
     }
 }
+
+/// On-CPU time tells a service stage that computed from one that waited for a CPU: with
+/// the worker pinned to one CPU and a busy loop sharing it, server_flight_1 (an RSA-4096
+/// signature) takes longer on the wall clock, but its cpu_ns stays what the signature
+/// costs.
+#[test]
+fn cpu_ns_separates_computing_from_waiting_for_a_cpu() {
+    let nginx = Nginx::start_with_key("oncpu", 1, 4096);
+    let worker = *nginx.worker_pids().iter().next().unwrap();
+    let pin = Command::new("taskset")
+        .args(["-p", "1", &worker.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        pin.status.success(),
+        "taskset: {}",
+        String::from_utf8_lossy(&pin.stderr)
+    );
+    let port = nginx.port.to_string();
+    let run = |label: &str| {
+        let tracer = Hstrace::start(&["--port", &port]);
+        for _ in 0..7 {
+            assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
+        }
+        let out = tracer.stop();
+        assert_eq!(out.records.len(), 7, "{:?}", out.records);
+        let wall = median(
+            out.records
+                .iter()
+                .map(|r| stage_ms(r, "server_flight_1"))
+                .collect(),
+        );
+        let cpu = median(
+            out.records
+                .iter()
+                .map(|r| {
+                    r["cpu_ns"]["server_flight_1"]
+                        .as_u64()
+                        .unwrap_or_else(|| panic!("no cpu_ns: {r}")) as f64
+                        / 1e6
+                })
+                .collect(),
+        );
+        eprintln!("{label}: server_flight_1 {wall:.2} ms on the wall clock, {cpu:.2} ms on CPU");
+        (wall, cpu)
+    };
+    let (idle_wall, idle_cpu) = run("CPU to itself");
+    assert!(
+        idle_cpu > 0.8 * idle_wall,
+        "alone, the stage computes: {idle_cpu:.2} of {idle_wall:.2} ms"
+    );
+    let mut hog = Command::new("taskset")
+        .args(["1", "sh", "-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    let (busy_wall, busy_cpu) = run("sharing its CPU with a busy loop");
+    let _ = hog.kill();
+    let _ = hog.wait();
+    assert!(
+        busy_wall > 1.4 * idle_wall,
+        "the busy loop did not slow the stage: {busy_wall:.2} vs {idle_wall:.2} ms"
+    );
+    assert!(
+        busy_cpu < 0.75 * busy_wall,
+        "cpu_ns {busy_cpu:.2} of {busy_wall:.2} ms: waiting counted as computing"
+    );
+    assert!(
+        (busy_cpu - idle_cpu).abs() < 0.35 * idle_cpu,
+        "on-CPU time moved: {idle_cpu:.2} -> {busy_cpu:.2} ms"
+    );
+}

@@ -103,6 +103,11 @@ pub struct Conn {
     pub t_resp_last: u64,
     pub phase: u8,
     pub pad1: [u8; 7],
+    pub cpu_first: [u64; FLIGHTS],
+    pub cpu_last: [u64; FLIGHTS],
+    pub cpu_hs_done: u64,
+    pub cpu_req_read: u64,
+    pub cpu_resp_last: u64,
 }
 
 // SAFETY: plain old data, every bit pattern valid, layout fixed by repr(C).
@@ -142,10 +147,10 @@ pub const C_MAX: u32 = 8;
 
 /// Size of the kernel's per-connection state (`struct conn` in ebpf/conn.bpf.h); only its
 /// keys are read from userspace, to count connections in progress.
-pub const CONN_STATE_BYTES: usize = 424;
+pub const CONN_STATE_BYTES: usize = 512;
 /// Offsets of its `emitted` and `not_tls` flags (the record `Conn` is at offset 0).
-pub const CONN_EMITTED_OFFSET: usize = 409;
-pub const CONN_NOT_TLS_OFFSET: usize = 411;
+pub const CONN_EMITTED_OFFSET: usize = 497;
+pub const CONN_NOT_TLS_OFFSET: usize = 499;
 /// Offset of `Conn::phase` in the record, hence in the state.
 pub const CONN_PHASE_OFFSET: usize = std::mem::offset_of!(Conn, phase);
 
@@ -176,7 +181,8 @@ pub fn record_kind(bytes: &[u8]) -> Option<u32> {
 const _: () = {
     assert!(size_of::<Hello>() == 24 + HELLO_CAP);
     assert!(offset_of!(Hello, data) == 24);
-    assert!(size_of::<Conn>() == 312);
+    assert!(size_of::<Conn>() == 400);
+    assert!(offset_of!(Conn, cpu_first) == 312);
     assert!(offset_of!(Conn, t_req_arrive) == 272);
     assert!(offset_of!(Conn, phase) == 304);
     assert!(size_of::<Close>() == 56);

@@ -123,6 +123,12 @@ pub const GROUPS: &[Group] = &[
         alternatives: &[&[tp("sock_data_ready", "sock", "sk_data_ready")]],
     },
     Group {
+        name: "oncpu",
+        required: false,
+        without: "no cpu_ns: service stages are wall-clock time only",
+        alternatives: &[&[tp("sched_switch", "sched", "sched_switch")]],
+    },
+    Group {
         name: "close",
         required: false,
         without: "a reused fd number keeps its old mapping until the next accept overwrites it",

@@ -63,6 +63,10 @@ pub struct Record {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handshake_ns: Option<u64>,
     pub stages_ns: Stages,
+    /// on-CPU time of the server thread during each service stage (the rest of the stage
+    /// it was runnable, blocked or serving other connections)
+    #[serde(skip_serializing_if = "Stages::is_empty")]
+    pub cpu_ns: Stages,
     /// service / queue / delay of each stage present
     pub stage_classes: StageClasses,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -92,6 +96,10 @@ pub struct Alert {
 pub struct Stages(pub Vec<(&'static str, u64)>);
 
 impl Stages {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     pub fn get(&self, name: &str) -> Option<u64> {
         self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
     }
@@ -211,6 +219,22 @@ pub fn stages(c: &Conn) -> Stages {
     push("server_flight_2", span(read_c2, end));
     if end != 0 {
         request(&mut push);
+    }
+    Stages(out)
+}
+
+/// On-CPU time of the server thread during the service stages.
+pub fn cpu(c: &Conn) -> Stages {
+    use abi::{FL_C1, FL_C2, FL_S1};
+    let mut out = Vec::new();
+    for (name, a, b) in [
+        ("server_flight_1", c.cpu_first[FL_C1], c.cpu_last[FL_S1]),
+        ("server_flight_2", c.cpu_first[FL_C2], c.cpu_hs_done),
+        ("response", c.cpu_req_read, c.cpu_resp_last),
+    ] {
+        if let Some(v) = span(a, b) {
+            out.push((name, v));
+        }
     }
     Stages(out)
 }
@@ -421,6 +445,20 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         resumption,
         handshake_ns: done.then(|| span(c.t_accept, c.t_hs_done)).flatten(),
         stage_classes: StageClasses(stages_ns.0.iter().map(|(k, _)| *k).collect()),
+        cpu_ns: {
+            // only for stages that happened (a plain stream has no flights), and never
+            // more than the stage: the CPU clock and the stage's timestamps are read a
+            // few hundred ns apart
+            let mut cpu = cpu(c);
+            cpu.0.retain_mut(|(k, v)| match stages_ns.get(k) {
+                Some(wall) => {
+                    *v = (*v).min(wall);
+                    true
+                }
+                None => false,
+            });
+            cpu
+        },
         stages_ns,
         failed_in: failure.map(|_| failed_in(c)),
         failure,

@@ -197,23 +197,43 @@ int sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
 	return 0;
 }
 
-SEC("tracepoint/sock/sk_data_ready")
-int sock_data_ready(struct trace_event_raw_sk_data_ready *ctx)
+/* Bytes were queued on socket `skey`: the first since the server last read is when
+ * they arrived. Runs in the sender's context on loopback: match the socket, not the
+ * process. */
+static __always_inline void on_data_ready(__u64 skey)
 {
-	__u64 skey = (__u64)ctx->skaddr;
 	struct conn *c;
 	struct est *e;
 
-	/* runs in the sender's context on loopback: match the socket, not the process */
 	c = bpf_map_lookup_elem(&conns, &skey);
 	if (c) {
 		if (!c->arrive_pending && c->r.phase != HS_PH_DONE)
 			c->arrive_pending = bpf_ktime_get_ns();
-		return 0;
+		return;
 	}
 	e = bpf_map_lookup_elem(&est_socks, &skey);
 	if (e && !e->t_arrive)
 		e->t_arrive = bpf_ktime_get_ns();
+}
+
+SEC("tracepoint/sock/sk_data_ready")
+int sock_data_ready(struct trace_event_raw_sk_data_ready *ctx)
+{
+	on_data_ready((__u64)ctx->skaddr);
+	return 0;
+}
+
+SEC("fentry/tcp_data_ready")
+int BPF_PROG(data_ready_fentry, struct sock *sk)
+{
+	on_data_ready((__u64)sk);
+	return 0;
+}
+
+SEC("kprobe/tcp_data_ready")
+int BPF_KPROBE(data_ready_kprobe, struct sock *sk)
+{
+	on_data_ready((__u64)sk);
 	return 0;
 }
 

@@ -120,7 +120,11 @@ pub const GROUPS: &[Group] = &[
         name: "arrival",
         required: false,
         without: "no t_arrive: wait and queue stages are reported together, ending at the read",
-        alternatives: &[&[tp("sock_data_ready", "sock", "sk_data_ready")]],
+        alternatives: &[
+            &[tp("sock_data_ready", "sock", "sk_data_ready")],
+            &[p("data_ready_fentry", Hook::FEntry("tcp_data_ready"))],
+            &[p("data_ready_kprobe", Hook::KProbe("tcp_data_ready"))],
+        ],
     },
     Group {
         name: "oncpu",

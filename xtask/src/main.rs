@@ -7,7 +7,7 @@
 
 use std::{
     env, fs,
-    io::Write,
+    io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
     process::{Command, Stdio},
     thread,
@@ -113,12 +113,37 @@ fn test(extra: &[String]) -> Result<()> {
     setup()?;
     let bin = build()?;
     // one at a time: the tests share the kernel and load BPF programs
-    run(Command::new("cargo")
+    let mut child = Command::new("cargo")
         .args(["test", "--release", "--workspace"])
         .args(extra)
         .args(["--", "--test-threads=1"])
         .env("HSTRACE_BIN", &bin)
-        .current_dir(root()))
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running cargo test")?;
+    // pass the output through, adding up every test binary's result line
+    let (mut passed, mut failed) = (0u64, 0u64);
+    for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
+        let line = line?;
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            let count = |word: &str| -> u64 {
+                rest.split(';')
+                    .find_map(|part| part.trim().strip_suffix(word)?.trim().rsplit(' ').next()?.parse().ok())
+                    .unwrap_or(0)
+            };
+            passed += count("passed");
+            failed += count("failed");
+        }
+    }
+    let status = child.wait()?;
+    // one closing line for the whole suite
+    println!("tests: {passed} passed, {failed} failed");
+    if !status.success() {
+        bail!("cargo test failed ({status})");
+    }
+    Ok(())
 }
 
 fn vmlinux() -> Result<()> {

@@ -81,6 +81,15 @@ struct ssl_call {
 	__u64 sk; /* the connection whose fd the call read or wrote */
 };
 
+/* An SSL_read/SSL_write(_ex) call in progress, by thread id. */
+struct ssl_io {
+	__u64 ssl;
+	__u64 t_entry;
+	__u64 nbytes; /* _ex: where the library stores the byte count; 0: the return value */
+	__u32 write;
+	__u32 pad;
+};
+
 struct ssl_key {
 	__u32 tgid;
 	__u32 pad;
@@ -128,6 +137,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct ssl_call);
 } ssl_in_flight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, HS_MAX_THREADS);
+	__type(key, __u32);
+	__type(value, struct ssl_io);
+} ssl_io_in_flight SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

@@ -549,9 +549,84 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 }
 
 /* the layout userspace/src/abi.rs expects */
-_Static_assert(sizeof(struct hs_conn) == 400, "hs_conn layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_conn) == 432, "hs_conn layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_close) == 56, "hs_close layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_hello) == 24 + HS_HELLO_CAP, "hs_hello layout changed: update abi.rs");
-_Static_assert(sizeof(struct conn) == 512, "conn size changed: update CONN_STATE_BYTES in abi.rs");
-_Static_assert(__builtin_offsetof(struct conn, emitted) == 497, "update CONN_EMITTED_OFFSET in abi.rs");
-_Static_assert(__builtin_offsetof(struct conn, not_tls) == 499, "update CONN_NOT_TLS_OFFSET in abi.rs");
+_Static_assert(sizeof(struct conn) == 544, "conn size changed: update CONN_STATE_BYTES in abi.rs");
+_Static_assert(__builtin_offsetof(struct conn, emitted) == 529, "update CONN_EMITTED_OFFSET in abi.rs");
+_Static_assert(__builtin_offsetof(struct conn, not_tls) == 531, "update CONN_NOT_TLS_OFFSET in abi.rs");
+
+/* ---- OpenSSL: SSL_read / SSL_write and _ex (--uprobes all) ------------------------ */
+
+static __always_inline int ssl_io_enter(void *ssl, void *nbytes, __u32 write)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct ssl_io io = { .ssl = (__u64)ssl, .t_entry = bpf_ktime_get_ns(),
+			     .nbytes = (__u64)nbytes, .write = write };
+
+	bpf_map_update_elem(&ssl_io_in_flight, &tid, &io, BPF_ANY);
+	return 0;
+}
+
+SEC("uprobe/SSL_read")
+int BPF_KPROBE(ssl_read_enter, void *ssl)
+{
+	return ssl_io_enter(ssl, NULL, 0);
+}
+
+SEC("uprobe/SSL_read_ex")
+int BPF_KPROBE(ssl_read_ex_enter, void *ssl, void *buf, size_t num, size_t *readbytes)
+{
+	return ssl_io_enter(ssl, readbytes, 0);
+}
+
+SEC("uprobe/SSL_write")
+int BPF_KPROBE(ssl_write_enter, void *ssl)
+{
+	return ssl_io_enter(ssl, NULL, 1);
+}
+
+SEC("uprobe/SSL_write_ex")
+int BPF_KPROBE(ssl_write_ex_enter, void *ssl, const void *buf, size_t num, size_t *written)
+{
+	return ssl_io_enter(ssl, written, 1);
+}
+
+/* Return of any of the four: the plaintext bytes and the time inside count toward the
+ * first request (reads while it is being read) or its response (writes while it is being
+ * written); the wire alone decides where those stages begin and end. */
+SEC("uretprobe/SSL_read")
+int BPF_KRETPROBE(ssl_io_exit, int ret)
+{
+	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns(), n = 0;
+	__u32 tid = id;
+	struct ssl_key k = { .tgid = id >> 32 };
+	struct ssl_io *iop, io;
+	struct conn *c;
+	__u64 *skp;
+
+	iop = bpf_map_lookup_elem(&ssl_io_in_flight, &tid);
+	if (!iop)
+		return 0;
+	io = *iop;
+	bpf_map_delete_elem(&ssl_io_in_flight, &tid);
+	k.ssl = io.ssl;
+	skp = bpf_map_lookup_elem(&ssl_socks, &k);
+	c = skp ? bpf_map_lookup_elem(&conns, skp) : NULL;
+	if (!c)
+		return 0;
+	if (io.nbytes) {
+		if (ret == 1)
+			bpf_probe_read_user(&n, sizeof(n), (const void *)io.nbytes);
+	} else if (ret > 0) {
+		n = ret;
+	}
+	if (!io.write && c->r.phase == HS_PH_REQUEST) {
+		c->r.lib_req_bytes += n;
+		c->r.lib_req_ns += now - io.t_entry;
+	} else if (io.write && c->r.phase == HS_PH_RESPONSE) {
+		c->r.lib_resp_bytes += n;
+		c->r.lib_resp_ns += now - io.t_entry;
+	}
+	return 0;
+}

@@ -127,6 +127,12 @@ struct hs_conn {
 	__u64 cpu_hs_done;
 	__u64 cpu_req_read;
 	__u64 cpu_resp_last;
+	/* the library's view of the first request and response (--uprobes all): plaintext
+	 * bytes SSL_read/SSL_write returned, and time spent inside them */
+	__u64 lib_req_bytes;
+	__u64 lib_req_ns;
+	__u64 lib_resp_bytes;
+	__u64 lib_resp_ns;
 };
 
 /* Where a connection is (hs_conn.phase). */

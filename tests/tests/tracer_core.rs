@@ -617,6 +617,42 @@ fn idle_connections_are_reported_after_the_timeout() {
     assert_eq!(out.closes.len(), 2, "{:?}", out.closes);
 }
 
+/// --uprobes all adds the library's view of the first request and response; the wire
+/// alone still places the stages, and the default mode has no library view.
+#[test]
+fn library_view_with_uprobes_all() {
+    let nginx = Nginx::start("library", 1);
+    let port = nginx.port.to_string();
+    for (mode, library) in [("all", true), ("handshake", false)] {
+        let tracer = Hstrace::start(&["--port", &port, "--uprobes", mode]);
+        for v in ["-tls1_3", "-tls1_2"] {
+            assert!(s_client(nginx.port, &[v]).contains("New, TLS"));
+        }
+        let out = tracer.stop();
+        assert_eq!(out.records.len(), 2, "{:?}", out.records);
+        for r in &out.records {
+            for s in ["wait_request", "response"] {
+                assert!(
+                    r["stages_ns"].get(s).is_some(),
+                    "--uprobes {mode}: no {s}: {r}"
+                );
+            }
+            let lib = r.get("library");
+            assert_eq!(lib.is_some(), library, "--uprobes {mode}: {r}");
+            if let Some(lib) = lib {
+                // s_client sends "GET / HTTP/1.0\r\nHost: demo.test\r\n\r\n"
+                assert_eq!(lib["request_bytes"].as_u64(), Some(35), "{r}");
+                let resp = lib["response_bytes"].as_u64().unwrap();
+                assert!(resp > 100 && resp < 1000, "response headers and 'ok': {r}");
+                assert!(
+                    lib["request_ns"].as_u64().unwrap() > 0
+                        && lib["response_ns"].as_u64().unwrap() > 0
+                );
+            }
+        }
+    }
+}
+
 /// OpenSSL linked into the server's executable: the uprobes go on the executable.
 #[test]
 fn ssl_in_the_executable_itself() {

@@ -108,6 +108,10 @@ pub struct Conn {
     pub cpu_hs_done: u64,
     pub cpu_req_read: u64,
     pub cpu_resp_last: u64,
+    pub lib_req_bytes: u64,
+    pub lib_req_ns: u64,
+    pub lib_resp_bytes: u64,
+    pub lib_resp_ns: u64,
 }
 
 // SAFETY: plain old data, every bit pattern valid, layout fixed by repr(C).
@@ -147,10 +151,10 @@ pub const C_MAX: u32 = 8;
 
 /// Size of the kernel's per-connection state (`struct conn` in ebpf/conn.bpf.h); only its
 /// keys are read from userspace, to count connections in progress.
-pub const CONN_STATE_BYTES: usize = 512;
+pub const CONN_STATE_BYTES: usize = 544;
 /// Offsets of its `emitted` and `not_tls` flags (the record `Conn` is at offset 0).
-pub const CONN_EMITTED_OFFSET: usize = 497;
-pub const CONN_NOT_TLS_OFFSET: usize = 499;
+pub const CONN_EMITTED_OFFSET: usize = 529;
+pub const CONN_NOT_TLS_OFFSET: usize = 531;
 /// Offset of `Conn::phase` in the record, hence in the state.
 pub const CONN_PHASE_OFFSET: usize = std::mem::offset_of!(Conn, phase);
 
@@ -181,7 +185,7 @@ pub fn record_kind(bytes: &[u8]) -> Option<u32> {
 const _: () = {
     assert!(size_of::<Hello>() == 24 + HELLO_CAP);
     assert!(offset_of!(Hello, data) == 24);
-    assert!(size_of::<Conn>() == 400);
+    assert!(size_of::<Conn>() == 432);
     assert!(offset_of!(Conn, cpu_first) == 312);
     assert!(offset_of!(Conn, t_req_arrive) == 272);
     assert!(offset_of!(Conn, phase) == 304);

@@ -5,6 +5,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
 use hstrace::{
+    probes::Uprobes,
     targets::Selector,
     trace::{Format, Options, Tracer},
 };
@@ -21,6 +22,13 @@ struct Cli {
     verbose: u8,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum UprobesArg {
+    None,
+    Handshake,
+    All,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -48,9 +56,14 @@ enum Command {
         /// text: one readable line per connection; json: one JSON object per line
         #[arg(long, value_enum, default_value = "text")]
         format: FormatArg,
-        /// Wire only: no SSL_do_handshake uprobes (t_hs_done then comes from the wire)
+        /// Wire only: no uprobes at all (same as --uprobes none)
         #[arg(long)]
         no_uprobes: bool,
+        /// OpenSSL functions hooked in the traced processes: none; handshake
+        /// (SSL_do_handshake); all (also SSL_read/SSL_write: the library's view of the
+        /// first request and response, at a uprobe hit per call)
+        #[arg(long, value_enum, default_value = "handshake")]
+        uprobes: UprobesArg,
         /// Report a connection idle this long as it stands (a handshake that never
         /// completed: failed, "timeout")
         #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
@@ -89,6 +102,7 @@ fn run(cli: Cli) -> Result<()> {
             duration,
             format,
             no_uprobes,
+            uprobes,
             max_conns,
             idle_timeout,
         } => {
@@ -99,7 +113,11 @@ fn run(cli: Cli) -> Result<()> {
                     FormatArg::Json => Format::Json,
                 },
                 duration: duration.map(Duration::from_secs_f64),
-                uprobes: !no_uprobes,
+                uprobes: match (no_uprobes, uprobes) {
+                    (true, _) | (_, UprobesArg::None) => Uprobes::None,
+                    (_, UprobesArg::Handshake) => Uprobes::Handshake,
+                    (_, UprobesArg::All) => Uprobes::All,
+                },
                 max_conns,
                 idle_timeout: Duration::from_secs_f64(idle_timeout),
             };

@@ -147,10 +147,45 @@ pub const GROUPS: &[Group] = &[
 ];
 
 /// OpenSSL probes, attached per traced process to its libssl (or to an executable that
-/// exports the symbol). SSL_accept reaches SSL_do_handshake too.
-pub const SSL_SYMBOL: &str = "SSL_do_handshake";
-pub const SSL_ENTRY: &str = "ssl_handshake_enter";
-pub const SSL_RETURN: &str = "ssl_handshake_exit";
+/// exports the symbols): (program, symbol). SSL_accept reaches SSL_do_handshake too.
+pub const SSL_HANDSHAKE: &[(&str, &str)] = &[
+    ("ssl_handshake_enter", "SSL_do_handshake"),
+    ("ssl_handshake_exit", "SSL_do_handshake"),
+];
+
+/// With `--uprobes all`: the library's view of the first request and response. A uprobe
+/// hit per call (~5 us here) is why they are off by default.
+pub const SSL_IO: &[(&str, &str)] = &[
+    ("ssl_read_enter", "SSL_read"),
+    ("ssl_io_exit", "SSL_read"),
+    ("ssl_read_ex_enter", "SSL_read_ex"),
+    ("ssl_io_exit", "SSL_read_ex"),
+    ("ssl_write_enter", "SSL_write"),
+    ("ssl_io_exit", "SSL_write"),
+    ("ssl_write_ex_enter", "SSL_write_ex"),
+    ("ssl_io_exit", "SSL_write_ex"),
+];
+
+/// Which OpenSSL functions are hooked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Uprobes {
+    /// wire only
+    None,
+    /// SSL_do_handshake (the default)
+    Handshake,
+    /// SSL_do_handshake, SSL_read, SSL_write and their _ex variants
+    All,
+}
+
+impl Uprobes {
+    pub fn probes(self) -> Vec<(&'static str, &'static str)> {
+        match self {
+            Uprobes::None => Vec::new(),
+            Uprobes::Handshake => SSL_HANDSHAKE.to_vec(),
+            Uprobes::All => SSL_HANDSHAKE.iter().chain(SSL_IO).copied().collect(),
+        }
+    }
+}
 
 /// Does the running kernel have this tracefs event?
 pub fn tracepoint_exists(category: &str, event: &str) -> bool {
@@ -266,67 +301,76 @@ pub fn attach_kernel_probes(bpf: &mut Ebpf, btf: &Btf) -> Result<Vec<Choice>> {
     Ok(choices)
 }
 
-/// The SSL_do_handshake uprobes of each traced process.
-#[derive(Default)]
+/// The OpenSSL uprobes of each traced process.
 pub struct SslProbes {
-    links: HashMap<u32, (UProbeLinkId, UProbeLinkId)>,
-    loaded: bool,
+    probes: Vec<(&'static str, &'static str)>,
+    links: HashMap<u32, Vec<(&'static str, UProbeLinkId)>>,
+}
+
+fn uprobe<'a>(bpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe> {
+    Ok(bpf
+        .program_mut(name)
+        .ok_or_else(|| anyhow!("program {name} missing from the BPF object"))?
+        .try_into()?)
 }
 
 impl SslProbes {
-    pub fn load(&mut self, bpf: &mut Ebpf) -> Result<()> {
-        for name in [SSL_ENTRY, SSL_RETURN] {
-            let p: &mut UProbe = bpf
-                .program_mut(name)
-                .ok_or_else(|| anyhow!("program {name} missing from the BPF object"))?
-                .try_into()?;
-            p.load().with_context(|| format!("loading {name}"))?;
+    /// Load the programs of `mode` (none for `Uprobes::None`).
+    pub fn load(bpf: &mut Ebpf, mode: Uprobes) -> Result<SslProbes> {
+        let probes = mode.probes();
+        for (name, _) in &probes {
+            match uprobe(bpf, name)?.load() {
+                Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
+                Err(e) => return Err(e).with_context(|| format!("loading {name}")),
+            }
         }
-        self.loaded = true;
-        Ok(())
+        Ok(SslProbes {
+            probes,
+            links: HashMap::new(),
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        !self.probes.is_empty()
     }
 
     pub fn is_attached(&self, pid: u32) -> bool {
         self.links.contains_key(&pid)
     }
 
-    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
-        self.links.keys().copied()
-    }
-
-    /// Attach to `pid` in `target` (a libssl, or an executable exporting the symbol),
-    /// scoped to that process so others mapping the same file are not slowed.
+    /// Attach to `pid` in `target` (a libssl, or an executable exporting the symbols),
+    /// scoped to that process so others mapping the same file are not slowed. The
+    /// SSL_do_handshake pair is required; SSL_read/SSL_write ones a library lacks (older
+    /// ones have no _ex) are skipped.
     pub fn attach(&mut self, bpf: &mut Ebpf, pid: u32, target: &Path) -> Result<()> {
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).context("pid 0")?);
-        let entry: &mut UProbe = bpf.program_mut(SSL_ENTRY).expect("loaded").try_into()?;
-        let e = entry.attach(SSL_SYMBOL, target, scope)?;
-        let ret: &mut UProbe = bpf.program_mut(SSL_RETURN).expect("loaded").try_into()?;
-        match ret.attach(SSL_SYMBOL, target, scope) {
-            Ok(r) => {
-                self.links.insert(pid, (e, r));
-                Ok(())
-            }
-            Err(err) => {
-                let entry: &mut UProbe = bpf.program_mut(SSL_ENTRY).expect("loaded").try_into()?;
-                let _ = entry.detach(e);
-                Err(err.into())
+        let mut links = Vec::new();
+        for (name, symbol) in self.probes.iter().copied() {
+            match uprobe(bpf, name)?.attach(symbol, target, scope) {
+                Ok(link) => links.push((name, link)),
+                Err(e) if SSL_HANDSHAKE.iter().any(|(_, s)| *s == symbol) => {
+                    detach_all(bpf, links);
+                    return Err(e.into());
+                }
+                Err(e) => log::debug!("pid {pid}: no {symbol} in {}: {e}", target.display()),
             }
         }
+        self.links.insert(pid, links);
+        Ok(())
     }
 
     /// Detach from a process that exited or is no longer selected.
     pub fn detach(&mut self, bpf: &mut Ebpf, pid: u32) {
-        if let Some((e, r)) = self.links.remove(&pid) {
-            if let Ok(p) =
-                TryInto::<&mut UProbe>::try_into(bpf.program_mut(SSL_ENTRY).expect("loaded"))
-            {
-                let _ = p.detach(e);
-            }
-            if let Ok(p) =
-                TryInto::<&mut UProbe>::try_into(bpf.program_mut(SSL_RETURN).expect("loaded"))
-            {
-                let _ = p.detach(r);
-            }
+        if let Some(links) = self.links.remove(&pid) {
+            detach_all(bpf, links);
+        }
+    }
+}
+
+fn detach_all(bpf: &mut Ebpf, links: Vec<(&'static str, UProbeLinkId)>) {
+    for (name, link) in links {
+        if let Ok(p) = uprobe(bpf, name) {
+            let _ = p.detach(link);
         }
     }
 }

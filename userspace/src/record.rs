@@ -67,6 +67,9 @@ pub struct Record {
     /// it was runnable, blocked or serving other connections)
     #[serde(skip_serializing_if = "Stages::is_empty")]
     pub cpu_ns: Stages,
+    /// with --uprobes all: what SSL_read/SSL_write saw of the first request and response
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub library: Option<Library>,
     /// service / queue / delay of each stage present
     pub stage_classes: StageClasses,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -82,6 +85,16 @@ pub struct Record {
     /// Parsing gaps worth knowing about (hello not captured, truncated, stream desync).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<&'static str>,
+}
+
+/// The library's view of the first request and response: plaintext bytes SSL_read and
+/// SSL_write returned while each was in progress, and the time spent inside them.
+#[derive(Debug, Serialize)]
+pub struct Library {
+    pub request_bytes: u64,
+    pub request_ns: u64,
+    pub response_bytes: u64,
+    pub response_ns: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -460,6 +473,12 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
             cpu
         },
         stages_ns,
+        library: (c.lib_req_ns + c.lib_resp_ns > 0).then_some(Library {
+            request_bytes: c.lib_req_bytes,
+            request_ns: c.lib_req_ns,
+            response_bytes: c.lib_resp_bytes,
+            response_ns: c.lib_resp_ns,
+        }),
         failed_in: failure.map(|_| failed_in(c)),
         failure,
         alert: (c.alert_level != 0).then_some(Alert {

@@ -41,7 +41,7 @@ pub struct Options {
     pub selector: Selector,
     pub format: Format,
     pub duration: Option<Duration>,
-    pub uprobes: bool,
+    pub uprobes: probes::Uprobes,
     pub max_conns: u32,
     /// A connection idle this long is reported as it stands (failed: timeout, if its
     /// handshake never completed).
@@ -224,10 +224,7 @@ impl Tracer {
                 log::debug!("probe group {}: alternative failed: {e}", c.group);
             }
         }
-        let mut ssl = probes::SslProbes::default();
-        if opts.uprobes {
-            ssl.load(&mut bpf)?;
-        }
+        let ssl = probes::SslProbes::load(&mut bpf, opts.uprobes)?;
         let tgids =
             BpfHashMap::try_from(bpf.take_map("traced_tgids").context("map traced_tgids")?)?;
         let counters = PerCpuArray::try_from(bpf.take_map("counters").context("map counters")?)?;
@@ -267,7 +264,9 @@ impl Tracer {
                 self.ssl.detach(&mut self.bpf, *pid);
                 self.warned.remove(pid);
                 gone.push(*pid);
-            } else if self.opts.uprobes && !self.ssl.is_attached(*pid) && !self.warned.contains(pid)
+            } else if self.ssl.enabled()
+                && !self.ssl.is_attached(*pid)
+                && !self.warned.contains(pid)
             {
                 self.attach_ssl(*pid);
             }

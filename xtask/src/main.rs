@@ -130,7 +130,15 @@ fn test(extra: &[String]) -> Result<()> {
         if let Some(rest) = line.strip_prefix("test result: ") {
             let count = |word: &str| -> u64 {
                 rest.split(';')
-                    .find_map(|part| part.trim().strip_suffix(word)?.trim().rsplit(' ').next()?.parse().ok())
+                    .find_map(|part| {
+                        part.trim()
+                            .strip_suffix(word)?
+                            .trim()
+                            .rsplit(' ')
+                            .next()?
+                            .parse()
+                            .ok()
+                    })
                     .unwrap_or(0)
             };
             passed += count("passed");

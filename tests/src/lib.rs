@@ -98,16 +98,33 @@ pub trait Server {
     fn comm(&self) -> &'static str;
     /// from the server's own access log: was each TLS request's session resumed?
     fn resumed_log(&self) -> Vec<bool>;
+    /// from the server's own access log: each TLS request's time, in ms
+    fn request_times_ms(&self) -> Vec<f64>;
 }
 
-/// Lines of an access log written with the format "remote-port protocol reused",
-/// for requests that came over TLS: `reused_word` marks a resumed session.
-fn resumed_from_log(path: &Path, reused_word: &str) -> Vec<bool> {
+/// Fields of the access-log lines ("remote-port protocol reused request-time") of
+/// requests that came over TLS.
+fn tls_log_lines(path: &Path) -> Vec<Vec<String>> {
     let log = fs::read_to_string(path).unwrap_or_default();
     log.lines()
-        .map(|l| l.split(' ').collect::<Vec<_>>())
-        .filter(|f| f.len() > 2 && f[1].starts_with("TLS"))
+        .map(|l| l.split(' ').map(String::from).collect::<Vec<_>>())
+        .filter(|f| f.len() > 3 && f[1].starts_with("TLS"))
+        .collect()
+}
+
+/// `reused_word` marks a resumed session.
+fn resumed_from_log(path: &Path, reused_word: &str) -> Vec<bool> {
+    tls_log_lines(path)
+        .iter()
         .map(|f| f[2] == reused_word)
+        .collect()
+}
+
+/// The request time field, in units of `ms_per_unit` milliseconds.
+fn request_times_from_log(path: &Path, ms_per_unit: f64) -> Vec<f64> {
+    tls_log_lines(path)
+        .iter()
+        .map(|f| f[3].parse::<f64>().unwrap() * ms_per_unit)
         .collect()
 }
 
@@ -143,7 +160,7 @@ pid {d}/nginx.pid;
 error_log {d}/error.log info;
 events {{ worker_connections 1024; }}
 http {{
-    log_format hs '$remote_port $ssl_protocol $ssl_session_reused $ssl_server_name';
+    log_format hs '$remote_port $ssl_protocol $ssl_session_reused $request_time';
     access_log {d}/access.log hs;
     client_body_temp_path {d}/tmp/body; proxy_temp_path {d}/tmp/proxy;
     fastcgi_temp_path {d}/tmp/fcgi; uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;
@@ -211,6 +228,10 @@ impl Server for Nginx {
     fn resumed_log(&self) -> Vec<bool> {
         resumed_from_log(&self.dir.join("access.log"), "r")
     }
+    fn request_times_ms(&self) -> Vec<f64> {
+        // $request_time: seconds with ms resolution
+        request_times_from_log(&self.dir.join("access.log"), 1000.0)
+    }
 }
 
 /// A throwaway Apache httpd (Debian apache2: event MPM, mod_ssl) on 127.0.0.1, one child
@@ -255,7 +276,7 @@ StartServers 1
 ServerLimit 1
 ThreadsPerChild 8
 MaxRequestWorkers 8
-LogFormat "%{{remote}}p %{{SSL_PROTOCOL}}x %{{SSL_SESSION_RESUMED}}x" hs
+LogFormat "%{{remote}}p %{{SSL_PROTOCOL}}x %{{SSL_SESSION_RESUMED}}x %D" hs
 CustomLog {d}/access.log hs
 DocumentRoot {d}/www
 <Directory {d}/www>
@@ -314,6 +335,10 @@ impl Server for Apache {
     }
     fn resumed_log(&self) -> Vec<bool> {
         resumed_from_log(&self.dir.join("access.log"), "Resumed")
+    }
+    fn request_times_ms(&self) -> Vec<f64> {
+        // %D: microseconds
+        request_times_from_log(&self.dir.join("access.log"), 0.001)
     }
 }
 

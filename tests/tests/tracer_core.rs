@@ -342,6 +342,44 @@ fn nginx_reload_while_tracing() {
     }
 }
 
+/// A client that resets the connection after the server's first flight: failed, reset.
+#[test]
+fn client_reset_mid_handshake() {
+    let nginx = Nginx::start("reset", 1);
+    let port = nginx.port.to_string();
+    let tracer = Hstrace::start(&["--port", &port]);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", nginx.port)).unwrap();
+    std::io::Write::write_all(&mut s, &client_hello_record("tls12_full.client_hello.hex")).unwrap();
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(&mut s, &mut first).unwrap();
+    // SO_LINGER 0: close() sends a reset
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket and option of the right size
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&s),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as u32,
+        )
+    };
+    assert_eq!(rc, 0);
+    drop(s);
+    let out = tracer.stop();
+    assert_eq!(out.records.len(), 1, "{:?}", out.records);
+    let r = &out.records[0];
+    assert_eq!(str_field(r, "failure"), Some("reset"), "{r}");
+    assert_eq!(
+        str_field(r, "failed_in"),
+        Some("wait_client_flight_2"),
+        "{r}"
+    );
+}
+
 /// A ClientHello that reaches the server a few bytes at a time: the server's reads cut the
 /// record header and body anywhere, and the parser must still find every field.
 #[test]

@@ -600,6 +600,47 @@ fn plain_and_tls_on_one_server_with_keep_alive() {
     );
 }
 
+/// Apache's event MPM hands a keep-alive connection back to its listener after a response
+/// instead of reading again: the response is reported once quiet, with its own times.
+#[test]
+fn apache_plain_and_tls_keep_alive() {
+    let apache = Apache::start("apache-keepalive");
+    let master = apache.master_pid().to_string();
+    let tracer = Hstrace::start(&["--pid", &master]);
+    let tls: Vec<String> = (0..3)
+        .map(|_| format!("https://127.0.0.1:{}/index.html", apache.port))
+        .collect();
+    let plain: Vec<String> = (0..2)
+        .map(|_| format!("http://127.0.0.1:{}/index.html", apache.plain_port))
+        .collect();
+    assert_eq!(curl(&[], &tls), "ok\n".repeat(3));
+    assert_eq!(curl(&[], &plain), "ok\n".repeat(2));
+    let out = tracer.stop();
+    assert_eq!(out.records.len(), 2, "{:?}", out.records);
+    let (t, p) = (&out.records[0], &out.records[1]);
+    assert_eq!(
+        (str_field(t, "kind"), str_field(p, "kind")),
+        (Some("full"), Some("plain")),
+        "{t}\n{p}"
+    );
+    for r in [t, p] {
+        let response = r["stages_ns"]["response"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no response: {r}"));
+        assert!(
+            response < 50_000_000,
+            "the response stage took in the idle wait: {r}"
+        );
+        check_stages(r);
+    }
+    let exchanges: Vec<u64> = out
+        .closes
+        .iter()
+        .map(|c| c["exchanges"].as_u64().unwrap())
+        .collect();
+    assert_eq!(exchanges, [3, 2], "{:?}", out.closes);
+}
+
 /// A connection that never finishes is reported after --idle-timeout, not held forever;
 /// one that completed its handshake but sent no request is reported as it stands.
 #[test]

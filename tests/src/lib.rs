@@ -84,22 +84,109 @@ pub fn make_cert(dir: &Path, bits: u32) -> (PathBuf, PathBuf) {
     (cert, key)
 }
 
-/// What the tests need of a server under test.
-pub trait Server {
+/// Which Debian server a `TestServer` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Software {
+    Nginx,
+    Apache,
+}
+
+/// A throwaway server (nginx or Apache httpd from Debian's packages) on 127.0.0.1 with a
+/// TLS and a plain-HTTP port: its files under target/hstrace-tests/NAME, its access log
+/// written as "remote-port protocol reused request-time". Stopped on drop.
+pub struct TestServer {
+    pub software: Software,
+    pub dir: PathBuf,
     /// the TLS port
-    fn port(&self) -> u16;
-    /// where its files, logs and the clients' session files go
-    fn dir(&self) -> &Path;
-    fn master_pid(&self) -> u32;
+    pub port: u16,
+    /// a plain-HTTP port on the same server
+    pub plain_port: u16,
+    child: Child,
+}
+
+impl TestServer {
+    pub fn master_pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// the processes that accept connections
-    fn worker_pids(&self) -> BTreeSet<u32> {
+    pub fn worker_pids(&self) -> BTreeSet<u32> {
         children(self.master_pid())
     }
-    fn comm(&self) -> &'static str;
-    /// from the server's own access log: was each TLS request's session resumed?
-    fn resumed_log(&self) -> Vec<bool>;
-    /// from the server's own access log: each TLS request's time, in ms
-    fn request_times_ms(&self) -> Vec<f64>;
+
+    pub fn comm(&self) -> &'static str {
+        match self.software {
+            Software::Nginx => "nginx",
+            Software::Apache => "apache2",
+        }
+    }
+
+    /// From the server's own access log: was each TLS request's session resumed?
+    pub fn resumed_log(&self) -> Vec<bool> {
+        // nginx's $ssl_session_reused is "r"; Apache's %{SSL_SESSION_RESUMED}x "Resumed"
+        let word = match self.software {
+            Software::Nginx => "r",
+            Software::Apache => "Resumed",
+        };
+        tls_log_lines(&self.dir.join("access.log"))
+            .iter()
+            .map(|f| f[2] == word)
+            .collect()
+    }
+
+    /// From the server's own access log: each TLS request's time, in ms.
+    pub fn request_times_ms(&self) -> Vec<f64> {
+        // nginx's $request_time is in seconds (ms resolution), Apache's %D in µs
+        let ms_per_unit = match self.software {
+            Software::Nginx => 1000.0,
+            Software::Apache => 0.001,
+        };
+        let lines = tls_log_lines(&self.dir.join("access.log"));
+        lines
+            .iter()
+            .map(|f| f[3].parse::<f64>().unwrap() * ms_per_unit)
+            .collect()
+    }
+
+    /// Spawn `cmd` (the server in the foreground) and wait until it listens and has
+    /// `workers` worker processes.
+    fn spawn(
+        software: Software,
+        dir: PathBuf,
+        port: u16,
+        plain_port: u16,
+        cmd: &mut Command,
+        workers: usize,
+    ) -> Self {
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{software:?} ({e}): `cargo xtask setup` installs it"));
+        let server = TestServer {
+            software,
+            dir,
+            port,
+            plain_port,
+            child,
+        };
+        wait_for("the server to listen", Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        wait_for("its workers", Duration::from_secs(10), || {
+            server.worker_pids().len() == workers
+        });
+        server
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) on our own child
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
 }
 
 /// Fields of the access-log lines ("remote-port protocol reused request-time") of
@@ -112,40 +199,17 @@ fn tls_log_lines(path: &Path) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// `reused_word` marks a resumed session.
-fn resumed_from_log(path: &Path, reused_word: &str) -> Vec<bool> {
-    tls_log_lines(path)
-        .iter()
-        .map(|f| f[2] == reused_word)
-        .collect()
-}
-
-/// The request time field, in units of `ms_per_unit` milliseconds.
-fn request_times_from_log(path: &Path, ms_per_unit: f64) -> Vec<f64> {
-    tls_log_lines(path)
-        .iter()
-        .map(|f| f[3].parse::<f64>().unwrap() * ms_per_unit)
-        .collect()
-}
-
-/// A throwaway nginx (Debian package) on 127.0.0.1: own prefix, self-signed cert,
-/// shared session cache and tickets on, TLS 1.2 and 1.3.
-pub struct Nginx {
-    pub dir: PathBuf,
-    /// the TLS port
-    pub port: u16,
-    /// a plain-HTTP port on the same server
-    pub plain_port: u16,
-    child: Child,
-}
+/// A throwaway nginx: own prefix, self-signed cert, shared session cache and tickets on,
+/// TLS 1.2 and 1.3.
+pub struct Nginx;
 
 impl Nginx {
-    pub fn start(name: &str, workers: u32) -> Nginx {
+    pub fn start(name: &str, workers: u32) -> TestServer {
         Nginx::start_with_key(name, workers, 2048)
     }
 
     /// With an RSA certificate of `rsa_bits`.
-    pub fn start_with_key(name: &str, workers: u32, rsa_bits: u32) -> Nginx {
+    pub fn start_with_key(name: &str, workers: u32, rsa_bits: u32) -> TestServer {
         let dir = work_dir(name);
         let (cert, key) = make_cert(&dir, rsa_bits);
         let port = free_port();
@@ -184,67 +248,29 @@ http {{
             key = key.display()
         );
         fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let child = Command::new("nginx")
-            .arg("-p")
+        let mut cmd = Command::new("nginx");
+        cmd.arg("-p")
             .arg(&dir)
             .arg("-c")
-            .arg(dir.join("nginx.conf"))
-            .arg("-e")
-            .arg(dir.join("error.log"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx (apt-get install nginx; `cargo xtask setup` does it)");
-        let n = Nginx {
+            .arg(dir.join("nginx.conf"));
+        cmd.arg("-e").arg(dir.join("error.log"));
+        TestServer::spawn(
+            Software::Nginx,
             dir,
             port,
             plain_port,
-            child,
-        };
-        wait_for("nginx to listen", Duration::from_secs(10), || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        wait_for("nginx workers", Duration::from_secs(10), || {
-            n.worker_pids().len() == workers as usize
-        });
-        n
+            &mut cmd,
+            workers as usize,
+        )
     }
 }
 
-impl Server for Nginx {
-    fn port(&self) -> u16 {
-        self.port
-    }
-    fn dir(&self) -> &Path {
-        &self.dir
-    }
-    fn master_pid(&self) -> u32 {
-        self.child.id()
-    }
-    fn comm(&self) -> &'static str {
-        "nginx"
-    }
-    fn resumed_log(&self) -> Vec<bool> {
-        resumed_from_log(&self.dir.join("access.log"), "r")
-    }
-    fn request_times_ms(&self) -> Vec<f64> {
-        // $request_time: seconds with ms resolution
-        request_times_from_log(&self.dir.join("access.log"), 1000.0)
-    }
-}
-
-/// A throwaway Apache httpd (Debian apache2: event MPM, mod_ssl) on 127.0.0.1, one child
-/// process with worker threads, shared session cache and tickets on.
-pub struct Apache {
-    pub dir: PathBuf,
-    pub port: u16,
-    pub plain_port: u16,
-    child: Child,
-}
+/// A throwaway Apache httpd (event MPM, mod_ssl): one child process with worker threads,
+/// shared session cache and tickets on.
+pub struct Apache;
 
 impl Apache {
-    pub fn start(name: &str) -> Apache {
+    pub fn start(name: &str) -> TestServer {
         let dir = work_dir(name);
         let (cert, key) = make_cert(&dir, 2048);
         let (port, plain_port) = (free_port(), free_port());
@@ -295,66 +321,11 @@ SSLProtocol -all +TLSv1.2 +TLSv1.3
             key = key.display()
         );
         fs::write(dir.join("httpd.conf"), conf).unwrap();
-        let child = Command::new("apache2")
-            .arg("-f")
+        let mut cmd = Command::new("apache2");
+        cmd.arg("-f")
             .arg(dir.join("httpd.conf"))
-            .arg("-DFOREGROUND")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("apache2 (apt-get install apache2; `cargo xtask setup` does it)");
-        let a = Apache {
-            dir,
-            port,
-            plain_port,
-            child,
-        };
-        wait_for("apache to listen", Duration::from_secs(10), || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        wait_for("apache's child", Duration::from_secs(10), || {
-            !a.worker_pids().is_empty()
-        });
-        a
-    }
-}
-
-impl Server for Apache {
-    fn port(&self) -> u16 {
-        self.port
-    }
-    fn dir(&self) -> &Path {
-        &self.dir
-    }
-    fn master_pid(&self) -> u32 {
-        self.child.id()
-    }
-    fn comm(&self) -> &'static str {
-        "apache2"
-    }
-    fn resumed_log(&self) -> Vec<bool> {
-        resumed_from_log(&self.dir.join("access.log"), "Resumed")
-    }
-    fn request_times_ms(&self) -> Vec<f64> {
-        // %D: microseconds
-        request_times_from_log(&self.dir.join("access.log"), 0.001)
-    }
-}
-
-impl Drop for Apache {
-    fn drop(&mut self) {
-        // SAFETY: plain kill(2) on our own child
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // SAFETY: plain kill(2) on our own child
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
+            .arg("-DFOREGROUND");
+        TestServer::spawn(Software::Apache, dir, port, plain_port, &mut cmd, 1)
     }
 }
 

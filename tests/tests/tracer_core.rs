@@ -53,9 +53,9 @@ const fn failed(what: &'static str, failure: &'static str) -> Expect {
 }
 
 /// Drive the six handshake kinds and three failures; returns what each must look like.
-fn drive_all_kinds(server: &dyn Server) -> Vec<Expect> {
-    let port = server.port();
-    let s = |f: &str| server.dir().join(f).display().to_string();
+fn drive_all_kinds(server: &TestServer) -> Vec<Expect> {
+    let port = server.port;
+    let s = |f: &str| server.dir.join(f).display().to_string();
     let (id12, tk12, ps13) = (s("id12.sess"), s("tk12.sess"), s("ps13.sess"));
     let tls12 = ["-tls1_2", "-cipher", TLS12_CIPHER];
     let tls13 = ["-tls1_3", "-ciphersuites", TLS13_SUITE];
@@ -136,7 +136,7 @@ fn drive_all_kinds(server: &dyn Server) -> Vec<Expect> {
     ]
 }
 
-fn check_record(r: &Value, e: &Expect, server: &dyn Server, hs_done_from: &str) {
+fn check_record(r: &Value, e: &Expect, server: &TestServer, hs_done_from: &str) {
     let ctx = format!("{}: {r}", e.what);
     assert_eq!(str_field(r, "kind"), Some(e.kind), "kind, {ctx}");
     assert_eq!(str_field(r, "protocol"), Some("tls"), "{ctx}");
@@ -148,7 +148,7 @@ fn check_record(r: &Value, e: &Expect, server: &dyn Server, hs_done_from: &str) 
     );
     assert_eq!(
         str_field(r, "local"),
-        Some(format!("127.0.0.1:{}", server.port()).as_str()),
+        Some(format!("127.0.0.1:{}", server.port).as_str()),
         "{ctx}"
     );
     assert!(
@@ -210,7 +210,7 @@ fn check_record(r: &Value, e: &Expect, server: &dyn Server, hs_done_from: &str) 
     }
 }
 
-fn six_kinds(server: &dyn Server, extra: &[&str], hs_done_from: &str) {
+fn six_kinds(server: &TestServer, extra: &[&str], hs_done_from: &str) {
     let master = server.master_pid().to_string();
     let mut args = vec!["--pid", master.as_str()];
     args.extend_from_slice(extra);

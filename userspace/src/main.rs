@@ -39,6 +39,13 @@ enum FormatArg {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Connections per second the userspace pipeline sustains on synthetic records (4
+    /// ring-buffer records each; for `cargo xtask bench`)
+    #[command(hide = true)]
+    BenchPipeline {
+        #[arg(long, default_value_t = 1_000_000)]
+        records: u64,
+    },
     /// Print one record per finished connection handshake, live
     Trace {
         /// Trace this process and its descendants (a master's workers); repeatable
@@ -95,6 +102,13 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::BenchPipeline { records } => {
+            println!(
+                "{:.0}",
+                hstrace::trace::pipeline_connections_per_sec(records)
+            );
+            Ok(())
+        }
         Command::Trace {
             pids,
             comm,

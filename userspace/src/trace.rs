@@ -17,7 +17,7 @@ use tokio::io::unix::AsyncFd;
 use crate::{
     abi::{self, Conn, Hello},
     preflight, probes,
-    record::{Assembler, Clock},
+    record::{Assembler, Clock, Record},
     targets::{self, Selector},
 };
 
@@ -93,12 +93,17 @@ impl<W: Write> Output<W> {
         }
     }
 
-    fn line<T: serde::Serialize>(&mut self, rec: &T, text: Option<String>) -> io::Result<()> {
+    /// One line: JSON, or in text mode the record's `text` (none: not printed in text).
+    fn line<T: serde::Serialize>(
+        &mut self,
+        rec: &T,
+        text: Option<fn(&T) -> String>,
+    ) -> io::Result<()> {
         match (self.format, text) {
             (Format::Json, _) => {
                 serde_json::to_writer(&mut self.out, rec).map_err(io::Error::other)?
             }
-            (Format::Text, Some(t)) => self.out.write_all(t.as_bytes())?,
+            (Format::Text, Some(text)) => self.out.write_all(text(rec).as_bytes())?,
             (Format::Text, None) => return Ok(()),
         }
         self.out.write_all(b"\n")
@@ -111,8 +116,7 @@ impl<W: Write> Output<W> {
         }
         let rec = self.asm.conn(c, &self.clock);
         *self.totals.by_kind.entry(rec.kind.to_string()).or_default() += 1;
-        let text = rec.text();
-        self.line(&rec, Some(text))
+        self.line(&rec, Some(Record::text))
     }
 
     /// Close lines are JSON only: text mode shows one line per connection.
@@ -476,4 +480,89 @@ impl Tracer {
             .map(|m| m.keys().filter(|k| k.is_ok()).count())
             .unwrap_or(0)
     }
+}
+
+/// Connections per second the userspace pipeline (hello parsing, classification, stages,
+/// JSON) sustains on one core, fed synthetic records built from real captured hellos at
+/// full speed: what `cargo xtask bench` reports. Each connection is 4 ring-buffer records
+/// (ClientHello, ServerHello, connection, close) and 2 JSON lines.
+pub fn pipeline_connections_per_sec(n: u64) -> f64 {
+    fn hello(dir: u32, hex: &str) -> Hello {
+        let bytes: Vec<u8> = hex
+            .split_whitespace()
+            .collect::<String>()
+            .as_bytes()
+            .chunks(2)
+            .filter_map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
+            .collect();
+        let mut h = Hello {
+            rec: abi::REC_HELLO,
+            dir,
+            conn_id: 0,
+            msg_len: bytes.len() as u32,
+            cap_len: 0,
+            data: [0; abi::HELLO_CAP],
+        };
+        let len = bytes.len().min(abi::HELLO_CAP);
+        h.data[..len].copy_from_slice(&bytes[..len]);
+        h.cap_len = len as u32;
+        h
+    }
+    let mut ch = hello(
+        abi::DIR_IN,
+        include_str!("../tests/fixtures/hello/tls13_full.client_hello.hex"),
+    );
+    let mut sh = hello(
+        abi::DIR_OUT,
+        include_str!("../tests/fixtures/hello/tls13_full.server_hello.hex"),
+    );
+    let mut c = Conn {
+        rec: abi::REC_CONN,
+        tgid: 1,
+        comm: *b"nginx\0\0\0\0\0\0\0\0\0\0\0",
+        saddr: [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        daddr: [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        sport: 443,
+        dport: 40000,
+        family: 2,
+        outcome: abi::OUTCOME_DONE,
+        t_est: 1_000,
+        t_accept: 2_000,
+        t_arrive: [1_500, 0, 9_000, 0],
+        t_first: [3_000, 4_000, 9_500, 10_000],
+        t_last: [3_100, 8_000, 9_600, 11_000],
+        t_hs_done: 11_500,
+        t_end: 20_000,
+        rec_types: [
+            abi::RT_HANDSHAKE,
+            abi::RT_HANDSHAKE | abi::RT_APPDATA,
+            abi::RT_APPDATA,
+            abi::RT_APPDATA,
+        ],
+        t_req_arrive: 12_000,
+        t_req_read: 12_500,
+        t_resp_first: 13_000,
+        t_resp_last: 14_000,
+        ..Default::default()
+    };
+    let close = |id| abi::Close {
+        rec: abi::REC_CLOSE,
+        conn_id: id,
+        t_accept: 2_000,
+        t_close: 30_000,
+        exchanges: 1,
+        ..Default::default()
+    };
+    let mut out = Output::new(Format::Json, 65536, io::sink());
+    let start = std::time::Instant::now();
+    for id in 1..=n {
+        ch.conn_id = id;
+        sh.conn_id = id;
+        c.conn_id = id;
+        out.asm.hello(&ch);
+        out.asm.hello(&sh);
+        out.conn(&c).expect("sink");
+        out.close(&close(id)).expect("sink");
+    }
+    n as f64 / start.elapsed().as_secs_f64()
 }

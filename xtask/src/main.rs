@@ -16,6 +16,8 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
+mod bench;
+
 /// Debian packages: build (clang, libbpf headers, bpftool), servers and clients for the
 /// demo and the tests (gcc and libssl-dev build the statically linked test server).
 const PACKAGES: &[&str] = &[
@@ -29,6 +31,7 @@ const PACKAGES: &[&str] = &[
     "apache2",
     "gcc",
     "libssl-dev",
+    "nghttp2-client",
 ];
 
 fn main() {
@@ -45,8 +48,9 @@ fn xtask() -> Result<()> {
         Some("demo") => demo(&args[1..]),
         Some("test") => test(&args[1..]),
         Some("vmlinux") => vmlinux(),
+        Some("bench") => bench(),
         _ => {
-            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | vmlinux");
+            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench | vmlinux");
             std::process::exit(2);
         }
     }
@@ -186,8 +190,10 @@ struct DemoNginx {
 }
 
 impl DemoNginx {
-    fn start(port: u16) -> Result<DemoNginx> {
-        let dir = root().join("target/demo");
+    /// nginx in `target/NAME` with `workers` workers, TLS on `port` and plain HTTP on
+    /// `plain_port`, access log off (it would be the bottleneck of a benchmark).
+    fn start(name: &str, workers: u32, port: u16, plain_port: u16) -> Result<DemoNginx> {
+        let dir = root().join("target").join(name);
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("tmp"))?;
         run(Command::new("openssl")
@@ -211,13 +217,14 @@ impl DemoNginx {
         fs::write(
             dir.join("nginx.conf"),
             format!(
-                "daemon on;\nworker_processes 2;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-                 events {{ worker_connections 256; }}\nhttp {{\n  access_log {d}/access.log;\n  \
+                "daemon on;\nworker_processes {workers};\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+                 events {{ worker_connections 1024; }}\nhttp {{\n  access_log off;\n  \
                  client_body_temp_path {d}/tmp/b; proxy_temp_path {d}/tmp/p; fastcgi_temp_path {d}/tmp/f;\n  \
                  uwsgi_temp_path {d}/tmp/u; scgi_temp_path {d}/tmp/s;\n  ssl_protocols TLSv1.2 TLSv1.3;\n  \
                  ssl_session_cache shared:SSL:1m;\n  ssl_session_tickets on;\n  server {{\n    \
                  listen 127.0.0.1:{port} ssl;\n    server_name demo.test;\n    ssl_certificate {d}/cert.pem;\n    \
-                 ssl_certificate_key {d}/key.pem;\n    location / {{ return 200 \"hello from the hstrace demo\\n\"; }}\n  }}\n}}\n"
+                 ssl_certificate_key {d}/key.pem;\n    location / {{ return 200 \"hello from hstrace\\n\"; }}\n  }}\n  \
+                 server {{\n    listen 127.0.0.1:{plain_port};\n    location / {{ return 200 \"hello\\n\"; }}\n  }}\n}}\n"
             ),
         )?;
         run(Command::new("nginx")
@@ -247,6 +254,37 @@ impl Drop for DemoNginx {
     fn drop(&mut self) {
         let _ = Command::new("kill").arg(self.pid.to_string()).status();
     }
+}
+
+/// Throughput with and without hstrace, side by side in one run: docs/benchmarks.md.
+fn bench() -> Result<()> {
+    setup()?;
+    let bin = build()?;
+    let nginx = DemoNginx::start("bench", 1, 18443, 18080)?;
+    let table = bench::run(
+        &bin,
+        &bench::BenchNginx {
+            master: nginx.pid,
+            tls_port: 18443,
+            plain_port: 18080,
+        },
+    )?;
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(root())
+        .output()?;
+    let doc = format!(
+        "# Benchmarks\n\nWritten by `cargo xtask bench` (commit {}, kernel {}, {} CPUs). The machines are \
+         shared and noisy: compare rows of one run, not runs.\n\n{table}",
+        String::from_utf8_lossy(&commit.stdout).trim(),
+        kernel.trim(),
+        thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+    );
+    fs::create_dir_all(root().join("docs"))?;
+    fs::write(root().join("docs/benchmarks.md"), doc)?;
+    eprintln!("xtask: wrote docs/benchmarks.md");
+    Ok(())
 }
 
 /// One client connection of the demo mix.
@@ -285,7 +323,7 @@ fn demo(args: &[String]) -> Result<()> {
         return run(Command::new(&bin).arg("trace").args(args));
     }
     let port = 8443;
-    let nginx = DemoNginx::start(port)?;
+    let nginx = DemoNginx::start("demo", 2, port, 8080)?;
     eprintln!(
         "xtask: demo nginx (master pid {}) on https://127.0.0.1:{port}, config in {}",
         nginx.pid,

@@ -185,6 +185,14 @@ struct {
 	__type(value, struct conn);
 } conn_scratch SEC(".maps");
 
+/* Hand a reserved record to userspace, waking it only once enough has piled up. */
+static __always_inline void submit(void *rec)
+{
+	__u64 waiting = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+
+	bpf_ringbuf_submit(rec, waiting >= HS_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
 static __always_inline void count(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
@@ -229,7 +237,7 @@ static __noinline void emit_conn(struct conn *c, __u64 now, __u8 outcome)
 		return;
 	}
 	__builtin_memcpy(r, &c->r, sizeof(*r));
-	bpf_ringbuf_submit(r, 0);
+	submit(r);
 	count(HS_C_RECORDS);
 }
 
@@ -279,7 +287,7 @@ static __noinline void emit_close(struct conn *c, __u64 now)
 	r->pad = 0;
 	r->bytes_in = c->r.bytes_in;
 	r->bytes_out = c->r.bytes_out;
-	bpf_ringbuf_submit(r, 0);
+	submit(r);
 }
 
 /* The connection is going away: send its record if it has not been sent, then its totals. */

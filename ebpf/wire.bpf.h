@@ -99,7 +99,7 @@ __noinline int capture_hello(struct conn *c, __u32 dir, __u64 msg, __u32 msg_len
 	h->cap_len = cap;
 	if (bpf_probe_read_user(h->data, cap, (const void *)msg))
 		h->cap_len = 0;
-	bpf_ringbuf_submit(h, 0);
+	submit(h);
 	return 0;
 }
 

@@ -16,6 +16,10 @@
 #define HS_MAX_TGIDS 4096    /* traced processes */
 #define HS_MAX_THREADS 16384 /* threads inside a traced syscall or SSL call at once */
 #define HS_RINGBUF_BYTES (8 << 20)
+/* Userspace is woken when this much is waiting in the ring buffer; it also drains it
+ * every HS_DRAIN_MS on its own, so a wakeup per record is not needed. */
+#define HS_WAKEUP_BYTES (64 << 10)
+#define HS_DRAIN_MS 100
 
 /* Record kinds, the first __u32 of every ring-buffer record. */
 #define HS_REC_HELLO 1

@@ -7,6 +7,8 @@ pub const HELLO_CAP: usize = 1536;
 pub const MAX_CONNS: u32 = 65536;
 pub const MAX_TGIDS: u32 = 4096;
 pub const RINGBUF_BYTES: u32 = 8 << 20;
+/// Userspace drains the ring buffer this often (the kernel wakes it sooner when full).
+pub const DRAIN_MS: u64 = 100;
 
 pub const REC_HELLO: u32 = 1;
 pub const REC_CONN: u32 = 2;

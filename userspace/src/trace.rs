@@ -402,6 +402,8 @@ impl Tracer {
             stdout.lock(),
         );
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        // the kernel wakes us only when records pile up: drain on a timer too
+        let mut drain = tokio::time::interval(Duration::from_millis(abi::DRAIN_MS));
         let deadline = self.opts.duration.map(|d| tokio::time::Instant::now() + d);
         let stop = async move {
             match deadline {
@@ -418,6 +420,7 @@ impl Tracer {
                     guard.clear_ready();
                     r
                 }
+                _ = drain.tick() => out.drain(ring.get_mut()),
                 _ = tick.tick() => {
                     let gone = self.rescan();
                     self.sweep(&gone).into_iter().try_for_each(|s| out.swept(s)).and_then(|_| out.flush())

@@ -272,10 +272,12 @@ pub fn run(bin: &Path, nginx: &BenchNginx) -> Result<String> {
                 let off = throughput(&cmd)?;
                 let tracer = Tracer::start(bin, nginx.master, extra)?;
                 attach_ms.push(tracer.attach.as_secs_f64() * 1e3);
+                // CPU during the run only, not the loading of the programs before it
+                let (cpu_before, _) = tracer.usage();
                 let start = Instant::now();
                 let on = throughput(&cmd)?;
                 let (cpu, rss) = tracer.usage();
-                cpu_per_sec.push(cpu / start.elapsed().as_secs_f64());
+                cpu_per_sec.push((cpu - cpu_before) / start.elapsed().as_secs_f64());
                 rss_kib = rss_kib.max(rss);
                 map_bytes = map_bytes.max(tracer.map_memory());
                 tracer.stop();

@@ -494,6 +494,7 @@ fn thousand_back_to_back_handshakes_none_lost() {
         "{}",
         out.stderr
     );
+    assert!(out.stderr.contains("close lines lost 0,"), "{}", out.stderr);
     assert!(
         out.stderr
             .contains(&format!("tracked {}, still in progress 0", made + plain)),

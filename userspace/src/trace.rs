@@ -459,9 +459,10 @@ impl Tracer {
         let dropped = self.counter(abi::C_RECORDS_DROPPED);
         let hellos = self.counter(abi::C_HELLOS_DROPPED);
         let evicted = self.counter(abi::C_CONN_EVICTED);
+        let closes = self.counter(abi::C_CLOSES_DROPPED);
         let in_progress = self.in_progress_count();
         eprintln!(
-            "hstrace: tracked {tracked}, still in progress {in_progress}, records lost (ring buffer full) {dropped}, hellos lost {hellos}, hellos without a record {}, state evicted {evicted}",
+            "hstrace: tracked {tracked}, still in progress {in_progress}, records lost (ring buffer full) {dropped}, hellos lost {hellos}, hellos without a record {}, close lines lost {closes}, state evicted {evicted}",
             asm.hellos_unmatched
         );
         for (idx, name) in abi::COUNTERS {

@@ -49,8 +49,9 @@ static __always_inline int on_transfer(struct conn *c, __u32 dir, __u32 n, __u64
 		if (flight_dir(f) != dir)
 			f += 1;
 		c->flight = f;
+		/* last_arrive carries over: bytes still queued from an earlier arrival (a TLS 1.3
+		 * client's request sent with its Finished) arrived then */
 		c->first_rec_done = 0;
-		c->last_arrive = 0;
 		if (dir == HS_DIR_OUT && (__u32)f < HS_FLIGHTS) {
 			c->r.t_first[f & 3] = now;
 			c->r.cpu_first[f & 3] = thread_cpu_now(now);

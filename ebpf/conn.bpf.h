@@ -54,6 +54,7 @@ struct conn {
 	__u8 not_tls;
 	__u8 tcp_closed;        /* TCP is closed; the server has not closed its fd yet */
 	__u8 first_rec_done;    /* the current client flight's first record is complete */
+	__u8 client_fin;        /* the client's Finished has been read */
 	__u32 exchanges;        /* request/response exchanges after the handshake */
 };
 
@@ -255,6 +256,12 @@ static __always_inline __u8 failure_reason(struct conn *c)
 	return HS_FAIL_SERVER_CLOSED;
 }
 
+/* The handshake is complete: wait for the first request, unless it already came. */
+static __always_inline void handshake_complete(struct conn *c)
+{
+	c->r.phase = c->r.t_req_read ? HS_PH_REQUEST : HS_PH_WAIT_REQUEST;
+}
+
 /* How the record of a connection that got this far ends. */
 static __always_inline __u8 outcome_now(struct conn *c)
 {
@@ -298,7 +305,7 @@ static __always_inline void finish_conn(struct conn *c, __u64 now)
 		c->wire_done = 1;
 		if (!c->r.t_hs_done)
 			c->r.t_hs_done = c->done_at;
-		c->r.phase = HS_PH_WAIT_REQUEST;
+		handshake_complete(c);
 	}
 	emit_conn(c, now, outcome_now(c));
 	emit_close(c, now);

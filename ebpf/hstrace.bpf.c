@@ -543,7 +543,7 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 		c->r.t_hs_done = now;
 		c->r.cpu_hs_done = thread_cpu_now(now);
 		c->r.flags |= HS_F_HS_DONE_SSL;
-		c->r.phase = HS_PH_WAIT_REQUEST;
+		handshake_complete(c);
 	}
 	return 0;
 }

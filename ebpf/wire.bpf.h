@@ -173,7 +173,7 @@ static __always_inline void wire_done(struct conn *c, __u64 now)
 	c->r.t_hs_done = now;
 	/* with uprobes on this connection, SSL_do_handshake's return says when */
 	if (!(c->r.flags & HS_F_UPROBE)) {
-		c->r.phase = HS_PH_WAIT_REQUEST;
+		handshake_complete(c);
 		/* TLS 1.3's end is found at the next read: its last write's CPU reading */
 		c->r.cpu_hs_done = now == c->done_at && c->r.t_last[HS_FL_S2] == now
 					   ? c->r.cpu_last[HS_FL_S2]
@@ -216,15 +216,22 @@ static __always_inline void on_record_end(struct conn *c, __u32 dir, __u8 type, 
 			c->r.cpu_first[f & 3] = thread_cpu_now(now);
 		}
 	}
-	if (dir == HS_DIR_IN && type == REC_APPDATA && c->r.phase == HS_PH_WAIT_REQUEST &&
+	/* the first request's first record is complete: after the handshake, or right
+	 * behind the client's Finished before the server is done (a client that does not
+	 * wait, e.g. a TLS 1.3 client's request in the same segment as its Finished) */
+	if (dir == HS_DIR_IN && type == REC_APPDATA && !c->r.t_req_read &&
+	    (c->r.phase == HS_PH_WAIT_REQUEST || (c->r.phase == HS_PH_HANDSHAKE && c->client_fin)) &&
 	    !(tls13 && c->st[HS_DIR_IN].rec_len == HS_TLS13_ALERT_LEN)) {
-		/* the first request's first record is complete */
-		c->r.phase = HS_PH_REQUEST;
+		if (c->r.phase == HS_PH_WAIT_REQUEST)
+			c->r.phase = HS_PH_REQUEST;
 		c->r.t_req_read = now;
 		c->r.t_req_arrive = c->last_arrive;
 		c->r.cpu_req_read = thread_cpu_now(now);
 		c->exchanges = 1;
 	}
+	/* TLS 1.2: the client's Finished (a handshake record after its ChangeCipherSpec) */
+	if (dir == HS_DIR_IN && type == REC_HANDSHAKE && c->st[HS_DIR_IN].ccs)
+		c->client_fin = 1;
 	if (c->wire_done)
 		return;
 	if (dir == HS_DIR_OUT && type == REC_HANDSHAKE && c->st[HS_DIR_OUT].ccs && !tls13 &&
@@ -239,6 +246,7 @@ static __always_inline void on_record_end(struct conn *c, __u32 dir, __u8 type, 
 		/* TLS 1.3: the client's Finished is read; tickets may follow */
 		if (!c->done_at)
 			c->done_at = now;
+		c->client_fin = 1;
 	} else if (dir == HS_DIR_OUT && tls13 && f == HS_FL_S2 && c->done_at) {
 		/* TLS 1.3: a NewSessionTicket is written */
 		c->done_at = now;

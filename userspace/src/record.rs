@@ -209,11 +209,18 @@ pub fn stages(c: &Conn) -> Stages {
     } else {
         end
     };
+    // a request read before the handshake completed (sent right behind the client's
+    // Finished) is acted on once it has: it waited 0 and queued 0
+    let req_read = if c.t_req_read != 0 {
+        c.t_req_read.max(request_from)
+    } else {
+        0
+    };
     let request = |push: &mut dyn FnMut(&'static str, Option<u64>)| {
-        let (wait, queue) = wait_and_queue(request_from, c.t_req_arrive, c.t_req_read);
+        let (wait, queue) = wait_and_queue(request_from, c.t_req_arrive, req_read);
         push("wait_request", wait);
         push("request_queue", queue);
-        push("response", span(c.t_req_read, c.t_resp_last));
+        push("response", span(req_read, c.t_resp_last));
     };
     if c.outcome == abi::OUTCOME_NOT_TLS {
         request(&mut push);

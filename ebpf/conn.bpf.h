@@ -68,8 +68,9 @@ struct est {
 
 /* A read- or write-family syscall in progress, by thread id. */
 struct io_args {
-	__u64 ptr;   /* the buffer, or the iovec array */
-	__u32 fd;
+	__u64 skey;   /* the connection's struct sock * */
+	__u64 ptr;    /* the buffer, or the iovec array */
+	__u32 tid;    /* the thread in the call; 0: the slot is free */
 	__u32 iovcnt; /* 0: ptr is a plain buffer */
 	__u32 peek;   /* MSG_PEEK: only end of stream and errors count, the bytes stay queued */
 	__u32 pad;
@@ -125,10 +126,13 @@ struct {
 	__type(value, __u64); /* struct sock *, 0: not a traced connection */
 } fds SEC(".maps");
 
+/* A traced read or write between its syscall entry and exit, in the slot of its thread
+ * id. An array, not a hash: the exit of every read/write on the host looks here, and an
+ * array lookup is a bounds check and an add, where a hash lookup hashes and walks. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, HS_MAX_THREADS);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, HS_IO_SLOTS);
+	__type(key, __u32); /* thread id % HS_IO_SLOTS */
 	__type(value, struct io_args);
 } io_in_flight SEC(".maps");
 

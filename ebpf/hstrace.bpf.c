@@ -118,21 +118,19 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 	count(HS_C_CONNS);
 }
 
-SEC("tracepoint/syscalls/sys_exit_accept4")
-int accept4_exit(struct trace_event_raw_sys_exit *ctx)
+/* accept() returned `ret`: the new fd, or an error. */
+static __always_inline int on_accept_fd(long ret)
 {
-	if (ctx->ret >= 0)
-		on_accept(sock_from_fd(ctx->ret), ctx->ret);
+	/* untraced processes leave before the walk from fd to socket */
+	if (ret >= 0 && (targ_all || tgid_traced(bpf_get_current_pid_tgid() >> 32)))
+		on_accept(sock_from_fd(ret), ret);
 	return 0;
 }
 
+SEC("tracepoint/syscalls/sys_exit_accept4")
+int accept4_exit(struct trace_event_raw_sys_exit *ctx) { return on_accept_fd(ctx->ret); }
 SEC("tracepoint/syscalls/sys_exit_accept")
-int accept_exit(struct trace_event_raw_sys_exit *ctx)
-{
-	if (ctx->ret >= 0)
-		on_accept(sock_from_fd(ctx->ret), ctx->ret);
-	return 0;
-}
+int accept_exit(struct trace_event_raw_sys_exit *ctx) { return on_accept_fd(ctx->ret); }
 
 SEC("fexit/inet_csk_accept")
 int BPF_PROG(accept_fexit, struct sock *sk, struct proto_accept_arg *arg, struct sock *newsk)
@@ -263,14 +261,24 @@ static __always_inline __u64 conn_sock(__u32 tgid, __u32 fd)
 
 static __always_inline int io_enter_peek(__u32 fd, __u64 ptr, __u32 iovcnt, __u32 peek)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = id;
-	struct io_args a = { .ptr = ptr, .fd = fd, .iovcnt = iovcnt, .peek = peek };
+	__u64 id = bpf_get_current_pid_tgid(), skey;
+	__u32 tgid = id >> 32, tid = id, slot = tid % HS_IO_SLOTS;
+	struct io_args *a;
 
 	/* leave early for processes and fds that are not traced */
-	if (!tgid_traced(tgid) || !conn_sock(tgid, fd))
+	if (!tgid_traced(tgid) || !(skey = conn_sock(tgid, fd)))
 		return 0;
-	bpf_map_update_elem(&io_in_flight, &tid, &a, BPF_ANY);
+	a = bpf_map_lookup_elem(&io_in_flight, &slot);
+	if (!a)
+		return 0;
+	/* another thread whose id shares the slot is inside a call (or died in one) */
+	if (a->tid && a->tid != tid)
+		count(HS_C_IO_SLOT_TAKEN);
+	a->skey = skey;
+	a->ptr = ptr;
+	a->iovcnt = iovcnt;
+	a->peek = peek;
+	a->tid = tid;
 	return 0;
 }
 
@@ -323,20 +331,15 @@ static __always_inline void on_io(__u64 skey, __u32 dir, long ret, __u64 ptr, __
 
 static __always_inline int io_exit(__u32 dir, long ret)
 {
-	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
-	__u32 tid = id, tgid = id >> 32;
+	__u32 tid = bpf_get_current_pid_tgid(), slot = tid % HS_IO_SLOTS;
 	struct io_args *ap, a;
-	__u64 *sk, fkey;
 
-	ap = bpf_map_lookup_elem(&io_in_flight, &tid);
-	if (!ap)
+	ap = bpf_map_lookup_elem(&io_in_flight, &slot);
+	if (!ap || ap->tid != tid)
 		return 0;
 	a = *ap;
-	bpf_map_delete_elem(&io_in_flight, &tid);
-	fkey = fd_key(tgid, a.fd);
-	sk = bpf_map_lookup_elem(&fds, &fkey);
-	if (sk && *sk)
-		on_io(*sk, dir, ret, a.ptr, a.iovcnt, a.peek, now);
+	ap->tid = 0;
+	on_io(a.skey, dir, ret, a.ptr, a.iovcnt, a.peek, bpf_ktime_get_ns());
 	return 0;
 }
 

@@ -15,6 +15,7 @@
 #define HS_MAX_CONNS 65536   /* connections tracked at once (LRU) */
 #define HS_MAX_TGIDS 4096    /* traced processes */
 #define HS_MAX_THREADS 16384 /* threads inside a traced syscall or SSL call at once */
+#define HS_IO_SLOTS 65536    /* read/write calls in flight, one slot per thread id mod this */
 #define HS_RINGBUF_BYTES (8 << 20)
 /* Userspace is woken when this much is waiting in the ring buffer; it also drains it
  * every HS_DRAIN_MS on its own, so a wakeup per record is not needed. */
@@ -168,6 +169,7 @@ struct hs_close {
 #define HS_C_CONN_EVICTED 5   /* connection state missing when needed (LRU evicted it) */
 #define HS_C_NO_SOCK 6        /* accepted fd whose socket could not be resolved */
 #define HS_C_CLOSES_DROPPED 7 /* close records the ring buffer had no room for */
-#define HS_C_MAX 8
+#define HS_C_IO_SLOT_TAKEN 8  /* a traced read/write found its thread slot held by another */
+#define HS_C_MAX 9
 
 #endif

@@ -496,6 +496,11 @@ fn thousand_back_to_back_handshakes_none_lost() {
     );
     assert!(out.stderr.contains("close lines lost 0,"), "{}", out.stderr);
     assert!(
+        out.stderr.contains("lost to a shared thread slot 0"),
+        "{}",
+        out.stderr
+    );
+    assert!(
         out.stderr
             .contains(&format!("tracked {}, still in progress 0", made + plain)),
         "{}",

@@ -134,7 +134,7 @@ pub struct Close {
 }
 
 /// Counters kept by the BPF side, by index into the per-CPU `counters` map.
-pub const COUNTERS: [(u32, &str); 8] = [
+pub const COUNTERS: [(u32, &str); 9] = [
     (0, "connections_tracked"),
     (1, "records_sent"),
     (2, "records_dropped"),
@@ -143,13 +143,15 @@ pub const COUNTERS: [(u32, &str); 8] = [
     (5, "connection_state_evicted"),
     (6, "accepted_fd_without_socket"),
     (7, "close_records_dropped"),
+    (8, "io_slot_taken"),
 ];
 pub const C_CONNS: u32 = 0;
 pub const C_RECORDS_DROPPED: u32 = 2;
 pub const C_HELLOS_DROPPED: u32 = 3;
 pub const C_CONN_EVICTED: u32 = 5;
 pub const C_CLOSES_DROPPED: u32 = 7;
-pub const C_MAX: u32 = 8;
+pub const C_IO_SLOT_TAKEN: u32 = 8;
+pub const C_MAX: u32 = 9;
 
 /// Size of the kernel's per-connection state (`struct conn` in ebpf/conn.bpf.h); only its
 /// keys are read from userspace, to count connections in progress.

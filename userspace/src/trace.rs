@@ -460,9 +460,10 @@ impl Tracer {
         let hellos = self.counter(abi::C_HELLOS_DROPPED);
         let evicted = self.counter(abi::C_CONN_EVICTED);
         let closes = self.counter(abi::C_CLOSES_DROPPED);
+        let slots = self.counter(abi::C_IO_SLOT_TAKEN);
         let in_progress = self.in_progress_count();
         eprintln!(
-            "hstrace: tracked {tracked}, still in progress {in_progress}, records lost (ring buffer full) {dropped}, hellos lost {hellos}, hellos without a record {}, close lines lost {closes}, state evicted {evicted}",
+            "hstrace: tracked {tracked}, still in progress {in_progress}, records lost (ring buffer full) {dropped}, hellos lost {hellos}, hellos without a record {}, close lines lost {closes}, state evicted {evicted}, reads/writes lost to a shared thread slot {slots}",
             asm.hellos_unmatched
         );
         for (idx, name) in abi::COUNTERS {

@@ -214,8 +214,12 @@ fn cpu_ns_separates_computing_from_waiting_for_a_cpu() {
         busy_cpu < 0.75 * busy_wall,
         "cpu_ns {busy_cpu:.2} of {busy_wall:.2} ms: waiting counted as computing"
     );
+    // Being switched out mid-signature does cost CPU (caches refilled: up to +60% seen on
+    // these shared machines), but the waiting must stay out of cpu_ns: of the time the
+    // stage grew on the wall clock, at most a sixth may show up as on-CPU time.
     assert!(
-        (busy_cpu - idle_cpu).abs() < 0.35 * idle_cpu,
-        "on-CPU time moved: {idle_cpu:.2} -> {busy_cpu:.2} ms"
+        busy_cpu > 0.8 * idle_cpu && busy_cpu - idle_cpu < (busy_wall - idle_wall) / 6.0,
+        "on-CPU time moved {idle_cpu:.2} -> {busy_cpu:.2} ms while the wall clock moved \
+         {idle_wall:.2} -> {busy_wall:.2} ms"
     );
 }

@@ -116,9 +116,10 @@ fn build() -> Result<PathBuf> {
 fn test(extra: &[String]) -> Result<()> {
     setup()?;
     let bin = build()?;
-    // one at a time: the tests share the kernel and load BPF programs
+    // one at a time: the tests share the kernel and load BPF programs; every test binary
+    // runs even after one fails, so a run reports every failure
     let mut child = Command::new("cargo")
-        .args(["test", "--release", "--workspace"])
+        .args(["test", "--release", "--workspace", "--no-fail-fast"])
         .args(extra)
         .args(["--", "--test-threads=1"])
         .env("HSTRACE_BIN", &bin)

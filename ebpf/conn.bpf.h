@@ -28,6 +28,24 @@ const volatile __u8 targ_lazy_fd = 0; /* accept is hooked in the kernel, not at 
 /* Unique id of each traced connection (socket addresses are reused). */
 __u64 next_conn_id = 0;
 
+/* Local ports on which this host completed a three-way handshake as the server since
+ * hstrace started, one bit each. A socket on any other port (a client's ephemeral port)
+ * cannot be a traced connection: its arrivals leave before any map lookup. */
+__u64 server_ports[65536 / 64] = {};
+
+static __always_inline void mark_server_port(__u16 port)
+{
+	__u64 bit = 1ULL << (port & 63);
+
+	if (!(server_ports[port >> 6] & bit))
+		__sync_fetch_and_or(&server_ports[port >> 6], bit);
+}
+
+static __always_inline int is_server_port(__u16 port)
+{
+	return (server_ports[port >> 6] >> (port & 63)) & 1;
+}
+
 /* One direction of a connection's TLS record stream. */
 struct stream {
 	__u32 rec_left;      /* body bytes of the current record not yet seen */

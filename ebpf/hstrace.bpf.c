@@ -494,12 +494,12 @@ int sched_switch(struct trace_event_raw_sched_switch *ctx)
 	struct oncpu *o;
 
 	/* only threads that handled a traced connection have an entry */
-	o = bpf_map_lookup_elem(&thread_cpu, &prev);
+	o = is_cpu_thread(prev) ? bpf_map_lookup_elem(&thread_cpu, &prev) : NULL;
 	if (o && o->since) {
 		o->total += now - o->since;
 		o->since = 0;
 	}
-	o = bpf_map_lookup_elem(&thread_cpu, &next);
+	o = is_cpu_thread(next) ? bpf_map_lookup_elem(&thread_cpu, &next) : NULL;
 	if (o)
 		o->since = now;
 	return 0;

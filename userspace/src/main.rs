@@ -46,6 +46,12 @@ enum Command {
         #[arg(long, default_value_t = 1_000_000)]
         records: u64,
     },
+    /// Milliseconds one idle sweep takes over N live connections (for `cargo xtask bench`)
+    #[command(hide = true)]
+    BenchSweep {
+        #[arg(long, default_value_t = 65536)]
+        conns: u32,
+    },
     /// Print one record per finished connection handshake, live
     Trace {
         /// Trace this process and its descendants (a master's workers); repeatable
@@ -107,6 +113,10 @@ fn run(cli: Cli) -> Result<()> {
                 "{:.0}",
                 hstrace::trace::pipeline_connections_per_sec(records)
             );
+            Ok(())
+        }
+        Command::BenchSweep { conns } => {
+            println!("{:.1}", hstrace::trace::sweep_ms(conns)?);
             Ok(())
         }
         Command::Trace {

@@ -291,71 +291,8 @@ impl Tracer {
         let Ok(mut conns) = BpfHashMap::<_, u64, abi::ConnState>::try_from(map) else {
             return Vec::new();
         };
-        let now = monotonic_ns();
-        let idle_limit = self.opts.idle_timeout.as_nanos() as u64;
-        let response_idle = RESPONSE_IDLE.min(self.opts.idle_timeout).as_nanos() as u64;
-        let mut out = Vec::new();
-        let mut exited = Vec::new();
-        let mut idle = Vec::new();
-        for (sk, state) in conns.iter().filter_map(|e| e.ok()) {
-            let Some(mut c) = abi::read_record::<Conn>(&state) else {
-                continue;
-            };
-            let unreported = state[abi::CONN_EMITTED_OFFSET] == 0;
-            let last = [c.t_accept, c.t_hs_done, c.t_req_read, c.t_resp_last]
-                .into_iter()
-                .chain(c.t_last)
-                .max()
-                .unwrap_or(0);
-            let quiet = now.saturating_sub(last);
-            let exit = gone.contains(&c.tgid);
-            let expired = unreported
-                && (quiet >= idle_limit || (c.phase == abi::PH_RESPONSE && quiet >= response_idle));
-            if !exit && !expired {
-                continue;
-            }
-            if unreported {
-                c.t_end = now;
-                c.outcome = if state[abi::CONN_NOT_TLS_OFFSET] != 0 {
-                    abi::OUTCOME_NOT_TLS
-                } else if c.phase != abi::PH_HANDSHAKE {
-                    abi::OUTCOME_DONE
-                } else {
-                    c.failure = if exit {
-                        abi::FAIL_SERVER_EXITED
-                    } else {
-                        abi::FAIL_TIMEOUT
-                    };
-                    abi::OUTCOME_FAILED
-                };
-                out.push(Swept::Conn(c));
-            }
-            if exit {
-                exited.push(sk);
-                out.push(Swept::Close(abi::Close {
-                    rec: abi::REC_CLOSE,
-                    tgid: c.tgid,
-                    conn_id: c.conn_id,
-                    t_accept: c.t_accept,
-                    t_close: now,
-                    bytes_in: c.bytes_in,
-                    bytes_out: c.bytes_out,
-                    ..Default::default()
-                }));
-            } else {
-                idle.push((sk, state));
-            }
-        }
-        for sk in exited {
-            let _ = conns.remove(&sk);
-        }
-        // reported here: the kernel only counts bytes and exchanges from now on
-        for (sk, mut state) in idle {
-            state[abi::CONN_EMITTED_OFFSET] = 1;
-            state[abi::CONN_PHASE_OFFSET] = abi::PH_DONE;
-            let _ = conns.insert(sk, state, 0);
-        }
-        out
+        let idle_limit = self.opts.idle_timeout;
+        sweep_conns(&mut conns, gone, idle_limit)
     }
 
     fn attach_ssl(&mut self, pid: u32) {
@@ -570,4 +507,108 @@ pub fn pipeline_connections_per_sec(n: u64) -> f64 {
         out.close(&close(id)).expect("sink");
     }
     n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// One pass of the sweep over the kernel's connection map (see `Tracer::sweep`).
+fn sweep_conns(
+    conns: &mut BpfHashMap<&mut MapData, u64, abi::ConnState>,
+    gone: &[u32],
+    idle_timeout: Duration,
+) -> Vec<Swept> {
+    let now = monotonic_ns();
+    let idle_limit = idle_timeout.as_nanos() as u64;
+    let response_idle = RESPONSE_IDLE.min(idle_timeout).as_nanos() as u64;
+    let mut out = Vec::new();
+    let mut exited = Vec::new();
+    let mut idle = Vec::new();
+    for (sk, state) in conns.iter().filter_map(|e| e.ok()) {
+        let Some(mut c) = abi::read_record::<Conn>(&state) else {
+            continue;
+        };
+        let unreported = state[abi::CONN_EMITTED_OFFSET] == 0;
+        let last = [c.t_accept, c.t_hs_done, c.t_req_read, c.t_resp_last]
+            .into_iter()
+            .chain(c.t_last)
+            .max()
+            .unwrap_or(0);
+        let quiet = now.saturating_sub(last);
+        let exit = gone.contains(&c.tgid);
+        let expired = unreported
+            && (quiet >= idle_limit || (c.phase == abi::PH_RESPONSE && quiet >= response_idle));
+        if !exit && !expired {
+            continue;
+        }
+        if unreported {
+            c.t_end = now;
+            c.outcome = if state[abi::CONN_NOT_TLS_OFFSET] != 0 {
+                abi::OUTCOME_NOT_TLS
+            } else if c.phase != abi::PH_HANDSHAKE {
+                abi::OUTCOME_DONE
+            } else {
+                c.failure = if exit {
+                    abi::FAIL_SERVER_EXITED
+                } else {
+                    abi::FAIL_TIMEOUT
+                };
+                abi::OUTCOME_FAILED
+            };
+            out.push(Swept::Conn(c));
+        }
+        if exit {
+            exited.push(sk);
+            out.push(Swept::Close(abi::Close {
+                rec: abi::REC_CLOSE,
+                tgid: c.tgid,
+                conn_id: c.conn_id,
+                t_accept: c.t_accept,
+                t_close: now,
+                bytes_in: c.bytes_in,
+                bytes_out: c.bytes_out,
+                ..Default::default()
+            }));
+        } else {
+            idle.push((sk, state));
+        }
+    }
+    for sk in exited {
+        let _ = conns.remove(&sk);
+    }
+    // reported here: the kernel only counts bytes and exchanges from now on
+    for (sk, mut state) in idle {
+        state[abi::CONN_EMITTED_OFFSET] = 1;
+        state[abi::CONN_PHASE_OFFSET] = abi::PH_DONE;
+        let _ = conns.insert(sk, state, 0);
+    }
+    out
+    }
+
+/// Milliseconds one sweep takes over `n` live connections that all stay (nothing idle,
+/// nothing exited: the steady state it costs every second), median of 9. Loads the BPF
+/// object, attaches nothing, fills the map from userspace; for `cargo xtask bench`.
+pub fn sweep_ms(n: u32) -> Result<f64> {
+    let mut bpf = EbpfLoader::new()
+        .map_max_entries("conns", n)
+        .load(crate::BPF_OBJECT)
+        .context("loading the BPF object")?;
+    let mut conns = BpfHashMap::<_, u64, abi::ConnState>::try_from(
+        bpf.map_mut("conns").context("map conns")?,
+    )?;
+    // reported, and accepted just now: nothing to take
+    let mut state = [0u8; abi::CONN_STATE_BYTES];
+    state[abi::CONN_EMITTED_OFFSET] = 1;
+    state[abi::CONN_PHASE_OFFSET] = abi::PH_DONE;
+    let t_accept = std::mem::offset_of!(Conn, t_accept);
+    state[t_accept..t_accept + 8].copy_from_slice(&monotonic_ns().to_ne_bytes());
+    for i in 0..n as u64 {
+        conns.insert(0xffff_0000_0000_0000 | (i << 10), state, 0)?;
+    }
+    let mut times = Vec::new();
+    for _ in 0..9 {
+        let start = std::time::Instant::now();
+        let swept = sweep_conns(&mut conns, &[], Duration::from_secs(3600));
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+        anyhow::ensure!(swept.is_empty(), "the sweep took live connections");
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok(times[times.len() / 2])
 }

@@ -14,11 +14,11 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 /// Off/on pairs per workload and mode.
-const PAIRS: usize = 5;
+const PAIRS: usize = 7;
 /// Seconds each s_time run lasts.
 const STIME_SECS: &str = "3";
 /// Requests per keep-alive run (h2load, 4 connections).
-const KEEPALIVE_REQUESTS: &str = "40000";
+const KEEPALIVE_REQUESTS: &str = "150000";
 
 struct Workload {
     name: &'static str,
@@ -103,6 +103,11 @@ const MODES: &[(&str, &[&str])] = &[
 
 /// Operations per second from one run of a load generator.
 fn throughput(cmd: &[String]) -> Result<f64> {
+    run_load(cmd).map(|(rate, _)| rate)
+}
+
+/// One run of a load generator: operations per second, and operations done.
+fn run_load(cmd: &[String]) -> Result<(f64, f64)> {
     let start = Instant::now();
     let out = Command::new(&cmd[0])
         .args(&cmd[1..])
@@ -122,7 +127,13 @@ fn throughput(cmd: &[String]) -> Result<f64> {
             .nth(1)
             .and_then(|f| f.strip_suffix(" req/s"))
             .context("h2load req/s")?;
-        return Ok(rps.parse()?);
+        // "requests: 150000 total, 150000 started, 150000 done, 150000 succeeded, ..."
+        let done = text
+            .lines()
+            .find_map(|l| l.strip_prefix("requests: "))
+            .and_then(|l| l.split(", ").find_map(|f| f.strip_suffix(" succeeded")))
+            .context("h2load requests succeeded")?;
+        return Ok((rps.parse()?, done.parse()?));
     }
     // s_time: "N connections in X.XXs; ..." (X: the client's user time); the wall clock is ours
     let line = text
@@ -130,7 +141,66 @@ fn throughput(cmd: &[String]) -> Result<f64> {
         .find(|l| l.contains("connections in") && l.contains("real seconds"))
         .context("no s_time count")?;
     let n: f64 = line.split_whitespace().next().context("count")?.parse()?;
-    Ok(n / secs)
+    Ok((n / secs, n))
+}
+
+/// Total run time (ns) of every loaded BPF program so far, while
+/// kernel.bpf_stats_enabled is on (hstrace's are the only programs on these machines).
+fn bpf_run_time_ns() -> u64 {
+    let Ok(out) = Command::new("bpftool").args(["prog", "show"]).output() else {
+        return 0;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter(|w| w[0] == "run_time_ns")
+        .filter_map(|w| w[1].parse::<u64>().ok())
+        .sum()
+}
+
+/// BPF run time per operation of one run of `cmd` with hstrace attached: the in-kernel
+/// cost, measured by the kernel (kernel.bpf_stats_enabled, which itself adds some tens of
+/// ns to each program run).
+fn bpf_ns_per_op(bin: &Path, master: u32, extra: &[&str], cmd: &[String]) -> Result<f64> {
+    const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+    let tracer = Tracer::start(bin, master, extra)?;
+    fs::write(STATS, "1").context("enabling kernel.bpf_stats_enabled")?;
+    let before = bpf_run_time_ns();
+    let run = run_load(cmd);
+    let after = bpf_run_time_ns();
+    let _ = fs::write(STATS, "0");
+    tracer.stop();
+    let (_, ops) = run?;
+    Ok((after - before) as f64 / ops)
+}
+
+/// ns per read+write pair and per getppid of an untraced process, hstrace off and on
+/// (medians of interleaved pairs).
+fn syscall_cost(bin: &Path, master: u32, exe: &Path) -> Result<[f64; 4]> {
+    let once = || -> Result<(f64, f64)> {
+        let out = Command::new(exe).arg("2000000").output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut f = text.split_whitespace().map(|w| w.parse::<f64>());
+        match (f.next(), f.next()) {
+            (Some(Ok(rw)), Some(Ok(pp))) => Ok((rw, pp)),
+            _ => bail!("{} printed {text:?}", exe.display()),
+        }
+    };
+    let (mut rw, mut pp) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+    for _ in 0..PAIRS {
+        let (a, b) = once()?;
+        rw[0].push(a);
+        pp[0].push(b);
+        let tracer = Tracer::start(bin, master, &[])?;
+        let (a, b) = once()?;
+        tracer.stop();
+        rw[1].push(a);
+        pp[1].push(b);
+    }
+    let [rw0, rw1] = rw;
+    let [pp0, pp1] = pp;
+    Ok([median(rw0), median(rw1), median(pp0), median(pp1)])
 }
 
 /// hstrace attached to the demo nginx, output discarded.
@@ -249,9 +319,26 @@ pub struct BenchNginx {
     pub plain_port: u16,
 }
 
-pub fn run(bin: &Path, nginx: &BenchNginx) -> Result<String> {
+/// The syscall loop, built from xtask/bench/syscall_cost.c.
+pub fn build_syscall_cost(dir: &Path) -> Result<std::path::PathBuf> {
+    let exe = dir.join("syscall_cost");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/syscall_cost.c");
+    let ok = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .context("gcc")?
+        .success();
+    if !ok {
+        bail!("gcc could not build {}", src.display());
+    }
+    Ok(exe)
+}
+
+pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path) -> Result<String> {
     let mut doc = String::new();
-    let mut summary = Vec::new();
+    let mut kernel_cost = String::new();
     let (mut cpu_per_sec, mut rss_kib, mut attach_ms, mut map_bytes) =
         (Vec::new(), 0u64, Vec::new(), 0u64);
     doc.push_str(&format!(
@@ -301,7 +388,10 @@ pub fn run(bin: &Path, nginx: &BenchNginx) -> Result<String> {
             );
             eprint!("{line}");
             doc.push_str(&line);
-            summary.push((w.name, *mode, m));
+            if *mode != "uprobes all" {
+                let ns = bpf_ns_per_op(bin, nginx.master, extra, &cmd)?;
+                kernel_cost.push_str(&format!("| {} | {mode} | {:.2} µs |\n", w.name, ns / 1e3));
+            }
         }
     }
     let pipeline: f64 = String::from_utf8_lossy(
@@ -313,8 +403,18 @@ pub fn run(bin: &Path, nginx: &BenchNginx) -> Result<String> {
     .trim()
     .parse()
     .context("hstrace bench-pipeline")?;
+    let sweep: f64 = String::from_utf8_lossy(
+        &Command::new(bin)
+            .args(["bench-sweep", "--conns", "65536"])
+            .output()?
+            .stdout,
+    )
+    .trim()
+    .parse()
+    .context("hstrace bench-sweep")?;
     doc.push_str(&format!(
         "\n| measure | result | goal |\n|---|---|---|\n\
+         | the once-a-second idle sweep over 65,536 live connections (the default --max-conns; map filled from userspace) | {sweep:.0} ms per sweep | — |\n\
          | userspace pipeline on one core, synthetic connections (4 ring-buffer records and 2 JSON lines each) | {:.0} connections/s = {:.0} records/s | ≥ 1,000,000 records/s |\n\
          | time to attach to the running nginx (median) | {:.0} ms | ≤ 1000 ms |\n\
          | daemon peak RSS | {:.1} MiB | ≤ 64 MiB |\n\
@@ -326,6 +426,27 @@ pub fn run(bin: &Path, nginx: &BenchNginx) -> Result<String> {
         rss_kib as f64 / 1024.0,
         median(cpu_per_sec) * 100.0,
         map_bytes as f64 / (1024.0 * 1024.0),
+    ));
+    doc.push_str(&format!(
+        "\n## In-kernel cost per operation\n\n\
+         Run time of the BPF programs per connection or request, as the kernel counts it \
+         (`kernel.bpf_stats_enabled=1`, one extra run per row; the counting itself adds some \
+         tens of ns per program run). It leaves out what the kernel spends reaching the \
+         programs, measured below.\n\n\
+         | workload | mode | BPF run time per operation |\n|---|---|---|\n{kernel_cost}"
+    ));
+    let [rw_off, rw_on, pp_off, pp_on] = syscall_cost(bin, nginx.master, syscall_exe)?;
+    doc.push_str(&format!(
+        "\n## Cost for processes hstrace does not trace\n\n\
+         The syscall tracepoints hstrace enables are global: every process's read and write \
+         pays to reach hstrace's programs, which leave at once for untraced processes. A loop \
+         of 1-byte `read()`+`write()` pairs and of `getppid()` (not hooked), \
+         {PAIRS} interleaved off/on pairs, median ns per call:\n\n\
+         | syscall | off | on | added |\n|---|---|---|---|\n\
+         | read + write pair | {rw_off:.0} | {rw_on:.0} | {:.0} |\n\
+         | getppid (not hooked) | {pp_off:.0} | {pp_on:.0} | {:.0} |\n",
+        rw_on - rw_off,
+        pp_on - pp_off,
     ));
     Ok(doc)
 }

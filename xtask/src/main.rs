@@ -262,6 +262,7 @@ fn bench() -> Result<()> {
     setup()?;
     let bin = build()?;
     let nginx = DemoNginx::start("bench", 1, 18443, 18080)?;
+    let syscall_exe = bench::build_syscall_cost(&nginx.dir)?;
     let table = bench::run(
         &bin,
         &bench::BenchNginx {
@@ -269,6 +270,7 @@ fn bench() -> Result<()> {
             tls_port: 18443,
             plain_port: 18080,
         },
+        &syscall_exe,
     )?;
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let commit = Command::new("git")

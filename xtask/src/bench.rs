@@ -308,6 +308,15 @@ impl Tracer {
     }
 }
 
+/// The number one of hstrace's hidden bench commands prints.
+fn hstrace_number(bin: &Path, args: &[&str]) -> Result<f64> {
+    let out = Command::new(bin).args(args).output()?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .with_context(|| format!("hstrace {}", args.join(" ")))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
     v[v.len() / 2]
@@ -394,24 +403,8 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path) -> Result<String>
             }
         }
     }
-    let pipeline: f64 = String::from_utf8_lossy(
-        &Command::new(bin)
-            .args(["bench-pipeline", "--records", "1000000"])
-            .output()?
-            .stdout,
-    )
-    .trim()
-    .parse()
-    .context("hstrace bench-pipeline")?;
-    let sweep: f64 = String::from_utf8_lossy(
-        &Command::new(bin)
-            .args(["bench-sweep", "--conns", "65536"])
-            .output()?
-            .stdout,
-    )
-    .trim()
-    .parse()
-    .context("hstrace bench-sweep")?;
+    let pipeline = hstrace_number(bin, &["bench-pipeline", "--records", "1000000"])?;
+    let sweep = hstrace_number(bin, &["bench-sweep", "--conns", "65536"])?;
     doc.push_str(&format!(
         "\n| measure | result | goal |\n|---|---|---|\n\
          | the once-a-second idle sweep over 65,536 live connections (the default --max-conns; map filled from userspace) | {sweep:.0} ms per sweep | — |\n\

@@ -181,6 +181,17 @@ static __always_inline void wire_done(struct conn *c, __u64 now)
 	}
 }
 
+/* A TLS 1.3 server writes again after the client's Finished, in a later write call than
+ * its first after it (`now` is this call's time), and the first request already came in
+ * the same read as that Finished: the server answers without reading again (Apache), so
+ * this call is the response, and the NewSessionTickets were the first call. Wire only:
+ * with uprobes, SSL_do_handshake's return says where the handshake ends. */
+static __always_inline int answers_unread_request(struct conn *c, __u64 now)
+{
+	return c->r.t_req_read && c->client_fin && !c->wire_done && c->flight == HS_FL_S2 &&
+	       c->r.t_first[HS_FL_S2] != now && !(c->r.flags & HS_F_UPROBE) && is_tls13(c);
+}
+
 /* A hello that came over several reads: the server read it into one buffer, so the
  * record's body lies just before `end`. Checked against its own header before use. */
 __noinline int capture_deferred_hello(struct conn *c, __u32 dir, __u64 end, __u32 len)
@@ -247,7 +258,8 @@ static __always_inline void on_record_end(struct conn *c, __u32 dir, __u8 type, 
 		if (!c->done_at)
 			c->done_at = now;
 		c->client_fin = 1;
-	} else if (dir == HS_DIR_OUT && tls13 && f == HS_FL_S2 && c->done_at) {
+	} else if (dir == HS_DIR_OUT && tls13 && f == HS_FL_S2 && c->done_at &&
+		   !answers_unread_request(c, now)) {
 		/* TLS 1.3: a NewSessionTicket is written */
 		c->done_at = now;
 	}
@@ -303,6 +315,10 @@ static __always_inline void on_exchange(struct conn *c, __u32 dir, int new_fligh
 			c->exchanges += 1;
 		}
 		return;
+	}
+	if (ph == HS_PH_HANDSHAKE && c->done_at && answers_unread_request(c, now)) {
+		wire_done(c, c->done_at);
+		ph = c->r.phase;
 	}
 	if (ph == HS_PH_REQUEST || ph == HS_PH_RESPONSE) {
 		if (!c->r.t_resp_first)

@@ -289,6 +289,49 @@ fn apache_wire_only() {
     six_kinds(&Apache::start("apache-wire"), &["--no-uprobes"], "wire");
 }
 
+/// A TLS 1.3 client's request in the same segment as its Finished (a proxy merges them):
+/// the server writes its NewSessionTickets and then its response without reading again
+/// (Apache). From the wire alone, the tickets' write ends the handshake and the later
+/// writes are the response.
+#[test]
+fn wire_only_request_with_the_finished() {
+    request_with_the_finished(Apache::start("apache-merged"));
+    request_with_the_finished(Nginx::start("nginx-merged", 1));
+}
+
+fn request_with_the_finished(server: TestServer) {
+    let proxy = DelayProxy::merging(server.port, 2, Duration::from_millis(50));
+    let port = server.port.to_string();
+    let tracer = Hstrace::start(&["--port", &port, "--no-uprobes"]);
+    for _ in 0..3 {
+        let out = s_client(proxy.port, &["-tls1_3", "-no_ticket"]);
+        assert!(out.contains("New, TLSv1.3"), "{out}");
+    }
+    let out = tracer.stop();
+    assert_eq!(out.records.len(), 3, "{:?}", out.records);
+    for r in &out.records {
+        check_stages(r);
+        let ms = |s: &str| {
+            r["stages_ns"][s]
+                .as_u64()
+                .unwrap_or_else(|| panic!("stage {s} missing: {r}")) as f64
+                / 1e6
+        };
+        assert_eq!(r["hs_done_from"], "wire", "{r}");
+        // the proxy's 50 ms is the client's, and the request came with the Finished
+        assert!(ms("wait_client_flight_2") >= 45.0, "{r}");
+        assert!(ms("wait_request") < 1.0, "{r}");
+        assert!(ms("server_flight_2") < 20.0, "{r}");
+        assert!(ms("response") > 0.0 && ms("response") < 20.0, "{r}");
+        eprintln!(
+            "{}: server_flight_2 {:.3} ms, response {:.3} ms",
+            r["comm"],
+            ms("server_flight_2"),
+            ms("response")
+        );
+    }
+}
+
 #[test]
 fn six_handshake_kinds_and_failures_wire_only() {
     six_kinds(&Nginx::start("kinds-wire", 2), &["--no-uprobes"], "wire");

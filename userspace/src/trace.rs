@@ -291,8 +291,7 @@ impl Tracer {
         let Ok(mut conns) = BpfHashMap::<_, u64, abi::ConnState>::try_from(map) else {
             return Vec::new();
         };
-        let idle_limit = self.opts.idle_timeout;
-        sweep_conns(&mut conns, gone, idle_limit)
+        sweep_conns(&mut conns, gone, self.opts.idle_timeout)
     }
 
     fn attach_ssl(&mut self, pid: u32) {

@@ -146,17 +146,21 @@ fn run_load(cmd: &[String]) -> Result<(f64, f64)> {
 
 /// Total run time (ns) of every loaded BPF program so far, while
 /// kernel.bpf_stats_enabled is on (hstrace's are the only programs on these machines).
-fn bpf_run_time_ns() -> u64 {
-    let Ok(out) = Command::new("bpftool").args(["prog", "show"]).output() else {
-        return 0;
-    };
+fn bpf_run_time_ns() -> Result<u64> {
+    let out = Command::new("bpftool")
+        .args(["prog", "show"])
+        .output()
+        .context("bpftool prog show")?;
+    if !out.status.success() {
+        bail!("bpftool prog show: {}", String::from_utf8_lossy(&out.stderr));
+    }
     let text = String::from_utf8_lossy(&out.stdout);
     let words: Vec<&str> = text.split_whitespace().collect();
-    words
+    Ok(words
         .windows(2)
         .filter(|w| w[0] == "run_time_ns")
         .filter_map(|w| w[1].parse::<u64>().ok())
-        .sum()
+        .sum())
 }
 
 /// BPF run time per operation of one run of `cmd` with hstrace attached: the in-kernel
@@ -172,7 +176,8 @@ fn bpf_ns_per_op(bin: &Path, master: u32, extra: &[&str], cmd: &[String]) -> Res
     let _ = fs::write(STATS, "0");
     tracer.stop();
     let (_, ops) = run?;
-    Ok((after - before) as f64 / ops)
+    // the counters only grow while the programs stay loaded
+    Ok((after? - before?) as f64 / ops)
 }
 
 /// ns per read+write pair and per getppid of an untraced process, hstrace off and on

@@ -6,8 +6,9 @@
  *
  *   TCP:      sock:inet_sock_set_state (ESTABLISHED, CLOSE), sock:sk_data_ready (arrival)
  *   accept:   syscalls:sys_exit_accept4/accept | fexit or kretprobe inet_csk_accept
- *   I/O:      syscalls read/readv/recvfrom/recvmsg (in), write/writev/sendto/sendmsg (out)
- *             | fentry or kprobe tcp_sendmsg (out)
+ *   I/O:      sock:sock_recv_length (in), sock:sock_send_length (out), buffers from the
+ *             syscall's arguments | syscalls read/readv/recvfrom/recvmsg (in),
+ *             write/writev/sendto/sendmsg (out) | fentry or kprobe tcp_sendmsg (out)
  *   process:  tp_btf sched_process_fork (a traced master's new workers)
  *   OpenSSL:  uprobe + uretprobe SSL_do_handshake
  */
@@ -196,15 +197,15 @@ int sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
 	return 0;
 }
 
-/* Bytes were queued on socket `skey`: the first since the server last read is when
- * they arrived. Runs in the sender's context on loopback: match the socket, not the
- * process. */
-static __always_inline void on_data_ready(__u64 skey)
+/* Bytes were queued on socket `skey` (local port `port`): the first since the server last
+ * read is when they arrived. Runs in the sender's context on loopback: match the socket,
+ * not the process. */
+static __always_inline void on_data_ready(__u64 skey, __u16 port)
 {
 	struct conn *c;
 	struct est *e;
 
-	if (!is_server_port(BPF_CORE_READ((struct sock *)skey, __sk_common.skc_num)))
+	if (!is_server_port(port))
 		return;
 
 	c = bpf_map_lookup_elem(&conns, &skey);
@@ -218,29 +219,203 @@ static __always_inline void on_data_ready(__u64 skey)
 		e->t_arrive = bpf_ktime_get_ns();
 }
 
+/* BTF-typed: the socket's fields are plain loads, not helper calls */
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(data_ready_btf, const struct sock *sk)
+{
+	if (sk->sk_protocol == IPPROTO_TCP)
+		on_data_ready((__u64)sk, sk->__sk_common.skc_num);
+	return 0;
+}
+
 SEC("tracepoint/sock/sk_data_ready")
 int sock_data_ready(struct trace_event_raw_sk_data_ready *ctx)
 {
 	if (ctx->protocol == IPPROTO_TCP)
-		on_data_ready((__u64)ctx->skaddr);
+		on_data_ready((__u64)ctx->skaddr, BPF_CORE_READ((struct sock *)ctx->skaddr, __sk_common.skc_num));
 	return 0;
 }
 
 SEC("fentry/tcp_data_ready")
 int BPF_PROG(data_ready_fentry, struct sock *sk)
 {
-	on_data_ready((__u64)sk);
+	on_data_ready((__u64)sk, sk->__sk_common.skc_num);
 	return 0;
 }
 
 SEC("kprobe/tcp_data_ready")
 int BPF_KPROBE(data_ready_kprobe, struct sock *sk)
 {
-	on_data_ready((__u64)sk);
+	on_data_ready((__u64)sk, BPF_CORE_READ(sk, __sk_common.skc_num));
 	return 0;
 }
 
-/* ---- read and write family syscalls ---------------------------------------------- */
+/* ---- bytes on a connection ------------------------------------------------------ */
+
+/* Bytes moved on traced connection `c` (socket `skey`), `ptr` the call's buffer (an iovec
+ * array if `iovcnt`; 0: a call whose buffer is not known): parse them. */
+static __always_inline void on_conn_io(struct conn *c, __u64 skey, __u32 dir, long ret, __u64 ptr,
+				       __u32 iovcnt, __u32 peek, __u64 now)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct ssl_call *sc;
+	int new_flight;
+
+	/* inside SSL_do_handshake: that call belongs to this connection */
+	if (c->r.phase == HS_PH_HANDSHAKE) {
+		sc = bpf_map_lookup_elem(&ssl_in_flight, &tid);
+		if (sc) {
+			sc->sk = skey;
+			c->r.flags |= HS_F_UPROBE;
+		}
+	}
+	if (dir == HS_DIR_IN && !peek)
+		on_read_attempt(c, now);
+	if (ret <= 0 || peek) {
+		if (dir == HS_DIR_IN && ret == 0)
+			c->r.flags |= HS_F_READ_EOF;
+		if (ret == -ECONNRESET || ret == -EPIPE)
+			c->r.flags |= HS_F_READ_RESET;
+		return;
+	}
+	new_flight = on_transfer(c, dir, ret, now);
+	/* after the first exchange only bytes and exchanges are counted */
+	if (c->r.phase != HS_PH_DONE && !c->not_tls && !(c->r.flags & HS_F_DESYNC)) {
+		if (!ptr)
+			desync(c, dir); /* bytes hstrace cannot see (sendfile, io_uring) */
+		else if (iovcnt)
+			parse_iov(c, dir, (const struct iovec *)ptr, iovcnt, ret, now);
+		else
+			parse_bytes(c, dir, ptr, ret, now);
+	}
+	on_exchange(c, dir, new_flight, ptr, iovcnt, now);
+}
+
+/* The same, for socket `skey` (its state may be gone: the LRU evicted it). */
+static __always_inline void on_io(__u64 skey, __u32 dir, long ret, __u64 ptr, __u32 iovcnt,
+				  __u32 peek, __u64 now)
+{
+	struct conn *c = bpf_map_lookup_elem(&conns, &skey);
+
+	if (!c) {
+		count(HS_C_CONN_EVICTED);
+		return;
+	}
+	on_conn_io(c, skey, dir, ret, ptr, iovcnt, peek, now);
+}
+
+/* ---- reads and writes at the socket layer ---------------------------------------- */
+
+/* sock:sock_recv_length and sock:sock_send_length fire inside every socket read and write
+ * with the socket, the result and the flags; the buffer is found in the arguments of the
+ * syscall the thread is in (its saved user registers). Tracepoints outside the syscall
+ * path cost other processes nothing, where a syscall tracepoint is paid by every read and
+ * write on the host. */
+#if defined(__TARGET_ARCH_x86)
+#define SYSCALL_NR(regs) ((regs)->orig_ax)
+#define SYSCALL_ARG1(regs) ((regs)->di)
+#define SYSCALL_ARG2(regs) ((regs)->si)
+#define SYSCALL_ARG3(regs) ((regs)->dx)
+#define NR_read 0
+#define NR_write 1
+#define NR_readv 19
+#define NR_writev 20
+#define NR_sendto 44
+#define NR_recvfrom 45
+#define NR_sendmsg 46
+#define NR_recvmsg 47
+#elif defined(__TARGET_ARCH_arm64)
+#define SYSCALL_NR(regs) ((regs)->syscallno)
+#define SYSCALL_ARG1(regs) ((regs)->orig_x0)
+#define SYSCALL_ARG2(regs) ((regs)->regs[1])
+#define SYSCALL_ARG3(regs) ((regs)->regs[2])
+#define NR_read 63
+#define NR_write 64
+#define NR_readv 65
+#define NR_writev 66
+#define NR_sendto 206
+#define NR_recvfrom 207
+#define NR_sendmsg 211
+#define NR_recvmsg 212
+#else
+#error "syscall numbers for this architecture"
+#endif
+
+/* A MSG_PEEK leaves the bytes in the socket for the real read (nginx peeks at the first
+ * byte to tell TLS from plain HTTP): not a read of the stream, but it can see its end. */
+#define MSG_PEEK 2
+
+static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, int flags)
+{
+	__u64 skey = (__u64)sk, ptr = 0, fd;
+	__u32 iovcnt = 0, known = 1;
+	struct user_msghdr m;
+	struct pt_regs *regs;
+	struct conn *c;
+
+	__u16 family = sk->__sk_common.skc_family, port = sk->__sk_common.skc_num;
+
+	/* TCP sockets on ports that never accepted a connection leave before any lookup
+	 * (port 0: a reset already released the port, and the server still reads what came
+	 * before it) */
+	if ((family != AF_INET && family != AF_INET6) || sk->sk_protocol != IPPROTO_TCP ||
+	    (port && !is_server_port(port)))
+		return;
+	c = bpf_map_lookup_elem(&conns, &skey);
+	if (!c)
+		return;
+	/* the saved user registers are BTF-typed: plain loads */
+	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	fd = SYSCALL_ARG1(regs);
+	switch (SYSCALL_NR(regs)) {
+	case NR_read:
+	case NR_write:
+	case NR_recvfrom:
+	case NR_sendto:
+		ptr = SYSCALL_ARG2(regs);
+		break;
+	case NR_readv:
+	case NR_writev:
+		ptr = SYSCALL_ARG2(regs);
+		iovcnt = SYSCALL_ARG3(regs);
+		break;
+	case NR_recvmsg:
+	case NR_sendmsg:
+		if (bpf_probe_read_user(&m, sizeof(m), (const void *)SYSCALL_ARG2(regs)))
+			break;
+		ptr = (__u64)m.msg_iov;
+		iovcnt = m.msg_iovlen ? m.msg_iovlen : 1;
+		break;
+	default:
+		known = 0; /* sendfile, splice, io_uring: bytes without a buffer to read */
+	}
+	/* accept was hooked in the kernel: the connection's fd is the one this call names */
+	if (targ_lazy_fd && known && !c->fkey) {
+		__u64 fkey = fd_key(bpf_get_current_pid_tgid() >> 32, fd);
+
+		c->fkey = fkey;
+		bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
+	}
+	on_conn_io(c, skey, dir, ret, ptr, iovcnt, dir == HS_DIR_IN && (flags & MSG_PEEK),
+		   bpf_ktime_get_ns());
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(sock_recv, struct sock *sk, int ret, int flags)
+{
+	on_sock_call(sk, HS_DIR_IN, ret, flags);
+	return 0;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(sock_send, struct sock *sk, int ret, int flags)
+{
+	on_sock_call(sk, HS_DIR_OUT, ret, flags);
+	return 0;
+}
+
+/* ---- reads and writes at the syscall (kernels without the socket tracepoints) ------- */
+
 
 /* The traced connection on fd `fd` of process `tgid`, or 0. */
 static __always_inline __u64 conn_sock(__u32 tgid, __u32 fd)
@@ -292,48 +467,6 @@ static __always_inline int io_enter(__u32 fd, __u64 ptr, __u32 iovcnt)
 	return io_enter_peek(fd, ptr, iovcnt, 0);
 }
 
-/* Bytes moved on a traced connection's socket `skey`: parse them. */
-static __always_inline void on_io(__u64 skey, __u32 dir, long ret, __u64 ptr, __u32 iovcnt,
-				  __u32 peek, __u64 now)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct ssl_call *sc;
-	struct conn *c;
-	int new_flight;
-
-	c = bpf_map_lookup_elem(&conns, &skey);
-	if (!c) {
-		count(HS_C_CONN_EVICTED);
-		return;
-	}
-	/* inside SSL_do_handshake: that call belongs to this connection */
-	if (c->r.phase == HS_PH_HANDSHAKE) {
-		sc = bpf_map_lookup_elem(&ssl_in_flight, &tid);
-		if (sc) {
-			sc->sk = skey;
-			c->r.flags |= HS_F_UPROBE;
-		}
-	}
-	if (dir == HS_DIR_IN && !peek)
-		on_read_attempt(c, now);
-	if (ret <= 0 || peek) {
-		if (dir == HS_DIR_IN && ret == 0)
-			c->r.flags |= HS_F_READ_EOF;
-		if (ret == -ECONNRESET || ret == -EPIPE)
-			c->r.flags |= HS_F_READ_RESET;
-		return;
-	}
-	new_flight = on_transfer(c, dir, ret, now);
-	/* after the first exchange only bytes and exchanges are counted */
-	if (c->r.phase != HS_PH_DONE && !c->not_tls && !(c->r.flags & HS_F_DESYNC)) {
-		if (iovcnt)
-			parse_iov(c, dir, (const struct iovec *)ptr, iovcnt, ret, now);
-		else
-			parse_bytes(c, dir, ptr, ret, now);
-	}
-	on_exchange(c, dir, new_flight, ptr, iovcnt, now);
-}
-
 static __always_inline int io_exit(__u32 dir, long ret)
 {
 	__u32 tid = bpf_get_current_pid_tgid(), slot = tid % HS_IO_SLOTS;
@@ -370,10 +503,6 @@ SEC("tracepoint/syscalls/sys_enter_readv")
 int readv_enter(struct trace_event_raw_sys_enter *ctx) { return io_enter(ARG(0), ARG(1), ARG(2)); }
 SEC("tracepoint/syscalls/sys_exit_readv")
 int readv_exit(struct trace_event_raw_sys_exit *ctx) { return io_exit(HS_DIR_IN, ctx->ret); }
-/* A MSG_PEEK leaves the bytes in the socket for the real read (nginx peeks at the first
- * byte to tell TLS from plain HTTP): not a read of the stream, but it can see its end. */
-#define MSG_PEEK 2
-
 SEC("tracepoint/syscalls/sys_enter_recvfrom")
 int recvfrom_enter(struct trace_event_raw_sys_enter *ctx)
 {
@@ -486,10 +615,8 @@ int BPF_PROG(process_fork, struct task_struct *parent, struct task_struct *child
 
 /* ---- on-CPU time ------------------------------------------------------------------ */
 
-SEC("tracepoint/sched/sched_switch")
-int sched_switch(struct trace_event_raw_sched_switch *ctx)
+static __always_inline void on_switch(__u32 prev, __u32 next)
 {
-	__u32 prev = ctx->prev_pid, next = ctx->next_pid;
 	__u64 now = bpf_ktime_get_ns();
 	struct oncpu *o;
 
@@ -502,6 +629,20 @@ int sched_switch(struct trace_event_raw_sched_switch *ctx)
 	o = is_cpu_thread(next) ? bpf_map_lookup_elem(&thread_cpu, &next) : NULL;
 	if (o)
 		o->since = now;
+}
+
+/* BTF-typed: no trace record is built for every context switch on the host */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	on_switch(prev->pid, next->pid);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_switch")
+int sched_switch(struct trace_event_raw_sched_switch *ctx)
+{
+	on_switch(ctx->prev_pid, ctx->next_pid);
 	return 0;
 }
 

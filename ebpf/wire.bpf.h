@@ -284,7 +284,8 @@ static __always_inline int is_request(struct conn *c, __u64 buf, __u32 iovcnt)
 	struct iovec first;
 	__u8 h[5];
 
-	if (c->not_tls)
+	/* plain text has no records; a call whose buffer is unknown is counted */
+	if (c->not_tls || !buf)
 		return 1;
 	if (iovcnt) {
 		if (bpf_probe_read_user(&first, sizeof(first), (const void *)buf))

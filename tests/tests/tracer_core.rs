@@ -210,7 +210,9 @@ fn check_record(r: &Value, e: &Expect, server: &TestServer, hs_done_from: &str) 
     }
 }
 
-fn six_kinds(server: &TestServer, extra: &[&str], hs_done_from: &str) {
+/// Drive every kind through `server` traced with `extra` arguments and check each record;
+/// returns hstrace's stderr.
+fn six_kinds(server: &TestServer, extra: &[&str], hs_done_from: &str) -> String {
     let master = server.master_pid().to_string();
     let mut args = vec!["--pid", master.as_str()];
     args.extend_from_slice(extra);
@@ -270,6 +272,7 @@ fn six_kinds(server: &TestServer, extra: &[&str], hs_done_from: &str) {
         traced, reused,
         "kind vs the server's own log of session reuse"
     );
+    out.stderr
 }
 
 #[test]
@@ -277,11 +280,37 @@ fn six_handshake_kinds_and_failures_with_uprobes() {
     six_kinds(&Nginx::start("kinds-uprobes", 2), &[], "ssl");
 }
 
+/// Kernels before 6.3 have no socket-layer read/write tracepoints: the same records come
+/// from the syscall tracepoints.
+#[test]
+fn six_kinds_through_the_syscall_hooks() {
+    let args = [
+        "-v",
+        "--avoid-hook",
+        "sock_recv_length",
+        "--avoid-hook",
+        "sock_send_length",
+    ];
+    let stderr = six_kinds(&Nginx::start("kinds-syscalls", 2), &args, "ssl");
+    for group in [
+        r#"probe group read: [Tracepoint("syscalls", "sys_enter_read")"#,
+        r#"probe group send: [Tracepoint("syscalls", "sys_enter_write")"#,
+    ] {
+        assert!(stderr.contains(group), "{group} not chosen:\n{stderr}");
+    }
+}
+
 /// Apache: one blocking SSL_do_handshake call spans the whole handshake; the wire events
 /// inside it must still split the stages.
 #[test]
 fn apache_six_handshake_kinds_and_failures() {
-    six_kinds(&Apache::start("apache-kinds"), &[], "ssl");
+    let stderr = six_kinds(&Apache::start("apache-kinds"), &["-v"], "ssl");
+    for group in [
+        r#"probe group read: [BtfTracepoint("sock_recv_length")]"#,
+        r#"probe group send: [BtfTracepoint("sock_send_length")]"#,
+    ] {
+        assert!(stderr.contains(group), "{group} not chosen:\n{stderr}");
+    }
 }
 
 #[test]

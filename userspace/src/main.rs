@@ -84,6 +84,10 @@ enum Command {
         /// Connections tracked at once in the kernel (LRU maps)
         #[arg(long, default_value_t = hstrace::abi::MAX_CONNS, value_name = "N")]
         max_conns: u32,
+        /// Pass over the probe-table alternatives that use this hook (an event or kernel
+        /// function name), as on a kernel without it: the tests run the fallbacks this way
+        #[arg(long, value_name = "HOOK", hide = true)]
+        avoid_hook: Vec<String>,
     },
 }
 
@@ -129,6 +133,7 @@ fn run(cli: Cli) -> Result<()> {
             uprobes,
             max_conns,
             idle_timeout,
+            avoid_hook,
         } => {
             let opts = Options {
                 selector: Selector { pids, comm, port },
@@ -144,6 +149,7 @@ fn run(cli: Cli) -> Result<()> {
                 },
                 max_conns,
                 idle_timeout: Duration::from_secs_f64(idle_timeout),
+                avoid_hooks: avoid_hook,
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

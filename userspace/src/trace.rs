@@ -46,6 +46,8 @@ pub struct Options {
     /// A connection idle this long is reported as it stands (failed: timeout, if its
     /// handshake never completed).
     pub idle_timeout: Duration,
+    /// Probe-table alternatives using these hooks are passed over (`--avoid-hook`).
+    pub avoid_hooks: Vec<String>,
 }
 
 fn monotonic_ns() -> u64 {
@@ -207,7 +209,7 @@ impl Tracer {
             .load(crate::BPF_OBJECT)
             .context("loading the BPF object")?;
         let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
-        let choices = probes::attach_kernel_probes(&mut bpf, &btf)?;
+        let choices = probes::attach_kernel_probes(&mut bpf, &btf, &opts.avoid_hooks)?;
         for c in &choices {
             match &c.hooks {
                 Some(h) => log::info!("probe group {}: {:?}", c.group, h),
@@ -579,7 +581,7 @@ fn sweep_conns(
         let _ = conns.insert(sk, state, 0);
     }
     out
-    }
+}
 
 /// Milliseconds one sweep takes over `n` live connections that all stay (nothing idle,
 /// nothing exited: the steady state it costs every second), median of 9. Loads the BPF
@@ -589,9 +591,8 @@ pub fn sweep_ms(n: u32) -> Result<f64> {
         .map_max_entries("conns", n)
         .load(crate::BPF_OBJECT)
         .context("loading the BPF object")?;
-    let mut conns = BpfHashMap::<_, u64, abi::ConnState>::try_from(
-        bpf.map_mut("conns").context("map conns")?,
-    )?;
+    let mut conns =
+        BpfHashMap::<_, u64, abi::ConnState>::try_from(bpf.map_mut("conns").context("map conns")?)?;
     // reported, and accepted just now: nothing to take
     let mut state = [0u8; abi::CONN_STATE_BYTES];
     state[abi::CONN_EMITTED_OFFSET] = 1;

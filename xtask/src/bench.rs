@@ -152,7 +152,10 @@ fn bpf_run_time_ns() -> Result<u64> {
         .output()
         .context("bpftool prog show")?;
     if !out.status.success() {
-        bail!("bpftool prog show: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "bpftool prog show: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let words: Vec<&str> = text.split_whitespace().collect();

@@ -13,8 +13,10 @@
 #define IPPROTO_TCP 6
 #define TCP_ESTABLISHED 1
 #define TCP_SYN_RECV 3
+#define TCP_FIN_WAIT1 4
 #define TCP_CLOSE 7
 #define TCP_CLOSE_WAIT 8
+#define TCP_LAST_ACK 9
 #define EAGAIN 11
 #define EPIPE 32
 #define ECONNRESET 104
@@ -87,7 +89,7 @@ struct conn {
 	__u8 emitted;           /* the record was sent: the connection is no longer parsed */
 	__u8 wire_done;         /* the wire says the handshake completed at r.t_hs_done */
 	__u8 not_tls;
-	__u8 tcp_closed;        /* TCP is closed; the server has not closed its fd yet */
+	__u8 pad0;
 	__u8 first_rec_done;    /* the current client flight's first record is complete */
 	__u8 client_fin;        /* the client's Finished has been read */
 	__u32 exchanges;        /* request/response exchanges after the handshake */
@@ -351,10 +353,12 @@ static __always_inline void finish_conn(struct conn *c, __u64 now)
 	emit_close(c, now);
 }
 
-/* Forget a connection: its state and its fd. */
+/* Forget a connection: its state and its fd (unless a later connection has that fd). */
 static __always_inline void drop_conn(struct conn *c, __u64 skey)
 {
-	if (c->fkey)
+	__u64 *fd_sk = c->fkey ? bpf_map_lookup_elem(&fds, &c->fkey) : NULL;
+
+	if (fd_sk && *fd_sk == skey)
 		bpf_map_delete_elem(&fds, &c->fkey);
 	bpf_map_delete_elem(&conns, &skey);
 }

@@ -26,6 +26,45 @@ char LICENSE[] SEC("license") = "GPL";
 #define S_IFMT 00170000
 #define S_IFSOCK 0140000
 
+/* The syscall a thread is in, and its arguments, from its saved user registers
+ * (bpf_task_pt_regs; BTF-typed, so plain loads). */
+#if defined(__TARGET_ARCH_x86)
+#define SYSCALL_NR(regs) ((regs)->orig_ax)
+#define SYSCALL_ARG1(regs) ((regs)->di)
+#define SYSCALL_ARG2(regs) ((regs)->si)
+#define SYSCALL_ARG3(regs) ((regs)->dx)
+#define NR_read 0
+#define NR_write 1
+#define NR_close 3
+#define NR_readv 19
+#define NR_writev 20
+#define NR_sendto 44
+#define NR_recvfrom 45
+#define NR_sendmsg 46
+#define NR_recvmsg 47
+#elif defined(__TARGET_ARCH_arm64)
+#define SYSCALL_NR(regs) ((regs)->syscallno)
+#define SYSCALL_ARG1(regs) ((regs)->orig_x0)
+#define SYSCALL_ARG2(regs) ((regs)->regs[1])
+#define SYSCALL_ARG3(regs) ((regs)->regs[2])
+#define NR_read 63
+#define NR_write 64
+#define NR_close 57
+#define NR_readv 65
+#define NR_writev 66
+#define NR_sendto 206
+#define NR_recvfrom 207
+#define NR_sendmsg 211
+#define NR_recvmsg 212
+#else
+#error "syscall numbers for this architecture"
+#endif
+
+static __always_inline struct pt_regs *user_regs(void)
+{
+	return (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+}
+
 /* ---- sockets and accept ---------------------------------------------------------- */
 
 /* The struct sock behind fd `fd` of the current process, or NULL. */
@@ -149,51 +188,103 @@ int BPF_KRETPROBE(accept_kretprobe, struct sock *newsk)
 
 /* ---- TCP state and arrival ------------------------------------------------------- */
 
-SEC("tracepoint/sock/inet_sock_set_state")
-int sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
+/* The thread is in close() of the process that accepted connection `c`: a state change
+ * now is the server letting go of it (its FIN, or its reset over unread bytes). */
+static __always_inline int server_closing(struct conn *c)
 {
-	__u64 skey = (__u64)ctx->skaddr;
+	return (bpf_get_current_pid_tgid() >> 32) == c->r.tgid && SYSCALL_NR(user_regs()) == NR_close;
+}
+
+static __always_inline void on_set_state(struct sock *sk, int oldstate, int newstate, __u16 sport)
+{
+	__u64 skey = (__u64)sk;
 	struct conn *c;
+	struct est *e;
 
-	if (ctx->protocol != IPPROTO_TCP)
-		return 0;
-	if (ctx->newstate == TCP_ESTABLISHED && ctx->oldstate == TCP_SYN_RECV) {
+	if (newstate == TCP_ESTABLISHED && oldstate == TCP_SYN_RECV) {
 		/* a server's child socket finished the three-way handshake */
-		struct est e = { .t_est = bpf_ktime_get_ns() };
+		struct est fresh = { .t_est = bpf_ktime_get_ns() };
 
-		mark_server_port(ctx->sport);
-		bpf_map_update_elem(&est_socks, &skey, &e, BPF_ANY);
-		return 0;
+		mark_server_port(sport);
+		bpf_map_update_elem(&est_socks, &skey, &fresh, BPF_ANY);
+		return;
 	}
-	if (ctx->newstate == TCP_CLOSE_WAIT) {
-		struct est *e;
-
+	if (newstate == TCP_CLOSE_WAIT) {
 		c = bpf_map_lookup_elem(&conns, &skey);
 		if (c)
 			c->r.flags |= HS_F_PEER_FIN;
 		else if ((e = bpf_map_lookup_elem(&est_socks, &skey)))
 			e->flags |= HS_F_PEER_FIN;
-		return 0;
+		return;
 	}
-	if (ctx->newstate != TCP_CLOSE)
-		return 0;
+	if (newstate != TCP_FIN_WAIT1 && newstate != TCP_LAST_ACK && newstate != TCP_CLOSE)
+		return;
 	c = bpf_map_lookup_elem(&conns, &skey);
 	if (!c) {
-		bpf_map_delete_elem(&est_socks, &skey);
-		return 0;
+		if (newstate == TCP_CLOSE)
+			bpf_map_delete_elem(&est_socks, &skey);
+		return;
 	}
+	/* the server's close() ends the connection */
+	if (server_closing(c)) {
+		finish_conn(c, bpf_ktime_get_ns());
+		drop_conn(c, skey);
+		return;
+	}
+	if (newstate != TCP_CLOSE)
+		return; /* shutdown(): the server may still read */
 	/* straight from ESTABLISHED: a reset, no FIN came first */
-	if (ctx->oldstate == TCP_ESTABLISHED)
+	if (oldstate == TCP_ESTABLISHED)
 		c->r.flags |= HS_F_PEER_RESET;
 	/* While the server holds the fd it may still read what was queued, and on loopback
-	 * a reset can land inside the server's own write: its close() ends the connection.
-	 * Only a socket the server already let go of (no close() seen) ends here. */
-	if (BPF_CORE_READ((struct sock *)ctx->skaddr, sk_socket)) {
-		c->tcp_closed = 1;
-		return 0;
-	}
+	 * a reset can land inside the server's own write: its close() (the socket's
+	 * destruction, below) ends the connection. Only a socket the server already let go
+	 * of ends here. */
+	if (BPF_CORE_READ(sk, sk_socket))
+		return;
 	finish_conn(c, bpf_ktime_get_ns());
 	drop_conn(c, skey);
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(set_state_btf, const struct sock *sk, const int oldstate, const int newstate)
+{
+	if (sk->sk_protocol == IPPROTO_TCP)
+		on_set_state((struct sock *)sk, oldstate, newstate, sk->__sk_common.skc_num);
+	return 0;
+}
+
+SEC("tracepoint/sock/inet_sock_set_state")
+int sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
+{
+	if (ctx->protocol == IPPROTO_TCP)
+		on_set_state((struct sock *)ctx->skaddr, ctx->oldstate, ctx->newstate, ctx->sport);
+	return 0;
+}
+
+/* The socket is destroyed: the last moment a connection ends (the server closed a socket
+ * a reset had already closed, or let go of it without a state change seen above). */
+static __always_inline void on_destroy(__u64 skey)
+{
+	struct conn *c = bpf_map_lookup_elem(&conns, &skey);
+
+	if (!c)
+		return;
+	finish_conn(c, bpf_ktime_get_ns());
+	drop_conn(c, skey);
+}
+
+SEC("tp_btf/tcp_destroy_sock")
+int BPF_PROG(destroy_btf, struct sock *sk)
+{
+	on_destroy((__u64)sk);
+	return 0;
+}
+
+SEC("tracepoint/tcp/tcp_destroy_sock")
+int tcp_destroy(struct trace_event_raw_tcp_event_sk *ctx)
+{
+	on_destroy((__u64)ctx->skaddr);
 	return 0;
 }
 
@@ -311,35 +402,6 @@ static __always_inline void on_io(__u64 skey, __u32 dir, long ret, __u64 ptr, __
  * syscall the thread is in (its saved user registers). Tracepoints outside the syscall
  * path cost other processes nothing, where a syscall tracepoint is paid by every read and
  * write on the host. */
-#if defined(__TARGET_ARCH_x86)
-#define SYSCALL_NR(regs) ((regs)->orig_ax)
-#define SYSCALL_ARG1(regs) ((regs)->di)
-#define SYSCALL_ARG2(regs) ((regs)->si)
-#define SYSCALL_ARG3(regs) ((regs)->dx)
-#define NR_read 0
-#define NR_write 1
-#define NR_readv 19
-#define NR_writev 20
-#define NR_sendto 44
-#define NR_recvfrom 45
-#define NR_sendmsg 46
-#define NR_recvmsg 47
-#elif defined(__TARGET_ARCH_arm64)
-#define SYSCALL_NR(regs) ((regs)->syscallno)
-#define SYSCALL_ARG1(regs) ((regs)->orig_x0)
-#define SYSCALL_ARG2(regs) ((regs)->regs[1])
-#define SYSCALL_ARG3(regs) ((regs)->regs[2])
-#define NR_read 63
-#define NR_write 64
-#define NR_readv 65
-#define NR_writev 66
-#define NR_sendto 206
-#define NR_recvfrom 207
-#define NR_sendmsg 211
-#define NR_recvmsg 212
-#else
-#error "syscall numbers for this architecture"
-#endif
 
 /* A MSG_PEEK leaves the bytes in the socket for the real read (nginx peeks at the first
  * byte to tell TLS from plain HTTP): not a read of the stream, but it can see its end. */
@@ -347,13 +409,12 @@ static __always_inline void on_io(__u64 skey, __u32 dir, long ret, __u64 ptr, __
 
 static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, int flags)
 {
+	__u16 family = sk->__sk_common.skc_family, port = sk->__sk_common.skc_num;
 	__u64 skey = (__u64)sk, ptr = 0, fd;
 	__u32 iovcnt = 0, known = 1;
 	struct user_msghdr m;
 	struct pt_regs *regs;
 	struct conn *c;
-
-	__u16 family = sk->__sk_common.skc_family, port = sk->__sk_common.skc_num;
 
 	/* TCP sockets on ports that never accepted a connection leave before any lookup
 	 * (port 0: a reset already released the port, and the server still reads what came
@@ -364,8 +425,7 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 	c = bpf_map_lookup_elem(&conns, &skey);
 	if (!c)
 		return;
-	/* the saved user registers are BTF-typed: plain loads */
-	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	regs = user_regs();
 	fd = SYSCALL_ARG1(regs);
 	switch (SYSCALL_NR(regs)) {
 	case NR_read:

@@ -70,7 +70,10 @@ pub const GROUPS: &[Group] = &[
         name: "tcp_state",
         required: true,
         without: "",
-        alternatives: &[&[tp("sock_set_state", "sock", "inet_sock_set_state")]],
+        alternatives: &[
+            &[p("set_state_btf", Hook::BtfTracepoint("inet_sock_set_state"))],
+            &[tp("sock_set_state", "sock", "inet_sock_set_state")],
+        ],
     },
     Group {
         name: "accept",
@@ -146,8 +149,12 @@ pub const GROUPS: &[Group] = &[
     Group {
         name: "close",
         required: false,
-        without: "a reused fd number keeps its old mapping until the next accept overwrites it",
-        alternatives: &[&[tp("close_enter", "syscalls", "sys_enter_close")]],
+        without: "a connection the server closes after a reset closed it ends only at the idle timeout",
+        alternatives: &[
+            &[p("destroy_btf", Hook::BtfTracepoint("tcp_destroy_sock"))],
+            &[tp("tcp_destroy", "tcp", "tcp_destroy_sock")],
+            &[tp("close_enter", "syscalls", "sys_enter_close")],
+        ],
     },
     Group {
         name: "fork",

@@ -71,7 +71,10 @@ pub const GROUPS: &[Group] = &[
         required: true,
         without: "",
         alternatives: &[
-            &[p("set_state_btf", Hook::BtfTracepoint("inet_sock_set_state"))],
+            &[p(
+                "set_state_btf",
+                Hook::BtfTracepoint("inet_sock_set_state"),
+            )],
             &[tp("sock_set_state", "sock", "inet_sock_set_state")],
         ],
     },
@@ -149,7 +152,8 @@ pub const GROUPS: &[Group] = &[
     Group {
         name: "close",
         required: false,
-        without: "a connection the server closes after a reset closed it ends only at the idle timeout",
+        without:
+            "a connection the server closes after a reset closed it ends only at the idle timeout",
         alternatives: &[
             &[p("destroy_btf", Hook::BtfTracepoint("tcp_destroy_sock"))],
             &[tp("tcp_destroy", "tcp", "tcp_destroy_sock")],

@@ -323,7 +323,8 @@ SEC("tracepoint/sock/sk_data_ready")
 int sock_data_ready(struct trace_event_raw_sk_data_ready *ctx)
 {
 	if (ctx->protocol == IPPROTO_TCP)
-		on_data_ready((__u64)ctx->skaddr, BPF_CORE_READ((struct sock *)ctx->skaddr, __sk_common.skc_num));
+		on_data_ready((__u64)ctx->skaddr,
+			      BPF_CORE_READ((struct sock *)ctx->skaddr, __sk_common.skc_num));
 	return 0;
 }
 
@@ -397,16 +398,15 @@ static __always_inline void on_io(__u64 skey, __u32 dir, long ret, __u64 ptr, __
 
 /* ---- reads and writes at the socket layer ---------------------------------------- */
 
+/* A MSG_PEEK leaves the bytes in the socket for the real read (nginx peeks at the first
+ * byte to tell TLS from plain HTTP): not a read of the stream, but it can see its end. */
+#define MSG_PEEK 2
+
 /* sock:sock_recv_length and sock:sock_send_length fire inside every socket read and write
  * with the socket, the result and the flags; the buffer is found in the arguments of the
  * syscall the thread is in (its saved user registers). Tracepoints outside the syscall
  * path cost other processes nothing, where a syscall tracepoint is paid by every read and
  * write on the host. */
-
-/* A MSG_PEEK leaves the bytes in the socket for the real read (nginx peeks at the first
- * byte to tell TLS from plain HTTP): not a read of the stream, but it can see its end. */
-#define MSG_PEEK 2
-
 static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, int flags)
 {
 	__u16 family = sk->__sk_common.skc_family, port = sk->__sk_common.skc_num;

@@ -402,6 +402,33 @@ static __always_inline void on_io(__u64 skey, __u32 dir, long ret, __u64 ptr, __
  * byte to tell TLS from plain HTTP): not a read of the stream, but it can see its end. */
 #define MSG_PEEK 2
 
+/* The buffer of the read- or write-family syscall the thread is in (`*iovcnt` set when it
+ * is an iovec array); 0 for any other call: sendfile, splice, io_uring. */
+static __always_inline __u64 call_buffer(struct pt_regs *regs, __u32 *iovcnt)
+{
+	struct user_msghdr m;
+
+	switch (SYSCALL_NR(regs)) {
+	case NR_read:
+	case NR_write:
+	case NR_recvfrom:
+	case NR_sendto:
+		return SYSCALL_ARG2(regs);
+	case NR_readv:
+	case NR_writev:
+		*iovcnt = SYSCALL_ARG3(regs);
+		return SYSCALL_ARG2(regs);
+	case NR_recvmsg:
+	case NR_sendmsg:
+		if (bpf_probe_read_user(&m, sizeof(m), (const void *)SYSCALL_ARG2(regs)))
+			return 0;
+		*iovcnt = m.msg_iovlen ? m.msg_iovlen : 1;
+		return (__u64)m.msg_iov;
+	default:
+		return 0;
+	}
+}
+
 /* sock:sock_recv_length and sock:sock_send_length fire inside every socket read and write
  * with the socket, the result and the flags; the buffer is found in the arguments of the
  * syscall the thread is in (its saved user registers). Tracepoints outside the syscall
@@ -410,9 +437,8 @@ static __always_inline void on_io(__u64 skey, __u32 dir, long ret, __u64 ptr, __
 static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, int flags)
 {
 	__u16 family = sk->__sk_common.skc_family, port = sk->__sk_common.skc_num;
-	__u64 skey = (__u64)sk, ptr = 0, fd;
-	__u32 iovcnt = 0, known = 1;
-	struct user_msghdr m;
+	__u64 skey = (__u64)sk, ptr = 0;
+	__u32 iovcnt = 0, peek;
 	struct pt_regs *regs;
 	struct conn *c;
 
@@ -425,39 +451,25 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 	c = bpf_map_lookup_elem(&conns, &skey);
 	if (!c)
 		return;
-	regs = user_regs();
-	fd = SYSCALL_ARG1(regs);
-	switch (SYSCALL_NR(regs)) {
-	case NR_read:
-	case NR_write:
-	case NR_recvfrom:
-	case NR_sendto:
-		ptr = SYSCALL_ARG2(regs);
-		break;
-	case NR_readv:
-	case NR_writev:
-		ptr = SYSCALL_ARG2(regs);
-		iovcnt = SYSCALL_ARG3(regs);
-		break;
-	case NR_recvmsg:
-	case NR_sendmsg:
-		if (bpf_probe_read_user(&m, sizeof(m), (const void *)SYSCALL_ARG2(regs)))
-			break;
-		ptr = (__u64)m.msg_iov;
-		iovcnt = m.msg_iovlen ? m.msg_iovlen : 1;
-		break;
-	default:
-		known = 0; /* sendfile, splice, io_uring: bytes without a buffer to read */
+	peek = dir == HS_DIR_IN && (flags & MSG_PEEK);
+	/* after the record is sent only bytes and exchanges are counted: no clock, and the
+	 * buffer only for a read that may open a client flight (its first record header) */
+	if (c->r.phase == HS_PH_DONE) {
+		if (dir == HS_DIR_IN && ret > 0 && !peek)
+			ptr = call_buffer(user_regs(), &iovcnt);
+		on_conn_io(c, skey, dir, ret, ptr, iovcnt, peek, 0);
+		return;
 	}
+	regs = user_regs();
+	ptr = call_buffer(regs, &iovcnt);
 	/* accept was hooked in the kernel: the connection's fd is the one this call names */
-	if (targ_lazy_fd && known && !c->fkey) {
-		__u64 fkey = fd_key(bpf_get_current_pid_tgid() >> 32, fd);
+	if (targ_lazy_fd && ptr && !c->fkey) {
+		__u64 fkey = fd_key(bpf_get_current_pid_tgid() >> 32, SYSCALL_ARG1(regs));
 
 		c->fkey = fkey;
 		bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
 	}
-	on_conn_io(c, skey, dir, ret, ptr, iovcnt, dir == HS_DIR_IN && (flags & MSG_PEEK),
-		   bpf_ktime_get_ns());
+	on_conn_io(c, skey, dir, ret, ptr, iovcnt, peek, bpf_ktime_get_ns());
 }
 
 SEC("tp_btf/sock_recv_length")

@@ -38,11 +38,13 @@ static __always_inline __u32 flight_dir(__s8 f)
 	return f & 1 ? HS_DIR_OUT : HS_DIR_IN;
 }
 
-/* Bytes moved in `dir`: a change of direction starts the next flight (returns 1). */
+/* Bytes moved in `dir`: a change of direction starts the next flight (returns 1). Once
+ * the record is sent no times are kept (`now` is 0 then). */
 static __always_inline int on_transfer(struct conn *c, __u32 dir, __u32 n, __u64 now)
 {
 	__s8 f = c->flight;
 	int new_flight = f < 0 || flight_dir(f) != dir;
+	__u32 fi;
 
 	if (new_flight) {
 		f += 1;
@@ -52,10 +54,6 @@ static __always_inline int on_transfer(struct conn *c, __u32 dir, __u32 n, __u64
 		/* last_arrive carries over: bytes still queued from an earlier arrival (a TLS 1.3
 		 * client's request sent with its Finished) arrived then */
 		c->first_rec_done = 0;
-		if (dir == HS_DIR_OUT && (__u32)f < HS_FLIGHTS) {
-			c->r.t_first[f & 3] = now;
-			c->r.cpu_first[f & 3] = thread_cpu_now(now);
-		}
 	}
 	if (dir == HS_DIR_OUT) {
 		c->r.bytes_out += n;
@@ -66,12 +64,20 @@ static __always_inline int on_transfer(struct conn *c, __u32 dir, __u32 n, __u64
 			c->last_arrive = c->arrive_pending;
 		c->arrive_pending = 0;
 	}
-	if ((__u32)f < HS_FLIGHTS && c->r.phase == HS_PH_HANDSHAKE) {
-		c->r.t_last[f & 3] = now;
-		c->r.cpu_last[f & 3] = thread_cpu_now(now);
-	} else if ((__u32)f < HS_FLIGHTS) {
-		c->r.t_last[f & 3] = now;
+	/* the times of the handshake's four flights, while the record is open */
+	fi = (__u8)f;
+	if (fi >= HS_FLIGHTS || c->r.phase == HS_PH_DONE)
+		return new_flight;
+	/* the compiler drops this mask as redundant; the verifier needs it to bound the index */
+	barrier_var(fi);
+	fi &= HS_FLIGHTS - 1;
+	if (new_flight && dir == HS_DIR_OUT) {
+		c->r.t_first[fi] = now;
+		c->r.cpu_first[fi] = thread_cpu_now(now);
 	}
+	c->r.t_last[fi] = now;
+	if (c->r.phase == HS_PH_HANDSHAKE)
+		c->r.cpu_last[fi] = thread_cpu_now(now);
 	return new_flight;
 }
 

@@ -363,4 +363,11 @@ static __always_inline void drop_conn(struct conn *c, __u64 skey)
 	bpf_map_delete_elem(&conns, &skey);
 }
 
+/* The connection ended now: send what is owed, then forget it. */
+static __always_inline void end_conn(struct conn *c, __u64 skey)
+{
+	finish_conn(c, bpf_ktime_get_ns());
+	drop_conn(c, skey);
+}
+
 #endif

@@ -4,7 +4,8 @@
  * in userspace/src/probes.rs; the hooks here only feed the per-connection state of
  * conn.bpf.h and the record-stream parser of wire.bpf.h.
  *
- *   TCP:      sock:inet_sock_set_state (ESTABLISHED, CLOSE), sock:sk_data_ready (arrival)
+ *   TCP:      inet_sock_set_state (ESTABLISHED; FIN_WAIT1, LAST_ACK, CLOSE: the end),
+ *             tcp_destroy_sock (the end, if no state change told it), sk_data_ready (arrival)
  *   accept:   syscalls:sys_exit_accept4/accept | fexit or kretprobe inet_csk_accept
  *   I/O:      sock:sock_recv_length (in), sock:sock_send_length (out), buffers from the
  *             syscall's arguments | syscalls read/readv/recvfrom/recvmsg (in),
@@ -227,8 +228,7 @@ static __always_inline void on_set_state(struct sock *sk, int oldstate, int news
 	}
 	/* the server's close() ends the connection */
 	if (server_closing(c)) {
-		finish_conn(c, bpf_ktime_get_ns());
-		drop_conn(c, skey);
+		end_conn(c, skey);
 		return;
 	}
 	if (newstate != TCP_CLOSE)
@@ -242,8 +242,7 @@ static __always_inline void on_set_state(struct sock *sk, int oldstate, int news
 	 * of ends here. */
 	if (BPF_CORE_READ(sk, sk_socket))
 		return;
-	finish_conn(c, bpf_ktime_get_ns());
-	drop_conn(c, skey);
+	end_conn(c, skey);
 }
 
 SEC("tp_btf/inet_sock_set_state")
@@ -270,8 +269,7 @@ static __always_inline void on_destroy(__u64 skey)
 
 	if (!c)
 		return;
-	finish_conn(c, bpf_ktime_get_ns());
-	drop_conn(c, skey);
+	end_conn(c, skey);
 }
 
 SEC("tp_btf/tcp_destroy_sock")

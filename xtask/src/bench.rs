@@ -205,7 +205,8 @@ fn syscall_cost(bin: &Path, master: u32, exe: &Path) -> Result<Vec<(f64, f64)>> 
         }
         Ok(v)
     };
-    let (mut off, mut on) = (vec![Vec::new(); 3], vec![Vec::new(); 3]);
+    let rows = SYSCALL_ROWS.len();
+    let (mut off, mut on) = (vec![Vec::new(); rows], vec![Vec::new(); rows]);
     for _ in 0..PAIRS {
         once()?
             .into_iter()

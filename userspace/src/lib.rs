@@ -4,11 +4,13 @@
 //! - `abi`: the records the BPF programs send (mirror of ebpf/include/hstrace.h)
 //! - `tls`: ClientHello / ServerHello parsing
 //! - `record`: one connection's record: classification and stages
+//! - `json`: the JSON lines the records are printed as
 //! - `targets`: which processes are traced
 //! - `preflight`: privilege and kernel-feature checks, with what to do when one fails
 //! - `trace`: the `hstrace trace` command
 
 pub mod abi;
+pub mod json;
 pub mod preflight;
 pub mod probes;
 pub mod record;

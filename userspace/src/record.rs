@@ -8,10 +8,9 @@ use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
 
-use serde::Serialize;
-
 use crate::{
     abi::{self, Close, Conn, Hello},
+    json::Object,
     tls::{self, ClientHello, ServerHello},
 };
 
@@ -39,7 +38,7 @@ pub fn stage_class(name: &str) -> &'static str {
 }
 
 /// A finished connection, as printed (the JSON field names are a documented contract).
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct Record {
     /// "connection" (the other line is "close")
     pub record: &'static str,
@@ -54,42 +53,31 @@ pub struct Record {
     pub cipher: Option<String>,
     pub sni: Option<String>,
     pub alpn: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub alpn_offered: Vec<String>,
     pub kind: &'static str,
     pub resumption_offered: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub resumption: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub handshake_ns: Option<u64>,
     pub stages_ns: Stages,
     /// on-CPU time of the server thread during each service stage (the rest of the stage
     /// it was runnable, blocked or serving other connections)
-    #[serde(skip_serializing_if = "Stages::is_empty")]
     pub cpu_ns: Stages,
     /// with --uprobes all: what SSL_read/SSL_write saw of the first request and response
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub library: Option<Library>,
-    /// service / queue / delay of each stage present
-    pub stage_classes: StageClasses,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub failed_in: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub alert: Option<Alert>,
     /// Where t_hs_done came from: "ssl" (SSL_do_handshake returned 1) or "wire".
     pub hs_done_from: Option<&'static str>,
     pub ssl_calls: u32,
     pub ssl_ns: u64,
     /// Parsing gaps worth knowing about (hello not captured, truncated, stream desync).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<&'static str>,
 }
 
 /// The library's view of the first request and response: plaintext bytes SSL_read and
 /// SSL_write returned while each was in progress, and the time spent inside them.
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct Library {
     pub request_bytes: u64,
     pub request_ns: u64,
@@ -97,7 +85,7 @@ pub struct Library {
     pub response_ns: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct Alert {
     pub from: &'static str,
     pub level: u8,
@@ -118,34 +106,8 @@ impl Stages {
     }
 }
 
-impl Serialize for Stages {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(self.0.len()))?;
-        for (k, v) in &self.0 {
-            m.serialize_entry(k, v)?;
-        }
-        m.end()
-    }
-}
-
-/// The class of each stage of a record, serialized as {"stage": "class", ...}.
-#[derive(Debug, Default)]
-pub struct StageClasses(pub Vec<&'static str>);
-
-impl Serialize for StageClasses {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(self.0.len()))?;
-        for k in &self.0 {
-            m.serialize_entry(k, stage_class(k))?;
-        }
-        m.end()
-    }
-}
-
 /// The line printed when a connection ends (JSON only): its totals.
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct CloseRecord {
     pub record: &'static str,
     pub time: String,
@@ -155,8 +117,101 @@ pub struct CloseRecord {
     pub exchanges: u32,
     pub bytes_in: u64,
     pub bytes_out: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_ns: Option<u64>,
+}
+
+impl Record {
+    /// The JSON line, fields in this order; `null` when unknown, left out where noted.
+    pub fn json(&self, out: &mut Vec<u8>) {
+        let mut o = Object::begin(out);
+        o.str("record", self.record)
+            .str("time", &self.time)
+            .u64("conn_id", self.conn_id)
+            .u64("pid", self.pid.into())
+            .str("comm", &self.comm)
+            .str("local", &self.local)
+            .str("peer", &self.peer)
+            .str("protocol", self.protocol)
+            .opt_str("tls_version", self.tls_version)
+            .opt_str("cipher", self.cipher.as_deref())
+            .opt_str("sni", self.sni.as_deref())
+            .opt_str("alpn", self.alpn.as_deref());
+        if !self.alpn_offered.is_empty() {
+            o.strs("alpn_offered", &self.alpn_offered);
+        }
+        o.str("kind", self.kind)
+            .bool("resumption_offered", self.resumption_offered);
+        if let Some(r) = self.resumption {
+            o.str("resumption", r);
+        }
+        if let Some(h) = self.handshake_ns {
+            o.u64("handshake_ns", h);
+        }
+        o.object("stages_ns", |m| self.stages_ns.json(m));
+        if !self.cpu_ns.is_empty() {
+            o.object("cpu_ns", |m| self.cpu_ns.json(m));
+        }
+        if let Some(l) = &self.library {
+            o.object("library", |m| {
+                m.u64("request_bytes", l.request_bytes)
+                    .u64("request_ns", l.request_ns)
+                    .u64("response_bytes", l.response_bytes)
+                    .u64("response_ns", l.response_ns);
+            });
+        }
+        // service / queue / delay of each stage present
+        o.object("stage_classes", |m| {
+            for (k, _) in &self.stages_ns.0 {
+                m.str(k, stage_class(k));
+            }
+        });
+        if let Some(f) = self.failure {
+            o.str("failure", f);
+        }
+        if let Some(f) = self.failed_in {
+            o.str("failed_in", f);
+        }
+        if let Some(a) = &self.alert {
+            o.object("alert", |m| {
+                m.str("from", a.from)
+                    .u64("level", a.level.into())
+                    .u64("description", a.description.into());
+            });
+        }
+        o.opt_str("hs_done_from", self.hs_done_from)
+            .u64("ssl_calls", self.ssl_calls.into())
+            .u64("ssl_ns", self.ssl_ns);
+        if !self.notes.is_empty() {
+            o.strs("notes", &self.notes);
+        }
+        o.end();
+    }
+}
+
+impl Stages {
+    fn json(&self, m: &mut Object) {
+        for (k, v) in &self.0 {
+            m.u64(k, *v);
+        }
+    }
+}
+
+impl CloseRecord {
+    /// The JSON line; `duration_ns` left out when the accept time is unknown.
+    pub fn json(&self, out: &mut Vec<u8>) {
+        let mut o = Object::begin(out);
+        o.str("record", self.record)
+            .str("time", &self.time)
+            .u64("conn_id", self.conn_id)
+            .u64("pid", self.pid.into())
+            .u64("exchanges", self.exchanges.into())
+            .u64("bytes_in", self.bytes_in)
+            .u64("bytes_out", self.bytes_out);
+        if let Some(d) = self.duration_ns {
+            o.u64("duration_ns", d);
+        }
+        o.end();
+    }
 }
 
 fn addr(family: u16, bytes: &[u8; 16], port: u16) -> String {
@@ -311,19 +366,31 @@ impl Clock {
         }
     }
 
-    /// RFC 3339 UTC with microseconds.
+    /// RFC 3339 UTC with microseconds, e.g. 2026-11-22T01:08:27.123456Z (written digit by
+    /// digit: two per connection, and `format!` was a seventh of the pipeline's time).
     pub fn rfc3339(&self, mono_ns: u64) -> String {
         let ns = mono_ns as i128 + self.offset;
         let secs = ns.div_euclid(1_000_000_000) as i64;
-        let micros = (ns.rem_euclid(1_000_000_000) / 1000) as u32;
-        let (days, sod) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+        let micros = (ns.rem_euclid(1_000_000_000) / 1000) as u64;
+        let (days, sod) = (secs.div_euclid(86400), secs.rem_euclid(86400) as u64);
         let (y, m, d) = civil_from_days(days);
-        format!(
-            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-            sod / 3600,
-            sod % 3600 / 60,
-            sod % 60
-        )
+        let mut b = *b"0000-00-00T00:00:00.000000Z";
+        let fields: [(usize, usize, u64); 7] = [
+            (0, 4, y.clamp(0, 9999) as u64),
+            (5, 2, m as u64),
+            (8, 2, d as u64),
+            (11, 2, sod / 3600),
+            (14, 2, sod % 3600 / 60),
+            (17, 2, sod % 60),
+            (20, 6, micros),
+        ];
+        for (at, width, mut v) in fields {
+            for i in (at..at + width).rev() {
+                b[i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        }
+        std::str::from_utf8(&b).expect("ASCII digits").to_owned()
     }
 }
 
@@ -464,7 +531,6 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         resumption_offered: ch.as_ref().is_some_and(|h| h.offers_resumption()),
         resumption,
         handshake_ns: done.then(|| span(c.t_accept, c.t_hs_done)).flatten(),
-        stage_classes: StageClasses(stages_ns.0.iter().map(|(k, _)| *k).collect()),
         cpu_ns: {
             // only for stages that happened (a plain stream has no flights), and never
             // more than the stage: the CPU clock and the stage's timestamps are read a
@@ -569,7 +635,8 @@ pub struct Assembler {
     hellos: HashMap<u64, Hellos>,
     order: VecDeque<u64>,
     cap: usize,
-    tls_addrs: HashSet<String>,
+    /// (family, address, port)
+    tls_addrs: HashSet<(u16, [u8; 16], u16)>,
     pub hellos_unmatched: u64,
 }
 
@@ -610,7 +677,7 @@ impl Assembler {
             let live = &self.hellos;
             self.order.retain(|id| live.contains_key(id));
         }
-        let local = addr(c.family, &c.saddr, c.sport);
+        let local = (c.family, c.saddr, c.sport);
         let plain_port = !self.tls_addrs.contains(&local);
         if c.outcome != abi::OUTCOME_NOT_TLS
             && c.rec_types[abi::FL_C1] != 0
@@ -648,6 +715,16 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(20_413), (2025, 11, 21));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        let epoch = Clock { offset: 0 };
+        assert_eq!(epoch.rfc3339(0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(
+            epoch.rfc3339(1_795_312_107_123_456_789),
+            "2026-11-22T01:48:27.123456Z"
+        );
+        let later = Clock {
+            offset: 86_399_999_999_000,
+        };
+        assert_eq!(later.rfc3339(0), "1970-01-01T23:59:59.999999Z");
     }
 
     fn conn() -> Conn {
@@ -707,6 +784,66 @@ mod tests {
         assert_eq!(r.failure, Some("client_closed"));
         assert_eq!(r.failed_in, Some("wait_client_flight_2"));
         assert_eq!(r.handshake_ns, None);
+    }
+
+    /// The JSON field names are a documented contract (README, "Output"): every one, with
+    /// the optional ones present (compared sorted: serde_json's map sorts them).
+    #[test]
+    fn json_lines_carry_the_documented_fields() {
+        let keys = |line: &[u8]| -> Vec<String> {
+            let v: serde_json::Value = serde_json::from_slice(line).expect("valid JSON");
+            v.as_object().unwrap().keys().cloned().collect()
+        };
+        let sorted = |names: &str| {
+            let mut k: Vec<String> = names.split_whitespace().map(String::from).collect();
+            k.sort();
+            k
+        };
+        let mut c = conn();
+        c.outcome = abi::OUTCOME_FAILED;
+        c.failure = abi::FAIL_ALERT;
+        c.alert_level = 2;
+        c.alert_desc = 40;
+        c.lib_req_ns = 1;
+        c.comm = *b"a\"b\\c\0\0\0\0\0\0\0\0\0\0\0";
+        let mut r = build(&c, Hellos::default(), &Clock::new(), false);
+        r.alpn_offered = vec!["h2".into(), "http/1.1".into()];
+        r.resumption = Some("psk");
+        r.handshake_ns = Some(5);
+        r.cpu_ns = Stages(vec![("server_flight_1", 3)]);
+        let mut line = Vec::new();
+        r.json(&mut line);
+        assert_eq!(
+            keys(&line),
+            sorted(
+                "record time conn_id pid comm local peer protocol tls_version cipher sni alpn \
+                 alpn_offered kind resumption_offered resumption handshake_ns stages_ns cpu_ns \
+                 library stage_classes failure failed_in alert hs_done_from ssl_calls ssl_ns \
+                 notes",
+            )
+        );
+        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["comm"], "a\"b\\c");
+        assert_eq!(
+            v["alert"],
+            serde_json::json!({"from": "client", "level": 2, "description": 40})
+        );
+        assert_eq!(v["stage_classes"]["wait_client_hello"], "delay");
+        assert_eq!(v["stages_ns"]["accept_queue"], 100);
+        let close = Assembler::new(1).close(
+            &Close {
+                t_accept: 1,
+                t_close: 2,
+                ..Default::default()
+            },
+            &Clock::new(),
+        );
+        line.clear();
+        close.json(&mut line);
+        assert_eq!(
+            keys(&line),
+            sorted("record time conn_id pid exchanges bytes_in bytes_out duration_ns")
+        );
     }
 
     #[test]

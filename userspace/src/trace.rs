@@ -17,7 +17,7 @@ use tokio::io::unix::AsyncFd;
 use crate::{
     abi::{self, Conn, Hello},
     preflight, probes,
-    record::{Assembler, Clock, Record},
+    record::{Assembler, Clock, CloseRecord, Record},
     targets::{self, Selector},
 };
 
@@ -63,7 +63,7 @@ fn monotonic_ns() -> u64 {
 /// Counts by outcome, printed at exit.
 #[derive(Default)]
 struct Totals {
-    by_kind: BTreeMap<String, u64>,
+    by_kind: BTreeMap<&'static str, u64>,
     /// kernel records of connections the sweep had already reported
     duplicates: u64,
 }
@@ -79,6 +79,8 @@ struct Output<W: Write> {
     swept_order: VecDeque<u64>,
     cap: usize,
     out: io::BufWriter<W>,
+    /// the line being written
+    buf: Vec<u8>,
 }
 
 impl<W: Write> Output<W> {
@@ -92,23 +94,25 @@ impl<W: Write> Output<W> {
             swept_order: VecDeque::new(),
             cap,
             out: io::BufWriter::new(w),
+            buf: Vec::with_capacity(4096),
         }
     }
 
     /// One line: JSON, or in text mode the record's `text` (none: not printed in text).
-    fn line<T: serde::Serialize>(
+    fn line<T>(
         &mut self,
         rec: &T,
+        json: fn(&T, &mut Vec<u8>),
         text: Option<fn(&T) -> String>,
     ) -> io::Result<()> {
+        self.buf.clear();
         match (self.format, text) {
-            (Format::Json, _) => {
-                serde_json::to_writer(&mut self.out, rec).map_err(io::Error::other)?
-            }
-            (Format::Text, Some(text)) => self.out.write_all(text(rec).as_bytes())?,
+            (Format::Json, _) => json(rec, &mut self.buf),
+            (Format::Text, Some(text)) => self.buf.extend_from_slice(text(rec).as_bytes()),
             (Format::Text, None) => return Ok(()),
         }
-        self.out.write_all(b"\n")
+        self.buf.push(b'\n');
+        self.out.write_all(&self.buf)
     }
 
     fn conn(&mut self, c: &Conn) -> io::Result<()> {
@@ -117,14 +121,14 @@ impl<W: Write> Output<W> {
             return Ok(());
         }
         let rec = self.asm.conn(c, &self.clock);
-        *self.totals.by_kind.entry(rec.kind.to_string()).or_default() += 1;
-        self.line(&rec, Some(Record::text))
+        *self.totals.by_kind.entry(rec.kind).or_default() += 1;
+        self.line(&rec, Record::json, Some(Record::text))
     }
 
     /// Close lines are JSON only: text mode shows one line per connection.
     fn close(&mut self, c: &abi::Close) -> io::Result<()> {
         let rec = self.asm.close(c, &self.clock);
-        self.line(&rec, None)
+        self.line(&rec, CloseRecord::json, None)
     }
 
     fn swept(&mut self, s: Swept) -> io::Result<()> {

@@ -201,7 +201,8 @@ struct Extension<'a> {
 /// Splits the extensions block. Returns the extensions seen and whether the
 /// capture ended before the block did.
 fn split_extensions<'a>(r: &mut Reader<'a>) -> Result<(Vec<Extension<'a>>, bool), ParseError> {
-    let mut exts = Vec::new();
+    let mut exts = Vec::with_capacity(24); // browsers send 15–20
+
     // No extensions block at all is legal before TLS 1.3 (or the capture ended here).
     if r.is_empty() {
         return Ok((exts, r.cut));

@@ -129,6 +129,8 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 	bpf_get_current_comm(c->r.comm, sizeof(c->r.comm));
 	c->r.family = family;
 	c->r.sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	/* for a connection established before hstrace attached too */
+	mark_server_port(c->r.sport);
 	c->r.dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	if (family == AF_INET) {
 		bpf_core_read(c->r.saddr, 4, &sk->__sk_common.skc_rcv_saddr);
@@ -210,6 +212,10 @@ static __always_inline void on_set_state(struct sock *sk, int oldstate, int news
 		bpf_map_update_elem(&est_socks, &skey, &fresh, BPF_ANY);
 		return;
 	}
+	/* clients' sockets (and every other one on the host) leave here: the tracepoint
+	 * fires before a close releases the port */
+	if (!is_server_port(sport))
+		return;
 	if (newstate == TCP_CLOSE_WAIT) {
 		c = bpf_map_lookup_elem(&conns, &skey);
 		if (c)

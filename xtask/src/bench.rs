@@ -207,15 +207,21 @@ fn syscall_cost(bin: &Path, master: u32, exe: &Path) -> Result<Vec<(f64, f64)>> 
     };
     let rows = SYSCALL_ROWS.len();
     let (mut off, mut on) = (vec![Vec::new(); rows], vec![Vec::new(); rows]);
-    for _ in 0..PAIRS {
-        once()?
-            .into_iter()
-            .zip(&mut off)
-            .for_each(|(x, v)| v.push(x));
+    let keep = |got: Vec<f64>, into: &mut Vec<Vec<f64>>| {
+        got.into_iter().zip(into).for_each(|(x, v)| v.push(x));
+    };
+    for pair in 0..PAIRS {
+        let off_first = pair % 2 == 0;
+        if off_first {
+            keep(once()?, &mut off);
+        }
         let tracer = Tracer::start(bin, master, &[])?;
         let got = once();
         tracer.stop();
-        got?.into_iter().zip(&mut on).for_each(|(x, v)| v.push(x));
+        keep(got?, &mut on);
+        if !off_first {
+            keep(once()?, &mut off);
+        }
     }
     Ok(off
         .into_iter()
@@ -372,7 +378,8 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path) -> Result<String>
     let (mut cpu_per_sec, mut rss_kib, mut attach_ms, mut map_bytes) =
         (Vec::new(), 0u64, Vec::new(), 0u64);
     doc.push_str(&format!(
-        "Throughput with hstrace on / off, {PAIRS} interleaved off/on pairs per row, median (min–max).\n\
+        "Throughput with hstrace on / off, {PAIRS} interleaved pairs per row (off first, then on first, \
+         alternately), median (min–max).\n\
          nginx with 1 worker on 127.0.0.1; clients on the same 2-core machine.\n\n\
          | workload | mode | off (ops/s, median) | on/off | goal |\n|---|---|---|---|---|\n"
     ));
@@ -385,8 +392,15 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path) -> Result<String>
         let cmd = (w.args)(port);
         for (mode, extra) in MODES {
             let (mut ratios, mut offs) = (Vec::new(), Vec::new());
-            for _ in 0..PAIRS {
-                let off = throughput(&cmd)?;
+            for pair in 0..PAIRS {
+                // every other pair runs "on" first: neither side always comes right after
+                // an attach or a detach
+                let off_first = pair % 2 == 0;
+                let off_before = if off_first {
+                    Some(throughput(&cmd)?)
+                } else {
+                    None
+                };
                 let tracer = Tracer::start(bin, nginx.master, extra)?;
                 attach_ms.push(tracer.attach.as_secs_f64() * 1e3);
                 // CPU during the run only, not the loading of the programs before it
@@ -398,6 +412,10 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path) -> Result<String>
                 rss_kib = rss_kib.max(rss);
                 map_bytes = map_bytes.max(tracer.map_memory());
                 tracer.stop();
+                let off = match off_before {
+                    Some(off) => off,
+                    None => throughput(&cmd)?,
+                };
                 ratios.push(on / off);
                 offs.push(off);
             }

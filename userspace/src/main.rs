@@ -115,7 +115,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::BenchPipeline { records } => {
             println!(
                 "{:.0}",
-                hstrace::trace::pipeline_connections_per_sec(records)
+                hstrace::trace::pipeline_connections_per_sec(records)?
             );
             Ok(())
         }

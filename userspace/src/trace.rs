@@ -432,8 +432,9 @@ impl Tracer {
 /// Connections per second the userspace pipeline (hello parsing, classification, stages,
 /// JSON) sustains on one core, fed synthetic records built from real captured hellos at
 /// full speed: what `cargo xtask bench` reports. Each connection is 4 ring-buffer records
-/// (ClientHello, ServerHello, connection, close) and 2 JSON lines.
-pub fn pipeline_connections_per_sec(n: u64) -> f64 {
+/// (ClientHello, ServerHello, connection, close) and 2 JSON lines. An error if they did
+/// not all come out as the full TLS 1.3 handshakes they are.
+pub fn pipeline_connections_per_sec(n: u64) -> Result<f64> {
     fn hello(dir: u32, hex: &str) -> Hello {
         let bytes: Vec<u8> = hex
             .split_whitespace()
@@ -511,7 +512,16 @@ pub fn pipeline_connections_per_sec(n: u64) -> f64 {
         out.conn(&c).expect("sink");
         out.close(&close(id)).expect("sink");
     }
-    n as f64 / start.elapsed().as_secs_f64()
+    let per_sec = n as f64 / start.elapsed().as_secs_f64();
+    let full = out.totals.by_kind.get("full").copied().unwrap_or(0);
+    if full != n || out.totals.by_kind.len() != 1 || out.asm.pending() != 0 {
+        anyhow::bail!(
+            "the pipeline made {:?} of {n} full handshakes ({} hellos left unmatched)",
+            out.totals.by_kind,
+            out.asm.pending()
+        );
+    }
+    Ok(per_sec)
 }
 
 /// One pass of the sweep over the kernel's connection map (see `Tracer::sweep`).

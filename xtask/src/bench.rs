@@ -166,21 +166,45 @@ fn bpf_run_time_ns() -> Result<u64> {
         .sum())
 }
 
-/// BPF run time per operation of one run of `cmd` with hstrace attached: the in-kernel
-/// cost, measured by the kernel (kernel.bpf_stats_enabled, which itself adds some tens of
-/// ns to each program run).
-fn bpf_ns_per_op(bin: &Path, master: u32, extra: &[&str], cmd: &[String]) -> Result<f64> {
+/// CPU seconds the whole machine has spent busy (user, system, interrupts; not idle, not
+/// stolen by the hypervisor), from /proc/stat.
+fn machine_busy_secs() -> Result<f64> {
+    let stat = fs::read_to_string("/proc/stat").context("/proc/stat")?;
+    let ticks: Vec<f64> = stat
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("cpu "))
+        .context("/proc/stat has no cpu line")?
+        .split_whitespace()
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    let busy: f64 = [0, 1, 2, 5, 6].iter().filter_map(|i| ticks.get(*i)).sum();
+    // SAFETY: sysconf has no preconditions
+    Ok(busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+}
+
+/// One run of `cmd` with hstrace attached: the BPF run time per operation, as the kernel
+/// counts it (kernel.bpf_stats_enabled, which itself adds some tens of ns to each program
+/// run), and the CPU time the whole machine spent per operation (server, client, kernel and
+/// hstrace), both in ns.
+fn bpf_ns_per_op(bin: &Path, master: u32, extra: &[&str], cmd: &[String]) -> Result<(f64, f64)> {
     const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
     let tracer = Tracer::start(bin, master, extra)?;
     fs::write(STATS, "1").context("enabling kernel.bpf_stats_enabled")?;
     let before = bpf_run_time_ns();
+    let busy_before = machine_busy_secs();
     let run = run_load(cmd);
+    let busy_after = machine_busy_secs();
     let after = bpf_run_time_ns();
     let _ = fs::write(STATS, "0");
     tracer.stop();
     let (_, ops) = run?;
     // the counters only grow while the programs stay loaded
-    Ok((after? - before?) as f64 / ops)
+    Ok((
+        (after? - before?) as f64 / ops,
+        (busy_after? - busy_before?) * 1e9 / ops,
+    ))
 }
 
 /// What the syscall loop measures, in the order it prints them (ns per call or pair).
@@ -437,8 +461,14 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path) -> Result<String>
             eprint!("{line}");
             doc.push_str(&line);
             if *mode != "uprobes all" {
-                let ns = bpf_ns_per_op(bin, nginx.master, extra, &cmd)?;
-                kernel_cost.push_str(&format!("| {} | {mode} | {:.2} µs |\n", w.name, ns / 1e3));
+                let (bpf, cpu) = bpf_ns_per_op(bin, nginx.master, extra, &cmd)?;
+                kernel_cost.push_str(&format!(
+                    "| {} | {mode} | {:.2} µs | {:.1} µs | {:.1} % |\n",
+                    w.name,
+                    bpf / 1e3,
+                    cpu / 1e3,
+                    bpf / cpu * 100.0
+                ));
             }
         }
     }
@@ -473,8 +503,13 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path) -> Result<String>
          Run time of the BPF programs per connection or request, as the kernel counts it \
          (`kernel.bpf_stats_enabled=1`, one extra run per row; the counting itself adds some \
          tens of ns per program run). It leaves out what the kernel spends reaching the \
-         programs, measured below.\n\n\
-         | workload | mode | BPF run time per operation |\n|---|---|---|\n{kernel_cost}"
+         programs, measured below, and uprobe traps. Beside it, the CPU time the whole \
+         machine spent per operation in the same run (busy time in /proc/stat: server, \
+         client, kernel and hstrace), and the programs' share of it. Every program run adds to \
+         the CPU an operation takes, so the on/off ratio is at best about 1 minus that share \
+         (less the counting's own cost): a goal of 0.99 needs the share under 1 %.\n\n\
+         | workload | mode | BPF run time per operation | machine CPU per operation | BPF share |\n\
+         |---|---|---|---|---|\n{kernel_cost}"
     ));
     let rows: String = SYSCALL_ROWS
         .iter()

@@ -120,15 +120,28 @@ pub struct CloseRecord {
     pub duration_ns: Option<u64>,
 }
 
+/// The fields both lines open with.
+fn line_head<'a>(
+    out: &'a mut Vec<u8>,
+    record: &str,
+    time: &str,
+    conn_id: u64,
+    pid: u32,
+) -> Object<'a> {
+    let mut o = Object::begin(out);
+    o.str("record", record)
+        .str("time", time)
+        .u64("conn_id", conn_id)
+        .u64("pid", pid.into());
+    o
+}
+
 impl Record {
-    /// The JSON line, fields in this order; `null` when unknown, left out where noted.
+    /// The JSON line, fields in this order: `null` when unknown, the optional ones left
+    /// out when absent or empty.
     pub fn json(&self, out: &mut Vec<u8>) {
-        let mut o = Object::begin(out);
-        o.str("record", self.record)
-            .str("time", &self.time)
-            .u64("conn_id", self.conn_id)
-            .u64("pid", self.pid.into())
-            .str("comm", &self.comm)
+        let mut o = line_head(out, self.record, &self.time, self.conn_id, self.pid);
+        o.str("comm", &self.comm)
             .str("local", &self.local)
             .str("peer", &self.peer)
             .str("protocol", self.protocol)
@@ -199,12 +212,8 @@ impl Stages {
 impl CloseRecord {
     /// The JSON line; `duration_ns` left out when the accept time is unknown.
     pub fn json(&self, out: &mut Vec<u8>) {
-        let mut o = Object::begin(out);
-        o.str("record", self.record)
-            .str("time", &self.time)
-            .u64("conn_id", self.conn_id)
-            .u64("pid", self.pid.into())
-            .u64("exchanges", self.exchanges.into())
+        let mut o = line_head(out, self.record, &self.time, self.conn_id, self.pid);
+        o.u64("exchanges", self.exchanges.into())
             .u64("bytes_in", self.bytes_in)
             .u64("bytes_out", self.bytes_out);
         if let Some(d) = self.duration_ns {

@@ -65,36 +65,6 @@ static __always_inline int is_cpu_thread(__u32 tid)
 	return tid < HS_TID_WORDS * 64 && ((cpu_threads[tid >> 6] >> (tid & 63)) & 1);
 }
 
-/* One direction of a connection's TLS record stream. */
-struct stream {
-	__u32 rec_left;      /* body bytes of the current record not yet seen */
-	__u32 rec_len;       /* body length of the current record */
-	__u8 hdr[16];        /* the record header being assembled (5 bytes; room for the verifier) */
-	__u8 hdr_have;       /* bytes of it seen so far */
-	__u8 rec_type;       /* type of the current record */
-	__u8 ccs;            /* a ChangeCipherSpec passed: later handshake records are encrypted */
-	__u8 defer_hello;    /* the record's first message was not all in one buffer: look at it
-			      * when the record ends */
-	__u8 pad[4];
-};
-
-struct conn {
-	struct hs_conn r;       /* the record, filled in as the connection goes */
-	struct stream st[2];    /* HS_DIR_IN, HS_DIR_OUT */
-	__u64 arrive_pending;   /* first bytes queued since the server last read or wrote */
-	__u64 last_arrive;      /* the latest arrival the server has read in this flight */
-	__u64 done_at;          /* TLS 1.3: client Finished read; tickets may still follow */
-	__u64 fkey;             /* tgid << 32 | fd, once known */
-	__s8 flight;            /* index of the current flight, -1 before any bytes */
-	__u8 emitted;           /* the record was sent: the connection is no longer parsed */
-	__u8 wire_done;         /* the wire says the handshake completed at r.t_hs_done */
-	__u8 not_tls;
-	__u8 pad0;
-	__u8 first_rec_done;    /* the current client flight's first record is complete */
-	__u8 client_fin;        /* the client's Finished has been read */
-	__u32 exchanges;        /* request/response exchanges after the handshake */
-};
-
 /* A child socket between ESTABLISHED and accept(). */
 struct est {
 	__u64 t_est;
@@ -153,7 +123,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, HS_MAX_CONNS);
 	__type(key, __u64); /* struct sock * */
-	__type(value, struct conn);
+	__type(value, struct hs_conn_state);
 } conns SEC(".maps");
 
 struct {
@@ -224,7 +194,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct conn);
+	__type(value, struct hs_conn_state);
 } conn_scratch SEC(".maps");
 
 /* Hand a reserved record to userspace, waking it only once enough has piled up. */
@@ -263,7 +233,7 @@ static __always_inline __u64 thread_cpu_now(__u64 now)
 }
 
 /* Send the connection's record; from here on only bytes and exchanges are counted. */
-static __noinline void emit_conn(struct conn *c, __u64 now, __u8 outcome)
+static __noinline void emit_conn(struct hs_conn_state *c, __u64 now, __u8 outcome)
 {
 	struct hs_conn *r;
 
@@ -285,7 +255,7 @@ static __noinline void emit_conn(struct conn *c, __u64 now, __u8 outcome)
 }
 
 /* Why a connection that never completed its handshake ended. */
-static __always_inline __u8 failure_reason(struct conn *c)
+static __always_inline __u8 failure_reason(struct hs_conn_state *c)
 {
 	if (c->not_tls)
 		return HS_FAIL_NOT_TLS;
@@ -299,24 +269,24 @@ static __always_inline __u8 failure_reason(struct conn *c)
 }
 
 /* The handshake is complete: wait for the first request, unless it already came. */
-static __always_inline void handshake_complete(struct conn *c)
+static __always_inline void handshake_complete(struct hs_conn_state *c)
 {
 	c->r.phase = c->r.t_req_read ? HS_PH_REQUEST : HS_PH_WAIT_REQUEST;
+	if (!c->not_tls)
+		c->r.outcome = HS_OUTCOME_DONE;
 }
 
-/* How the record of a connection that got this far ends. */
-static __always_inline __u8 outcome_now(struct conn *c)
+/* How the record of a connection that got this far ends: r.outcome is kept current as it
+ * goes (userspace's sweep reads it too); a failure's reason is decided at the end. */
+static __always_inline __u8 outcome_now(struct hs_conn_state *c)
 {
-	if (c->not_tls)
-		return HS_OUTCOME_NOT_TLS;
-	if (c->r.phase != HS_PH_HANDSHAKE)
-		return HS_OUTCOME_DONE;
-	c->r.failure = failure_reason(c);
-	return HS_OUTCOME_FAILED;
+	if (c->r.outcome == HS_OUTCOME_FAILED)
+		c->r.failure = failure_reason(c);
+	return c->r.outcome;
 }
 
 /* The end of every connection: totals after its record. */
-static __noinline void emit_close(struct conn *c, __u64 now)
+static __noinline void emit_close(struct hs_conn_state *c, __u64 now)
 {
 	struct hs_close *r;
 
@@ -340,7 +310,7 @@ static __noinline void emit_close(struct conn *c, __u64 now)
 }
 
 /* The connection is going away: send its record if it has not been sent, then its totals. */
-static __always_inline void finish_conn(struct conn *c, __u64 now)
+static __always_inline void finish_conn(struct hs_conn_state *c, __u64 now)
 {
 	if (c->done_at && !c->wire_done) {
 		/* TLS 1.3 with no read after the tickets: the handshake did complete */
@@ -354,7 +324,7 @@ static __always_inline void finish_conn(struct conn *c, __u64 now)
 }
 
 /* Forget a connection: its state and its fd (unless a later connection has that fd). */
-static __always_inline void drop_conn(struct conn *c, __u64 skey)
+static __always_inline void drop_conn(struct hs_conn_state *c, __u64 skey)
 {
 	__u64 *fd_sk = c->fkey ? bpf_map_lookup_elem(&fds, &c->fkey) : NULL;
 
@@ -364,7 +334,7 @@ static __always_inline void drop_conn(struct conn *c, __u64 skey)
 }
 
 /* The connection ended now: send what is owed, then forget it. */
-static __always_inline void end_conn(struct conn *c, __u64 skey)
+static __always_inline void end_conn(struct hs_conn_state *c, __u64 skey)
 {
 	finish_conn(c, bpf_ktime_get_ns());
 	drop_conn(c, skey);

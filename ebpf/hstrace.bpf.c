@@ -100,7 +100,7 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 	__u64 skey = (__u64)sk, fkey;
 	__u32 zero = 0;
 	__u16 family;
-	struct conn *c;
+	struct hs_conn_state *c;
 	struct est *e;
 
 	if (!targ_all && !tgid_traced(tgid))
@@ -124,6 +124,7 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 	__builtin_memset(c, 0, sizeof(*c));
 	c->flight = -1;
 	c->r.rec = HS_REC_CONN;
+	c->r.outcome = HS_OUTCOME_FAILED; /* until its handshake completes */
 	c->r.conn_id = __sync_fetch_and_add(&next_conn_id, 1) + 1;
 	c->r.tgid = tgid;
 	bpf_get_current_comm(c->r.comm, sizeof(c->r.comm));
@@ -193,7 +194,7 @@ int BPF_KRETPROBE(accept_kretprobe, struct sock *newsk)
 
 /* The thread is in close() of the process that accepted connection `c`: a state change
  * now is the server letting go of it (its FIN, or its reset over unread bytes). */
-static __always_inline int server_closing(struct conn *c)
+static __always_inline int server_closing(struct hs_conn_state *c)
 {
 	return (bpf_get_current_pid_tgid() >> 32) == c->r.tgid && SYSCALL_NR(user_regs()) == NR_close;
 }
@@ -201,7 +202,7 @@ static __always_inline int server_closing(struct conn *c)
 static __always_inline void on_set_state(struct sock *sk, int oldstate, int newstate, __u16 sport)
 {
 	__u64 skey = (__u64)sk;
-	struct conn *c;
+	struct hs_conn_state *c;
 	struct est *e;
 
 	if (newstate == TCP_ESTABLISHED && oldstate == TCP_SYN_RECV) {
@@ -271,7 +272,7 @@ int sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
  * a reset had already closed, or let go of it without a state change seen above). */
 static __always_inline void on_destroy(__u64 skey)
 {
-	struct conn *c = bpf_map_lookup_elem(&conns, &skey);
+	struct hs_conn_state *c = bpf_map_lookup_elem(&conns, &skey);
 
 	if (!c)
 		return;
@@ -297,7 +298,7 @@ int tcp_destroy(struct trace_event_raw_tcp_event_sk *ctx)
  * not the process. */
 static __always_inline void on_data_ready(__u64 skey, __u16 port)
 {
-	struct conn *c;
+	struct hs_conn_state *c;
 	struct est *e;
 
 	if (!is_server_port(port))
@@ -350,7 +351,7 @@ int BPF_KPROBE(data_ready_kprobe, struct sock *sk)
 
 /* Bytes moved on traced connection `c` (socket `skey`), `ptr` the call's buffer (an iovec
  * array if `iovcnt`; 0: a call whose buffer is not known): parse them. */
-static __always_inline void on_conn_io(struct conn *c, __u64 skey, __u32 dir, long ret, __u64 ptr,
+static __always_inline void on_conn_io(struct hs_conn_state *c, __u64 skey, __u32 dir, long ret, __u64 ptr,
 				       __u32 iovcnt, __u32 peek, __u64 now)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
@@ -391,7 +392,7 @@ static __always_inline void on_conn_io(struct conn *c, __u64 skey, __u32 dir, lo
 static __always_inline void on_io(__u64 skey, __u32 dir, long ret, __u64 ptr, __u32 iovcnt,
 				  __u32 peek, __u64 now)
 {
-	struct conn *c = bpf_map_lookup_elem(&conns, &skey);
+	struct hs_conn_state *c = bpf_map_lookup_elem(&conns, &skey);
 
 	if (!c) {
 		count(HS_C_CONN_EVICTED);
@@ -444,7 +445,7 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 	__u64 skey = (__u64)sk, ptr = 0;
 	__u32 iovcnt = 0, peek;
 	struct pt_regs *regs;
-	struct conn *c;
+	struct hs_conn_state *c;
 
 	/* TCP sockets on ports that never accepted a connection leave before any lookup
 	 * (port 0: a reset already released the port, and the server still reads what came
@@ -498,7 +499,7 @@ static __always_inline __u64 conn_sock(__u32 tgid, __u32 fd)
 {
 	__u64 fkey = fd_key(tgid, fd), skey;
 	__u64 *sk = bpf_map_lookup_elem(&fds, &fkey);
-	struct conn *c;
+	struct hs_conn_state *c;
 
 	if (sk)
 		return *sk;
@@ -619,7 +620,7 @@ int close_enter(struct trace_event_raw_sys_enter *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 fkey = fd_key(tgid, ARG(0)), skey;
-	struct conn *c;
+	struct hs_conn_state *c;
 	__u64 *sk;
 
 	if (!tgid_traced(tgid))
@@ -742,7 +743,7 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 	__u32 tid = id;
 	struct ssl_key k = { .tgid = id >> 32 };
 	struct ssl_call *scp, sc;
-	struct conn *c;
+	struct hs_conn_state *c;
 	__u64 *skp;
 
 	scp = bpf_map_lookup_elem(&ssl_in_flight, &tid);
@@ -777,9 +778,8 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 _Static_assert(sizeof(struct hs_conn) == 432, "hs_conn layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_close) == 56, "hs_close layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_hello) == 24 + HS_HELLO_CAP, "hs_hello layout changed: update abi.rs");
-_Static_assert(sizeof(struct conn) == 544, "conn size changed: update CONN_STATE_BYTES in abi.rs");
-_Static_assert(__builtin_offsetof(struct conn, emitted) == 529, "update CONN_EMITTED_OFFSET in abi.rs");
-_Static_assert(__builtin_offsetof(struct conn, not_tls) == 531, "update CONN_NOT_TLS_OFFSET in abi.rs");
+_Static_assert(sizeof(struct hs_conn_state) == 544, "hs_conn_state layout changed: update abi.rs");
+_Static_assert(__builtin_offsetof(struct hs_conn_state, emitted) == 529, "hs_conn_state layout changed: update abi.rs");
 
 /* ---- OpenSSL: SSL_read / SSL_write and _ex (--uprobes all) ------------------------ */
 
@@ -827,7 +827,7 @@ int BPF_KRETPROBE(ssl_io_exit, int ret)
 	__u32 tid = id;
 	struct ssl_key k = { .tgid = id >> 32 };
 	struct ssl_io *iop, io;
-	struct conn *c;
+	struct hs_conn_state *c;
 	__u64 *skp;
 
 	iop = bpf_map_lookup_elem(&ssl_io_in_flight, &tid);

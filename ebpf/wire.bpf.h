@@ -40,7 +40,7 @@ static __always_inline __u32 flight_dir(__s8 f)
 
 /* Bytes moved in `dir`: a change of direction starts the next flight (returns 1). Once
  * the record is sent no times are kept (`now` is 0 then). */
-static __always_inline int on_transfer(struct conn *c, __u32 dir, __u32 n, __u64 now)
+static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32 n, __u64 now)
 {
 	__s8 f = c->flight;
 	int new_flight = f < 0 || flight_dir(f) != dir;
@@ -84,7 +84,7 @@ static __always_inline int on_transfer(struct conn *c, __u32 dir, __u32 n, __u64
 /* Copy a ClientHello or ServerHello at user address `msg` out for userspace to parse.
  * (Global functions are verified once, not at every call site: the parser's loops stay
  * within the verifier's budget. User pointers are passed to them as plain numbers.) */
-__noinline int capture_hello(struct conn *c, __u32 dir, __u64 msg, __u32 msg_len, __u32 avail)
+__noinline int capture_hello(struct hs_conn_state *c, __u32 dir, __u64 msg, __u32 msg_len, __u32 avail)
 {
 	struct hs_hello *h;
 	__u32 cap = msg_len < avail ? msg_len : avail;
@@ -112,9 +112,9 @@ __noinline int capture_hello(struct conn *c, __u32 dir, __u64 msg, __u32 msg_len
 
 /* A record starts: note its type for the flight, read a plaintext alert's two bytes,
  * walk the headers of plaintext handshake messages. */
-__noinline int on_record_start(struct conn *c, __u32 dir, __u64 body, __u32 avail)
+__noinline int on_record_start(struct hs_conn_state *c, __u32 dir, __u64 body, __u32 avail)
 {
-	struct stream *st;
+	struct hs_stream *st;
 	__u8 type, hh[4];
 	__u32 len, f, mo = 0;
 
@@ -167,13 +167,13 @@ __noinline int on_record_start(struct conn *c, __u32 dir, __u64 body, __u32 avai
 	return 0;
 }
 
-static __always_inline int is_tls13(struct conn *c)
+static __always_inline int is_tls13(struct hs_conn_state *c)
 {
 	return c->r.rec_types[HS_FL_S1] & HS_RT_APPDATA;
 }
 
 /* The handshake is complete on the wire at `now`. */
-static __always_inline void wire_done(struct conn *c, __u64 now)
+static __always_inline void wire_done(struct hs_conn_state *c, __u64 now)
 {
 	c->wire_done = 1;
 	c->r.t_hs_done = now;
@@ -192,7 +192,7 @@ static __always_inline void wire_done(struct conn *c, __u64 now)
  * the same read as that Finished: the server answers without reading again (Apache), so
  * this call is the response, and the NewSessionTickets were the first call. Wire only:
  * with uprobes, SSL_do_handshake's return says where the handshake ends. */
-static __always_inline int answers_unread_request(struct conn *c, __u64 now)
+static __always_inline int answers_unread_request(struct hs_conn_state *c, __u64 now)
 {
 	return c->r.t_req_read && c->client_fin && !c->wire_done && c->flight == HS_FL_S2 &&
 	       c->r.t_first[HS_FL_S2] != now && !(c->r.flags & HS_F_UPROBE) && is_tls13(c);
@@ -200,7 +200,7 @@ static __always_inline int answers_unread_request(struct conn *c, __u64 now)
 
 /* A hello that came over several reads: the server read it into one buffer, so the
  * record's body lies just before `end`. Checked against its own header before use. */
-__noinline int capture_deferred_hello(struct conn *c, __u32 dir, __u64 end, __u32 len)
+__noinline int capture_deferred_hello(struct hs_conn_state *c, __u32 dir, __u64 end, __u32 len)
 {
 	__u8 hh[4];
 	__u32 mlen;
@@ -219,7 +219,7 @@ __noinline int capture_deferred_hello(struct conn *c, __u32 dir, __u64 end, __u3
 
 /* A record's last byte has passed: the first record of a client flight is the read
  * the server acts on; and is the handshake complete? */
-static __always_inline void on_record_end(struct conn *c, __u32 dir, __u8 type, __u64 now)
+static __always_inline void on_record_end(struct hs_conn_state *c, __u32 dir, __u8 type, __u64 now)
 {
 	__s8 f = c->flight;
 	int tls13 = is_tls13(c);
@@ -273,7 +273,7 @@ static __always_inline void on_record_end(struct conn *c, __u32 dir, __u8 type, 
 
 /* The server reads (or tries to) again: TLS 1.3 is complete once it does after the
  * client's Finished, and a response is complete once it does after writing it. */
-static __always_inline void on_read_attempt(struct conn *c, __u64 now)
+static __always_inline void on_read_attempt(struct hs_conn_state *c, __u64 now)
 {
 	if (c->done_at && !c->wire_done)
 		wire_done(c, c->done_at);
@@ -285,7 +285,7 @@ static __always_inline void on_read_attempt(struct conn *c, __u64 now)
 
 /* Does a client flight whose bytes start at `buf` (an iovec array if `iovcnt`) open with
  * a request, not an alert? Only its first record header is read. */
-static __always_inline int is_request(struct conn *c, __u64 buf, __u32 iovcnt)
+static __always_inline int is_request(struct hs_conn_state *c, __u64 buf, __u32 iovcnt)
 {
 	struct iovec first;
 	__u8 h[5];
@@ -306,7 +306,7 @@ static __always_inline int is_request(struct conn *c, __u64 buf, __u32 iovcnt)
 /* After the bytes are parsed: the first request and response of a plain-text stream
  * (it has no records), the response's writes of either, and later requests counted from
  * the record header that starts each client flight (`buf`, user memory). */
-static __always_inline void on_exchange(struct conn *c, __u32 dir, int new_flight, __u64 buf,
+static __always_inline void on_exchange(struct hs_conn_state *c, __u32 dir, int new_flight, __u64 buf,
 					__u32 iovcnt, __u64 now)
 {
 	__u8 ph = c->r.phase;
@@ -337,16 +337,18 @@ static __always_inline void on_exchange(struct conn *c, __u32 dir, int new_fligh
 }
 
 /* The record stream stopped making sense: stop parsing this connection. */
-static __always_inline void desync(struct conn *c, __u32 dir)
+static __always_inline void desync(struct hs_conn_state *c, __u32 dir)
 {
-	if (dir == HS_DIR_IN && c->flight == HS_FL_C1 && !c->r.rec_types[HS_FL_C1])
+	if (dir == HS_DIR_IN && c->flight == HS_FL_C1 && !c->r.rec_types[HS_FL_C1]) {
 		c->not_tls = 1; /* the client's very first bytes are not a TLS record */
+		c->r.outcome = HS_OUTCOME_NOT_TLS;
+	}
 	c->r.flags |= HS_F_DESYNC;
 	count(HS_C_DESYNC);
 }
 
 struct walk {
-	struct conn *c;
+	struct hs_conn_state *c;
 	__u64 buf;
 	__u64 now;
 	__u32 dir;
@@ -357,8 +359,8 @@ struct walk {
 /* One step of the walk: skip record body, or take one record header. 1 stops the walk. */
 static long walk_step(__u32 i, struct walk *w)
 {
-	struct conn *c = w->c;
-	struct stream *st;
+	struct hs_conn_state *c = w->c;
+	struct hs_stream *st;
 	__u32 type, len, have, need, off = w->off, n = w->n;
 
 	if (!c || off >= n || c->emitted || (c->r.flags & HS_F_DESYNC))
@@ -410,7 +412,7 @@ static long walk_step(__u32 i, struct walk *w)
 }
 
 /* Walk the records in `n` bytes at user address `buf`, read (IN) or written (OUT). */
-static __always_inline void parse_bytes(struct conn *c, __u32 dir, __u64 buf, __u32 n, __u64 now)
+static __always_inline void parse_bytes(struct hs_conn_state *c, __u32 dir, __u64 buf, __u32 n, __u64 now)
 {
 	struct walk w = { .c = c, .buf = buf, .now = now, .dir = dir, .n = n };
 
@@ -418,7 +420,7 @@ static __always_inline void parse_bytes(struct conn *c, __u32 dir, __u64 buf, __
 }
 
 /* Walk up to HS_IOV_SEGS segments of an iovec array, `n` bytes in all. */
-static __always_inline void parse_iov(struct conn *c, __u32 dir, const struct iovec *iov,
+static __always_inline void parse_iov(struct hs_conn_state *c, __u32 dir, const struct iovec *iov,
 				      __u32 iovcnt, __u32 n, __u64 now)
 {
 	for (int i = 0; i < HS_IOV_SEGS; i++) {

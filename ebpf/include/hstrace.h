@@ -160,6 +160,41 @@ struct hs_close {
 	__u64 bytes_out;
 };
 
+/* The kernel's per-connection state (the `conns` map's values): the record being filled in
+ * and how far the server's reads and writes have been parsed. Userspace reads it only to
+ * sweep up connections that never end on their own (idle, or their server exited).
+ *
+ * One direction of a connection's TLS record stream. */
+struct hs_stream {
+	__u32 rec_left;      /* body bytes of the current record not yet seen */
+	__u32 rec_len;       /* body length of the current record */
+	__u8 hdr[16];        /* the record header being assembled (5 bytes; room for the verifier) */
+	__u8 hdr_have;       /* bytes of it seen so far */
+	__u8 rec_type;       /* type of the current record */
+	__u8 ccs;            /* a ChangeCipherSpec passed: later handshake records are encrypted */
+	__u8 defer_hello;    /* the record's first message was not all in one buffer: look at it
+			      * when the record ends */
+	__u8 pad[4];
+};
+
+struct hs_conn_state {
+	struct hs_conn r;       /* the record, filled in as the connection goes; r.outcome is how
+				 * it ends if it ends now (FAILED until the handshake completes) */
+	struct hs_stream st[2];    /* HS_DIR_IN, HS_DIR_OUT */
+	__u64 arrive_pending;   /* first bytes queued since the server last read or wrote */
+	__u64 last_arrive;      /* the latest arrival the server has read in this flight */
+	__u64 done_at;          /* TLS 1.3: client Finished read; tickets may still follow */
+	__u64 fkey;             /* tgid << 32 | fd, once known */
+	__s8 flight;            /* index of the current flight, -1 before any bytes */
+	__u8 emitted;           /* the record was sent: the connection is no longer parsed */
+	__u8 wire_done;         /* the wire says the handshake completed at r.t_hs_done */
+	__u8 not_tls;
+	__u8 pad0;
+	__u8 first_rec_done;    /* the current client flight's first record is complete */
+	__u8 client_fin;        /* the client's Finished has been read */
+	__u32 exchanges;        /* request/response exchanges after the handshake */
+};
+
 /* Counters (index into the per-CPU array `counters`). */
 #define HS_C_CONNS 0          /* connections accepted and tracked */
 #define HS_C_RECORDS 1        /* connection records sent */

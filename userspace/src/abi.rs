@@ -148,23 +148,52 @@ pub const COUNTERS: [(u32, &str); 9] = [
 pub const C_CONNS: u32 = 0;
 pub const C_RECORDS_DROPPED: u32 = 2;
 pub const C_HELLOS_DROPPED: u32 = 3;
+pub const C_DESYNC: u32 = 4;
 pub const C_CONN_EVICTED: u32 = 5;
+pub const C_NO_SOCK: u32 = 6;
 pub const C_CLOSES_DROPPED: u32 = 7;
 pub const C_IO_SLOT_TAKEN: u32 = 8;
 pub const C_MAX: u32 = 9;
 
-/// Size of the kernel's per-connection state (`struct conn` in ebpf/conn.bpf.h); only its
-/// keys are read from userspace, to count connections in progress.
-pub const CONN_STATE_BYTES: usize = 544;
-/// Offsets of its `emitted` and `not_tls` flags (the record `Conn` is at offset 0).
-pub const CONN_EMITTED_OFFSET: usize = 529;
-pub const CONN_NOT_TLS_OFFSET: usize = 531;
-/// Offset of `Conn::phase` in the record, hence in the state.
-pub const CONN_PHASE_OFFSET: usize = std::mem::offset_of!(Conn, phase);
+/// One direction of a connection's TLS record stream (`struct hs_stream`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stream {
+    pub rec_left: u32,
+    pub rec_len: u32,
+    pub hdr: [u8; 16],
+    pub hdr_have: u8,
+    pub rec_type: u8,
+    pub ccs: u8,
+    pub defer_hello: u8,
+    pub pad: [u8; 4],
+}
 
-/// The kernel's per-connection state, read from userspace only to sweep up connections
-/// that went idle or whose server exited without closing them.
-pub type ConnState = [u8; CONN_STATE_BYTES];
+/// The kernel's per-connection state (`struct hs_conn_state`, the `conns` map's values):
+/// read from userspace only to sweep up connections that never end on their own.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConnState {
+    /// the record as it stands; `r.outcome` is how it ends if it ends now
+    pub r: Conn,
+    pub st: [Stream; 2],
+    pub arrive_pending: u64,
+    pub last_arrive: u64,
+    pub done_at: u64,
+    pub fkey: u64,
+    pub flight: i8,
+    /// the record was sent: from here on only bytes and exchanges are counted
+    pub emitted: u8,
+    pub wire_done: u8,
+    pub not_tls: u8,
+    pub pad0: u8,
+    pub first_rec_done: u8,
+    pub client_fin: u8,
+    pub exchanges: u32,
+}
+
+// SAFETY: plain old data, every bit pattern valid, layout fixed by repr(C).
+unsafe impl aya::Pod for ConnState {}
 
 impl Hello {
     /// The captured bytes of the message (handshake header included).
@@ -203,4 +232,10 @@ const _: () = {
     assert!(offset_of!(Conn, rec_types) == 208);
     assert!(offset_of!(Conn, ssl_calls) == 240);
     assert!(offset_of!(Conn, bytes_out) == 264);
+    assert!(size_of::<Stream>() == 32);
+    assert!(size_of::<ConnState>() == 544);
+    assert!(offset_of!(ConnState, st) == 432);
+    assert!(offset_of!(ConnState, fkey) == 520);
+    assert!(offset_of!(ConnState, emitted) == 529);
+    assert!(offset_of!(ConnState, exchanges) == 536);
 };

@@ -1,19 +1,43 @@
 //! hstrace: an eBPF tracer of the stages of every TCP + TLS handshake of unmodified servers.
 //!
+//! The kernel side and what it sends:
 //! - `probes`: the probe table (every hook, and what replaces it on other kernels)
-//! - `abi`: the records the BPF programs send (mirror of ebpf/include/hstrace.h)
-//! - `tls`: ClientHello / ServerHello parsing
-//! - `record`: one connection's record: classification and stages
-//! - `json`: the JSON lines the records are printed as
-//! - `targets`: which processes are traced
+//! - `abi`: the records and state the BPF programs share (mirror of ebpf/include/hstrace.h)
 //! - `preflight`: privilege and kernel-feature checks, with what to do when one fails
+//! - `targets`: which processes are traced
+//!
+//! One record source, many sinks:
+//! - `source`: load, attach, follow processes, drain, sweep, account (`Health`)
+//! - `assemble`: ring-buffer items to finished records (hellos joined, duplicates dropped)
+//! - `sweep`: connections the kernel will not report on its own (idle, server exited)
+//! - `sink`: what every consumer of records implements
+//!
+//! What a record is:
+//! - `tls`: ClientHello / ServerHello parsing
+//! - `stage`: the stage model as types, and the arithmetic that cuts a timeline into stages
+//! - `record`: one connection classified (version, cipher, kind, resumption, failure)
+//! - `clock`: the kernel's clock and RFC 3339 times
+//!
+//! The sinks and commands:
+//! - `print` + `json`: the JSON and text lines (`trace`)
+//! - `health`: the tracer's own accounting
 //! - `trace`: the `hstrace trace` command
+//! - `bench`: figures for `cargo xtask bench`
 
 pub mod abi;
+pub mod assemble;
+pub mod bench;
+pub mod clock;
+pub mod health;
 pub mod json;
 pub mod preflight;
+pub mod print;
 pub mod probes;
 pub mod record;
+pub mod sink;
+pub mod source;
+pub mod stage;
+pub mod sweep;
 pub mod targets;
 pub mod tls;
 pub mod trace;

@@ -4,11 +4,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
-use hstrace::{
-    probes::Uprobes,
-    targets::Selector,
-    trace::{Format, Options, Tracer},
-};
+use hstrace::{print::Format, probes::Uprobes, source::Options, targets::Selector};
 
 #[derive(Parser)]
 #[command(
@@ -115,12 +111,12 @@ fn run(cli: Cli) -> Result<()> {
         Command::BenchPipeline { records } => {
             println!(
                 "{:.0}",
-                hstrace::trace::pipeline_connections_per_sec(records)?
+                hstrace::bench::pipeline_connections_per_sec(records, None)?
             );
             Ok(())
         }
         Command::BenchSweep { conns } => {
-            println!("{:.1}", hstrace::trace::sweep_ms(conns)?);
+            println!("{:.1}", hstrace::bench::sweep_ms(conns)?);
             Ok(())
         }
         Command::Trace {
@@ -137,11 +133,6 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let opts = Options {
                 selector: Selector { pids, comm, port },
-                format: match format {
-                    FormatArg::Text => Format::Text,
-                    FormatArg::Json => Format::Json,
-                },
-                duration: duration.map(Duration::from_secs_f64),
                 uprobes: match (no_uprobes, uprobes) {
                     (true, _) | (_, UprobesArg::None) => Uprobes::None,
                     (_, UprobesArg::Handshake) => Uprobes::Handshake,
@@ -151,14 +142,18 @@ fn run(cli: Cli) -> Result<()> {
                 idle_timeout: Duration::from_secs_f64(idle_timeout),
                 avoid_hooks: avoid_hook,
             };
+            let format = match format {
+                FormatArg::Text => Format::Text,
+                FormatArg::Json => Format::Json,
+            };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            rt.block_on(async {
-                let tracer = Tracer::attach(opts)?;
-                eprintln!("hstrace: tracing; Ctrl-C stops and prints totals");
-                tracer.run().await
-            })
+            rt.block_on(hstrace::trace::run(
+                opts,
+                format,
+                duration.map(Duration::from_secs_f64),
+            ))
         }
     }
 }

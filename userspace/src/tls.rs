@@ -532,6 +532,19 @@ pub fn cipher_label(id: u16) -> String {
     }
 }
 
+/// The bytes of a hex dump (whitespace ignored), as the captured hello fixtures are kept.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    let digits: Vec<u8> = s
+        .bytes()
+        .filter(|c| !c.is_ascii_whitespace())
+        .map(|c| (c as char).to_digit(16).map(|d| d as u8))
+        .collect::<Option<_>>()?;
+    digits
+        .len()
+        .is_multiple_of(2)
+        .then(|| digits.chunks(2).map(|p| p[0] << 4 | p[1]).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -578,13 +591,7 @@ mod tests {
     ];
 
     fn unhex(s: &str) -> Vec<u8> {
-        let digits: Vec<u8> = s
-            .bytes()
-            .filter(|c| !c.is_ascii_whitespace())
-            .map(|c| (c as char).to_digit(16).expect("hex digit") as u8)
-            .collect();
-        assert!(digits.len().is_multiple_of(2), "odd number of hex digits");
-        digits.chunks(2).map(|p| p[0] << 4 | p[1]).collect()
+        super::unhex(s).expect("a hex dump")
     }
 
     fn ch(fixture: &str) -> ClientHello {

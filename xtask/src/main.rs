@@ -32,6 +32,7 @@ const PACKAGES: &[&str] = &[
     "gcc",
     "libssl-dev",
     "nghttp2-client",
+    "prometheus",
 ];
 
 fn main() {

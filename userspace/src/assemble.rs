@@ -1,0 +1,227 @@
+//! From the ring buffer's raw items to finished records: hellos joined with their
+//! connection's record, connections the sweep already reported not reported twice, and
+//! every record counted. The only code that decodes the ABI for the sinks.
+
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    io,
+};
+
+use crate::{
+    abi::{self, Close, Conn, Hello},
+    clock::Clock,
+    record::{build, CloseRecord, Hellos, Record},
+    sink::Sink,
+    stage::Kind,
+};
+
+/// Records the sweep made for connections the kernel will not report on its own.
+#[derive(Debug)]
+pub enum Swept {
+    Conn(Conn),
+    Close(Close),
+}
+
+/// Counts of what came through, for `Health`.
+#[derive(Debug, Default, Clone)]
+pub struct Counts {
+    /// connection records handed to the sink, by kind (`Kind::ALL` order)
+    pub by_kind: [u64; 4],
+    pub closes: u64,
+    /// kernel records of connections the sweep had already reported
+    pub duplicates: u64,
+    /// ring-buffer items of no known kind or too short
+    pub undecodable: u64,
+}
+
+/// Decodes, joins and de-duplicates; hands finished records to a sink.
+pub struct Pipeline {
+    asm: Assembler,
+    clock: Clock,
+    /// connections reported by the sweep, so a late kernel record is not reported twice
+    swept: HashSet<u64>,
+    swept_order: VecDeque<u64>,
+    cap: usize,
+    pub counts: Counts,
+}
+
+impl Pipeline {
+    /// `cap`: connections remembered at once (hellos waiting, swept ids), as the kernel's.
+    pub fn new(cap: usize) -> Pipeline {
+        Pipeline {
+            asm: Assembler::new(cap),
+            clock: Clock::new(),
+            swept: HashSet::new(),
+            swept_order: VecDeque::new(),
+            cap,
+            counts: Counts::default(),
+        }
+    }
+
+    /// One ring-buffer item.
+    pub fn item(&mut self, item: &[u8], sink: &mut dyn Sink) -> io::Result<()> {
+        match abi::record_kind(item) {
+            Some(abi::REC_HELLO) => match abi::read_record::<Hello>(item) {
+                Some(h) => self.asm.hello(&h),
+                None => self.counts.undecodable += 1,
+            },
+            Some(abi::REC_CONN) => match abi::read_record::<Conn>(item) {
+                Some(c) => self.conn(&c, sink)?,
+                None => self.counts.undecodable += 1,
+            },
+            Some(abi::REC_CLOSE) => match abi::read_record::<Close>(item) {
+                Some(c) => self.close(&c, sink)?,
+                None => self.counts.undecodable += 1,
+            },
+            _ => self.counts.undecodable += 1,
+        }
+        Ok(())
+    }
+
+    /// A hello, as the kernel sends it (for the pipeline benchmark).
+    pub fn hello(&mut self, h: &Hello) {
+        self.asm.hello(h);
+    }
+
+    pub fn conn(&mut self, c: &Conn, sink: &mut dyn Sink) -> io::Result<()> {
+        if self.swept.contains(&c.conn_id) {
+            self.counts.duplicates += 1;
+            return Ok(());
+        }
+        let rec = self.asm.conn(c, &self.clock);
+        self.counts.by_kind[rec.kind as usize] += 1;
+        sink.connection(&rec)
+    }
+
+    pub fn close(&mut self, c: &Close, sink: &mut dyn Sink) -> io::Result<()> {
+        self.counts.closes += 1;
+        sink.close(&CloseRecord::new(c, &self.clock))
+    }
+
+    pub fn swept(&mut self, s: Swept, sink: &mut dyn Sink) -> io::Result<()> {
+        match s {
+            Swept::Conn(c) => {
+                self.conn(&c, sink)?;
+                if self.swept_order.len() >= self.cap {
+                    if let Some(old) = self.swept_order.pop_front() {
+                        self.swept.remove(&old);
+                    }
+                }
+                self.swept.insert(c.conn_id);
+                self.swept_order.push_back(c.conn_id);
+                Ok(())
+            }
+            Swept::Close(c) => self.close(&c, sink),
+        }
+    }
+
+    /// Hellos whose connection record never came (evicted, lost).
+    pub fn hellos_unmatched(&self) -> u64 {
+        self.asm.hellos_unmatched
+    }
+
+    /// Hellos waiting for their connection's record.
+    pub fn pending(&self) -> usize {
+        self.asm.pending()
+    }
+
+    pub fn reported(&self, kind: Kind) -> u64 {
+        self.counts.by_kind[kind as usize]
+    }
+}
+
+/// Joins hellos with their connection's record, and remembers which local addresses
+/// carry TLS. Hellos arrive first; a connection whose record never comes (evicted, lost)
+/// is forgotten oldest-first past `cap`.
+pub struct Assembler {
+    hellos: HashMap<u64, Hellos>,
+    order: VecDeque<u64>,
+    cap: usize,
+    /// (family, address, port)
+    tls_addrs: HashSet<(u16, [u8; 16], u16)>,
+    pub hellos_unmatched: u64,
+}
+
+/// Local addresses remembered as carrying TLS (one per listening socket in practice).
+const MAX_TLS_ADDRS: usize = 4096;
+
+impl Assembler {
+    pub fn new(cap: usize) -> Assembler {
+        Assembler {
+            hellos: HashMap::new(),
+            order: VecDeque::new(),
+            cap,
+            tls_addrs: HashSet::new(),
+            hellos_unmatched: 0,
+        }
+    }
+
+    pub fn hello(&mut self, h: &Hello) {
+        let id = h.conn_id;
+        if !self.hellos.contains_key(&id) {
+            while self.hellos.len() >= self.cap {
+                let Some(old) = self.order.pop_front() else {
+                    break;
+                };
+                if self.hellos.remove(&old).is_some() {
+                    self.hellos_unmatched += 1;
+                }
+            }
+            self.order.push_back(id);
+        }
+        self.hellos.entry(id).or_default().add(h);
+    }
+
+    fn conn(&mut self, c: &Conn, clock: &Clock) -> Record {
+        let hellos = self.hellos.remove(&c.conn_id).unwrap_or_default();
+        // ids whose record came are still queued in `order`: trim them now and then
+        if self.order.len() > 2 * self.cap.max(self.hellos.len()) {
+            let live = &self.hellos;
+            self.order.retain(|id| live.contains_key(id));
+        }
+        let local = (c.family, c.saddr, c.sport);
+        let plain_port = !self.tls_addrs.contains(&local);
+        if c.outcome != abi::OUTCOME_NOT_TLS
+            && c.rec_types[abi::FL_C1] != 0
+            && self.tls_addrs.len() < MAX_TLS_ADDRS
+        {
+            self.tls_addrs.insert(local);
+        }
+        build(c, hellos, clock, plain_port)
+    }
+
+    pub fn pending(&self) -> usize {
+        self.hellos.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assembler_is_bounded() {
+        let mut a = Assembler::new(2);
+        let clock = Clock::new();
+        for id in 1..=5u64 {
+            let h = Hello {
+                rec: 1,
+                dir: 0,
+                conn_id: id,
+                msg_len: 0,
+                cap_len: 0,
+                data: [0; abi::HELLO_CAP],
+            };
+            a.hello(&h);
+        }
+        assert_eq!(a.pending(), 2);
+        assert_eq!(a.hellos_unmatched, 3);
+        let c = Conn {
+            conn_id: 5,
+            outcome: abi::OUTCOME_FAILED,
+            ..Default::default()
+        };
+        a.conn(&c, &clock);
+        assert_eq!(a.pending(), 1);
+    }
+}

@@ -1,0 +1,136 @@
+//! Figures for `cargo xtask bench` that need the crate's insides (hidden commands).
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use aya::{maps::HashMap as BpfHashMap, EbpfLoader};
+
+use crate::{
+    abi::{self, Conn, ConnState, Hello},
+    assemble::Pipeline,
+    clock::monotonic_ns,
+    print::{Format, Printer},
+    sink::Sink,
+    stage::Kind,
+    sweep, tls,
+};
+
+/// Connections per second the userspace pipeline (hello parsing, classification, stages,
+/// and the sink: JSON lines, or `serve`'s metrics and parameters) sustains on one core,
+/// fed synthetic records built from real captured hellos at full speed. Each connection
+/// is 4 ring-buffer records (ClientHello, ServerHello, connection, close). An error if
+/// they did not all come out as the full TLS 1.3 handshakes they are.
+pub fn pipeline_connections_per_sec(n: u64, sink: Option<&mut dyn Sink>) -> Result<f64> {
+    let mut printer = Printer::new(Format::Json, std::io::sink());
+    let sink = sink.unwrap_or(&mut printer);
+    let hello = |dir: u32, hex: &str| -> Hello {
+        let bytes = tls::unhex(hex).expect("fixture is hex");
+        let mut h = Hello {
+            rec: abi::REC_HELLO,
+            dir,
+            conn_id: 0,
+            msg_len: bytes.len() as u32,
+            cap_len: 0,
+            data: [0; abi::HELLO_CAP],
+        };
+        let len = bytes.len().min(abi::HELLO_CAP);
+        h.data[..len].copy_from_slice(&bytes[..len]);
+        h.cap_len = len as u32;
+        h
+    };
+    let mut ch = hello(
+        abi::DIR_IN,
+        include_str!("../tests/fixtures/hello/tls13_full.client_hello.hex"),
+    );
+    let mut sh = hello(
+        abi::DIR_OUT,
+        include_str!("../tests/fixtures/hello/tls13_full.server_hello.hex"),
+    );
+    let mut c = Conn {
+        rec: abi::REC_CONN,
+        tgid: 1,
+        comm: *b"nginx\0\0\0\0\0\0\0\0\0\0\0",
+        saddr: [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        daddr: [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        sport: 443,
+        dport: 40000,
+        family: 2,
+        outcome: abi::OUTCOME_DONE,
+        t_est: 1_000,
+        t_accept: 2_000,
+        t_arrive: [1_500, 0, 9_000, 0],
+        t_first: [3_000, 4_000, 9_500, 10_000],
+        t_last: [3_100, 8_000, 9_600, 11_000],
+        t_hs_done: 11_500,
+        t_end: 20_000,
+        rec_types: [
+            abi::RT_HANDSHAKE,
+            abi::RT_HANDSHAKE | abi::RT_APPDATA,
+            abi::RT_APPDATA,
+            abi::RT_APPDATA,
+        ],
+        t_req_arrive: 12_000,
+        t_req_read: 12_500,
+        t_resp_first: 13_000,
+        t_resp_last: 14_000,
+        ..Default::default()
+    };
+    let close = |id| abi::Close {
+        rec: abi::REC_CLOSE,
+        conn_id: id,
+        t_accept: 2_000,
+        t_close: 30_000,
+        exchanges: 1,
+        ..Default::default()
+    };
+    let mut pipe = Pipeline::new(65536);
+    let start = std::time::Instant::now();
+    for id in 1..=n {
+        ch.conn_id = id;
+        sh.conn_id = id;
+        c.conn_id = id;
+        pipe.hello(&ch);
+        pipe.hello(&sh);
+        pipe.conn(&c, sink)?;
+        pipe.close(&close(id), sink)?;
+    }
+    let per_sec = n as f64 / start.elapsed().as_secs_f64();
+    let full = pipe.reported(Kind::Full);
+    if full != n || pipe.counts.by_kind.iter().sum::<u64>() != n || pipe.pending() != 0 {
+        anyhow::bail!(
+            "the pipeline made {:?} (full, resumed, plain, failed) of {n} full handshakes ({} hellos left unmatched)",
+            pipe.counts.by_kind,
+            pipe.pending()
+        );
+    }
+    Ok(per_sec)
+}
+
+/// Milliseconds one sweep takes over `n` live connections that all stay (nothing idle,
+/// nothing exited: the steady state it costs every second), median of 9. Loads the BPF
+/// object, attaches nothing, fills the map from userspace.
+pub fn sweep_ms(n: u32) -> Result<f64> {
+    let mut bpf = EbpfLoader::new()
+        .map_max_entries("conns", n)
+        .load(crate::BPF_OBJECT)
+        .context("loading the BPF object")?;
+    let mut conns =
+        BpfHashMap::<_, u64, ConnState>::try_from(bpf.map_mut("conns").context("map conns")?)?;
+    // reported, and accepted just now: nothing to take
+    let mut state = ConnState::default();
+    state.emitted = 1;
+    state.r.phase = abi::PH_DONE;
+    state.r.t_accept = monotonic_ns();
+    for i in 0..n as u64 {
+        conns.insert(0xffff_0000_0000_0000 | (i << 10), state, 0)?;
+    }
+    let mut times = Vec::new();
+    for _ in 0..9 {
+        let start = std::time::Instant::now();
+        let swept = sweep::sweep(&mut conns, &[], Duration::from_secs(3600));
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+        anyhow::ensure!(swept.records.is_empty(), "the sweep took live connections");
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok(times[times.len() / 2])
+}

@@ -1,0 +1,176 @@
+//! The tracer's health: what it reported and every way a connection could have been
+//! missed. One value, read by the exit totals (text and a JSON line), `serve`'s
+//! `/healthz` and self-metrics, and the tests.
+
+use crate::{json::Object, stage::Kind};
+
+/// A probe group and the hook it got (`None`: unavailable on this kernel).
+#[derive(Debug, Clone)]
+pub struct ProbeChoice {
+    pub group: &'static str,
+    pub hook: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Health {
+    /// connection records reported, by kind (`Kind::ALL` order)
+    pub connections: [u64; 4],
+    /// close lines reported
+    pub closes: u64,
+    /// connections the kernel accepted and tracked
+    pub tracked: u64,
+    /// connections whose record has not been made yet (in the kernel's map)
+    pub in_progress: u64,
+    /// connections not closed yet: their close lines are still to come
+    pub open: u64,
+    /// connection records the ring buffer had no room for
+    pub records_lost: u64,
+    /// hello captures the ring buffer had no room for
+    pub hellos_lost: u64,
+    /// hellos whose connection record never came
+    pub hellos_unmatched: u64,
+    /// close lines the ring buffer had no room for
+    pub closes_lost: u64,
+    /// connection state missing when needed (evicted from the LRU maps)
+    pub state_evicted: u64,
+    /// reads/writes missed because another thread held the same in-flight slot
+    pub io_slot_taken: u64,
+    /// connections whose record stream stopped parsing
+    pub record_stream_desync: u64,
+    /// accepted fds whose socket could not be resolved
+    pub accepted_without_socket: u64,
+    /// kernel records of connections the sweep had already reported (not reported twice)
+    pub duplicates: u64,
+    /// ring-buffer items that did not decode
+    pub undecodable: u64,
+    /// processes traced now
+    pub traced_processes: u64,
+    /// processes whose libssl could not be hooked (traced from the wire only)
+    pub uprobe_attach_failures: u64,
+    pub probes: Vec<ProbeChoice>,
+}
+
+impl Health {
+    pub fn reported(&self) -> u64 {
+        self.connections.iter().sum()
+    }
+
+    /// Every way a connection record could have been missed, as (cause, count): the
+    /// names are `hstrace_lost_total`'s `cause` label values.
+    pub fn losses(&self) -> [(&'static str, u64); 6] {
+        [
+            ("ring_buffer_full", self.records_lost),
+            ("hello_ring_buffer_full", self.hellos_lost),
+            ("close_ring_buffer_full", self.closes_lost),
+            ("state_evicted", self.state_evicted),
+            ("io_slot_taken", self.io_slot_taken),
+            ("hello_without_record", self.hellos_unmatched),
+        ]
+    }
+
+    /// The exit totals, as lines for stderr.
+    pub fn text(&self) -> String {
+        let kinds: Vec<String> = sorted_kinds()
+            .into_iter()
+            .filter(|k| self.connections[*k as usize] > 0)
+            .map(|k| format!("{} {}", k.name(), self.connections[k as usize]))
+            .collect();
+        let mut s = format!(
+            "hstrace: {} connections ({})\n",
+            self.reported(),
+            kinds.join(", ")
+        );
+        s.push_str(&format!(
+            "hstrace: tracked {}, still in progress {}, records lost (ring buffer full) {}, hellos lost {}, hellos without a record {}, close lines lost {}, state evicted {}, reads/writes lost to a shared thread slot {}\n",
+            self.tracked,
+            self.in_progress,
+            self.records_lost,
+            self.hellos_lost,
+            self.hellos_unmatched,
+            self.closes_lost,
+            self.state_evicted,
+            self.io_slot_taken
+        ));
+        for p in &self.probes {
+            if p.hook.is_none() {
+                s.push_str(&format!(
+                    "hstrace: probe group {} was unavailable\n",
+                    p.group
+                ));
+            }
+        }
+        s
+    }
+
+    /// One JSON object: `{"record": "health", …}` (`trace --format json` prints it on
+    /// stderr at exit; `serve` answers it on /healthz).
+    pub fn json(&self) -> String {
+        let mut out = Vec::with_capacity(1024);
+        let mut o = Object::begin(&mut out);
+        o.str("record", "health");
+        o.object("connections", |m| {
+            for k in Kind::ALL {
+                m.u64(k.name(), self.connections[k as usize]);
+            }
+        });
+        o.u64("reported", self.reported())
+            .u64("closes", self.closes)
+            .u64("tracked", self.tracked)
+            .u64("in_progress", self.in_progress)
+            .u64("open", self.open);
+        o.object("lost", |m| {
+            for (cause, n) in self.losses() {
+                m.u64(cause, n);
+            }
+        });
+        o.u64("record_stream_desync", self.record_stream_desync)
+            .u64("accepted_without_socket", self.accepted_without_socket)
+            .u64("duplicates", self.duplicates)
+            .u64("undecodable", self.undecodable)
+            .u64("traced_processes", self.traced_processes)
+            .u64("uprobe_attach_failures", self.uprobe_attach_failures);
+        o.object("probes", |m| {
+            for p in &self.probes {
+                m.opt_str(p.group, p.hook.as_deref());
+            }
+        });
+        o.end();
+        String::from_utf8(out).expect("JSON is UTF-8")
+    }
+}
+
+/// Kinds in the order the totals line prints them (alphabetical, as it always has).
+fn sorted_kinds() -> Vec<Kind> {
+    let mut k = Kind::ALL.to_vec();
+    k.sort_by_key(|k| k.name());
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_print_every_loss_and_parse_as_json() {
+        let h = Health {
+            connections: [6, 6, 0, 1],
+            tracked: 13,
+            closes_lost: 2,
+            probes: vec![ProbeChoice {
+                group: "arrival",
+                hook: None,
+            }],
+            ..Default::default()
+        };
+        let text = h.text();
+        assert!(text.starts_with("hstrace: 13 connections (failed 1, full 6, resumed 6)\n"));
+        assert!(text.contains("tracked 13, still in progress 0,"));
+        assert!(text.contains("close lines lost 2,"));
+        assert!(text.contains("probe group arrival was unavailable"));
+        let v: serde_json::Value = serde_json::from_str(&h.json()).unwrap();
+        assert_eq!(v["record"], "health");
+        assert_eq!(v["connections"]["full"], 6);
+        assert_eq!(v["lost"]["close_ring_buffer_full"], 2);
+        assert_eq!(v["probes"]["arrival"], serde_json::Value::Null);
+    }
+}

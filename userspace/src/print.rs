@@ -1,0 +1,310 @@
+//! How records are printed: the JSON lines (a documented contract), the text line, and
+//! the printer sink `trace` uses.
+
+use std::{
+    fmt::Write as _,
+    io::{self, Write},
+};
+
+use crate::{
+    health::Health,
+    json::Object,
+    record::{CloseRecord, Record},
+    sink::Sink,
+    stage::{Stage, Stages},
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+/// Writes one line per connection (JSON: and one per close) to `out`.
+pub struct Printer<W: Write> {
+    format: Format,
+    out: io::BufWriter<W>,
+    /// the line being written
+    buf: Vec<u8>,
+}
+
+impl<W: Write> Printer<W> {
+    pub fn new(format: Format, w: W) -> Self {
+        Printer {
+            format,
+            out: io::BufWriter::new(w),
+            buf: Vec::with_capacity(4096),
+        }
+    }
+}
+
+impl<W: Write> Sink for Printer<W> {
+    fn connection(&mut self, r: &Record) -> io::Result<()> {
+        self.buf.clear();
+        match self.format {
+            Format::Json => r.json(&mut self.buf),
+            Format::Text => self.buf.extend_from_slice(r.text().as_bytes()),
+        }
+        self.buf.push(b'\n');
+        self.out.write_all(&self.buf)
+    }
+
+    /// Close lines are JSON only: text mode shows one line per connection.
+    fn close(&mut self, c: &CloseRecord) -> io::Result<()> {
+        if self.format == Format::Text {
+            return Ok(());
+        }
+        self.buf.clear();
+        c.json(&mut self.buf);
+        self.buf.push(b'\n');
+        self.out.write_all(&self.buf)
+    }
+
+    fn tick(&mut self, _health: &Health) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// The fields both lines open with.
+fn line_head<'a>(
+    out: &'a mut Vec<u8>,
+    record: &str,
+    time: &str,
+    conn_id: u64,
+    pid: u32,
+) -> Object<'a> {
+    let mut o = Object::begin(out);
+    o.str("record", record)
+        .str("time", time)
+        .u64("conn_id", conn_id)
+        .u64("pid", pid.into());
+    o
+}
+
+impl Record {
+    /// The JSON line, fields in this order: `null` when unknown, the optional ones left
+    /// out when absent or empty.
+    pub fn json(&self, out: &mut Vec<u8>) {
+        let mut o = line_head(out, self.record, &self.time, self.conn_id, self.pid);
+        o.str("comm", &self.comm)
+            .str("local", &self.local)
+            .str("peer", &self.peer)
+            .str("protocol", self.protocol)
+            .opt_str("tls_version", self.tls_version)
+            .opt_str("cipher", self.cipher.as_deref())
+            .opt_str("sni", self.sni.as_deref())
+            .opt_str("alpn", self.alpn.as_deref());
+        if !self.alpn_offered.is_empty() {
+            o.strs("alpn_offered", &self.alpn_offered);
+        }
+        o.str("kind", self.kind.name())
+            .bool("resumption_offered", self.resumption_offered);
+        if let Some(r) = self.resumption {
+            o.str("resumption", r.name());
+        }
+        if let Some(h) = self.handshake_ns {
+            o.u64("handshake_ns", h);
+        }
+        o.object("stages_ns", |m| stages_json(&self.stages_ns, m));
+        if !self.cpu_ns.is_empty() {
+            o.object("cpu_ns", |m| stages_json(&self.cpu_ns, m));
+        }
+        if let Some(l) = &self.library {
+            o.object("library", |m| {
+                m.u64("request_bytes", l.request_bytes)
+                    .u64("request_ns", l.request_ns)
+                    .u64("response_bytes", l.response_bytes)
+                    .u64("response_ns", l.response_ns);
+            });
+        }
+        // service / queue / delay of each stage present
+        o.object("stage_classes", |m| {
+            for (s, _) in &self.stages_ns.0 {
+                m.str(s.name(), s.class().name());
+            }
+        });
+        if let Some(f) = self.failure {
+            o.str("failure", f);
+        }
+        if let Some(f) = self.failed_in {
+            o.str("failed_in", f.name());
+        }
+        if let Some(a) = &self.alert {
+            o.object("alert", |m| {
+                m.str("from", a.from)
+                    .u64("level", a.level.into())
+                    .u64("description", a.description.into());
+            });
+        }
+        o.opt_str("hs_done_from", self.hs_done_from)
+            .u64("ssl_calls", self.ssl_calls.into())
+            .u64("ssl_ns", self.ssl_ns);
+        if !self.notes.is_empty() {
+            o.strs("notes", &self.notes);
+        }
+        o.end();
+    }
+}
+
+fn stages_json(stages: &Stages, m: &mut Object) {
+    for (s, v) in &stages.0 {
+        m.u64(s.name(), *v);
+    }
+}
+
+impl CloseRecord {
+    /// The JSON line; `duration_ns` left out when the accept time is unknown.
+    pub fn json(&self, out: &mut Vec<u8>) {
+        let mut o = line_head(out, self.record, &self.time, self.conn_id, self.pid);
+        o.u64("exchanges", self.exchanges.into())
+            .u64("bytes_in", self.bytes_in)
+            .u64("bytes_out", self.bytes_out);
+        if let Some(d) = self.duration_ns {
+            o.u64("duration_ns", d);
+        }
+        o.end();
+    }
+}
+
+fn dur(ns: u64) -> String {
+    match ns {
+        n if n < 1_000 => format!("{n}ns"),
+        n if n < 1_000_000 => format!("{:.1}us", n as f64 / 1e3),
+        n => format!("{:.2}ms", n as f64 / 1e6),
+    }
+}
+
+impl Record {
+    /// One readable line: who, what, and the timeline of stages.
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "{} {}[{}] {} -> {} ",
+            &self.time[11..26],
+            self.comm,
+            self.pid,
+            self.peer,
+            self.local
+        );
+        if let Some(v) = self.tls_version {
+            let _ = write!(s, "TLS{v} ");
+        }
+        s.push_str(self.kind.name());
+        if let Some(r) = self.resumption {
+            let _ = write!(s, "({})", r.name());
+        }
+        if let Some(f) = self.failure {
+            let _ = write!(s, "({f} in {})", self.failed_in.map_or("?", Stage::name));
+        }
+        for (k, v) in [
+            ("cipher", &self.cipher),
+            ("sni", &self.sni),
+            ("alpn", &self.alpn),
+        ] {
+            if let Some(v) = v {
+                let _ = write!(s, " {k}={v}");
+            }
+        }
+        if let Some(h) = self.handshake_ns {
+            let _ = write!(s, " handshake={}", dur(h));
+        }
+        let timeline: Vec<String> = self
+            .stages_ns
+            .0
+            .iter()
+            .map(|(k, v)| format!("{} {}", k.name(), dur(*v)))
+            .collect();
+        if !timeline.is_empty() {
+            let _ = write!(s, " | {}", timeline.join(" > "));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        abi::{self, Close, Conn},
+        clock::Clock,
+        record::{build, Hellos},
+        stage::Resumption,
+    };
+
+    fn conn() -> Conn {
+        let mut c = Conn {
+            outcome: abi::OUTCOME_DONE,
+            t_est: 100,
+            t_accept: 200,
+            ..Default::default()
+        };
+        c.t_arrive = [150, 0, 1_200, 0];
+        c.t_first = [300, 500, 1_300, 1_500];
+        c.t_last = [310, 900, 1_350, 1_600];
+        c.t_hs_done = 1_700;
+        c
+    }
+
+    /// The JSON field names are a documented contract (README, "Output"): every one, with
+    /// the optional ones present (compared sorted: serde_json's map sorts them).
+    #[test]
+    fn json_lines_carry_the_documented_fields() {
+        let keys = |line: &[u8]| -> Vec<String> {
+            let v: serde_json::Value = serde_json::from_slice(line).expect("valid JSON");
+            v.as_object().unwrap().keys().cloned().collect()
+        };
+        let sorted = |names: &str| {
+            let mut k: Vec<String> = names.split_whitespace().map(String::from).collect();
+            k.sort();
+            k
+        };
+        let mut c = conn();
+        c.outcome = abi::OUTCOME_FAILED;
+        c.failure = abi::FAIL_ALERT;
+        c.alert_level = 2;
+        c.alert_desc = 40;
+        c.lib_req_ns = 1;
+        c.comm = *b"a\"b\\c\0\0\0\0\0\0\0\0\0\0\0";
+        let mut r = build(&c, Hellos::default(), &Clock::new(), false);
+        r.alpn_offered = vec!["h2".into(), "http/1.1".into()];
+        r.resumption = Some(Resumption::Psk);
+        r.handshake_ns = Some(5);
+        r.cpu_ns = Stages(vec![(Stage::ServerFlight1, 3)]);
+        let mut line = Vec::new();
+        r.json(&mut line);
+        assert_eq!(
+            keys(&line),
+            sorted(
+                "record time conn_id pid comm local peer protocol tls_version cipher sni alpn \
+                 alpn_offered kind resumption_offered resumption handshake_ns stages_ns cpu_ns \
+                 library stage_classes failure failed_in alert hs_done_from ssl_calls ssl_ns \
+                 notes",
+            )
+        );
+        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["comm"], "a\"b\\c");
+        assert_eq!(
+            v["alert"],
+            serde_json::json!({"from": "client", "level": 2, "description": 40})
+        );
+        assert_eq!(v["stage_classes"]["wait_client_hello"], "delay");
+        assert_eq!(v["stages_ns"]["accept_queue"], 100);
+        let close = CloseRecord::new(
+            &Close {
+                t_accept: 1,
+                t_close: 2,
+                ..Default::default()
+            },
+            &Clock::new(),
+        );
+        line.clear();
+        close.json(&mut line);
+        assert_eq!(
+            keys(&line),
+            sorted("record time conn_id pid exchanges bytes_in bytes_out duration_ns")
+        );
+    }
+}

@@ -1,0 +1,51 @@
+//! The seam every command shares: the record source hands finished records to a sink.
+//! `trace` prints them (`print::Printer`), `serve` counts them into metrics and
+//! parameters, `export` into parameters only. A sink never sees the raw ABI.
+
+use std::io;
+
+use crate::{
+    health::Health,
+    record::{CloseRecord, Record},
+};
+
+pub trait Sink {
+    /// A connection's record: its handshake and first request are done, it failed, or it
+    /// idled past the timeout.
+    fn connection(&mut self, r: &Record) -> io::Result<()>;
+    /// A connection ended: its totals.
+    fn close(&mut self, c: &CloseRecord) -> io::Result<()>;
+    /// About once a second, and once at the end, with the tracer's health.
+    fn tick(&mut self, _health: &Health) -> io::Result<()> {
+        Ok(())
+    }
+    /// After each drain of the ring buffer (about every 100 ms when records come).
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Two sinks fed the same records.
+pub struct Both<'a>(pub &'a mut dyn Sink, pub &'a mut dyn Sink);
+
+impl Sink for Both<'_> {
+    fn connection(&mut self, r: &Record) -> io::Result<()> {
+        self.0.connection(r)?;
+        self.1.connection(r)
+    }
+
+    fn close(&mut self, c: &CloseRecord) -> io::Result<()> {
+        self.0.close(c)?;
+        self.1.close(c)
+    }
+
+    fn tick(&mut self, health: &Health) -> io::Result<()> {
+        self.0.tick(health)?;
+        self.1.tick(health)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()?;
+        self.1.flush()
+    }
+}

@@ -1,0 +1,300 @@
+//! The one record source every command shares: check, load and attach; follow the
+//! selected processes; drain the ring buffer; sweep idle connections; account for every
+//! connection. It hands finished records and its `Health` to a sink.
+
+use std::{
+    collections::{BTreeSet, HashSet},
+    future::Future,
+    io,
+    time::Duration,
+};
+
+use anyhow::{Context, Result};
+use aya::{
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    Btf, Ebpf, EbpfLoader,
+};
+use tokio::io::unix::AsyncFd;
+
+use crate::{
+    abi,
+    assemble::Pipeline,
+    health::{Health, ProbeChoice},
+    preflight, probes,
+    sink::Sink,
+    sweep::{self, Census},
+    targets::{self, Selector},
+};
+
+/// What to trace and how: the options `trace`, `serve` and `export` share.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub selector: Selector,
+    pub uprobes: probes::Uprobes,
+    pub max_conns: u32,
+    /// A connection idle this long is reported as it stands (failed: timeout, if its
+    /// handshake never completed).
+    pub idle_timeout: Duration,
+    /// Probe-table alternatives using these hooks are passed over (`--avoid-hook`).
+    pub avoid_hooks: Vec<String>,
+}
+
+pub struct Source {
+    bpf: Ebpf,
+    ssl: probes::SslProbes,
+    tgids: BpfHashMap<MapData, u32, u8>,
+    counters: PerCpuArray<MapData, u64>,
+    opts: Options,
+    /// processes already told about (no libssl, attach errors), to say it once
+    warned: HashSet<u32>,
+    uprobe_attach_failures: u64,
+    pub choices: Vec<probes::Choice>,
+    census: Census,
+}
+
+impl Source {
+    /// Check, load and attach everything; returns once the selected processes are traced.
+    pub fn attach(opts: Options) -> Result<Source> {
+        preflight::privileges()?;
+        preflight::btf()?;
+        preflight::tracefs()?;
+        preflight::memlock();
+        targets::check(&opts.selector)?;
+
+        // accept is hooked at the syscall where the kernel has that tracepoint; otherwise
+        // in the kernel, and each connection's fd is learned at its first read or write
+        let lazy_fd = !probes::tracepoint_exists("syscalls", "sys_exit_accept4");
+        let all = opts.selector.is_all();
+        let port = opts.selector.port.unwrap_or(0);
+        let mut bpf = EbpfLoader::new()
+            .override_global("targ_all", &(all as u8), true)
+            .override_global("targ_port", &port, true)
+            .override_global("targ_lazy_fd", &(lazy_fd as u8), true)
+            .map_max_entries("conns", opts.max_conns)
+            .map_max_entries("fds", opts.max_conns)
+            .map_max_entries("est_socks", opts.max_conns)
+            .map_max_entries("ssl_socks", opts.max_conns)
+            .load(crate::BPF_OBJECT)
+            .context("loading the BPF object")?;
+        let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
+        let choices = probes::attach_kernel_probes(&mut bpf, &btf, &opts.avoid_hooks)?;
+        for c in &choices {
+            match &c.hooks {
+                Some(h) => log::info!("probe group {}: {:?}", c.group, h),
+                None => {
+                    let g = probes::GROUPS
+                        .iter()
+                        .find(|g| g.name == c.group)
+                        .expect("from the table");
+                    log::warn!(
+                        "probe group {} unavailable ({}): {}",
+                        c.group,
+                        c.errors.join("; "),
+                        g.without
+                    );
+                }
+            }
+            for e in &c.errors {
+                log::debug!("probe group {}: alternative failed: {e}", c.group);
+            }
+        }
+        let ssl = probes::SslProbes::load(&mut bpf, opts.uprobes)?;
+        let tgids =
+            BpfHashMap::try_from(bpf.take_map("traced_tgids").context("map traced_tgids")?)?;
+        let counters = PerCpuArray::try_from(bpf.take_map("counters").context("map counters")?)?;
+        let mut s = Source {
+            bpf,
+            ssl,
+            tgids,
+            counters,
+            opts,
+            warned: HashSet::new(),
+            uprobe_attach_failures: 0,
+            choices,
+            census: Census::default(),
+        };
+        s.rescan();
+        Ok(s)
+    }
+
+    /// Follow the selection: trace new processes (new workers after a reload, a server
+    /// started again), forget exited ones (returned).
+    pub fn rescan(&mut self) -> Vec<u32> {
+        let mut gone = Vec::new();
+        let want = targets::resolve(&self.opts.selector);
+        for pid in &want {
+            if self.tgids.get(pid, 0).is_err() {
+                if let Err(e) = self.tgids.insert(pid, 1, 0) {
+                    log::warn!(
+                        "cannot trace pid {pid}: {e} (more than {} processes?)",
+                        abi::MAX_TGIDS
+                    );
+                }
+            }
+        }
+        // the kernel adds processes too (forks of traced ones; every acceptor with no selector)
+        let traced: BTreeSet<u32> = self.tgids.keys().filter_map(|k| k.ok()).collect();
+        for pid in &traced {
+            if !targets::exists(*pid) {
+                let _ = self.tgids.remove(pid);
+                self.ssl.detach(&mut self.bpf, *pid);
+                self.warned.remove(pid);
+                gone.push(*pid);
+            } else if self.ssl.enabled()
+                && !self.ssl.is_attached(*pid)
+                && !self.warned.contains(pid)
+            {
+                self.attach_ssl(*pid);
+            }
+        }
+        gone
+    }
+
+    fn attach_ssl(&mut self, pid: u32) {
+        let name = targets::comm(pid).unwrap_or_default();
+        let mut errors = Vec::new();
+        for target in targets::ssl_candidates(pid) {
+            match self.ssl.attach(&mut self.bpf, pid, &target) {
+                Ok(()) => {
+                    log::info!(
+                        "pid {pid} ({name}): SSL_do_handshake uprobes on {}",
+                        target.display()
+                    );
+                    return;
+                }
+                Err(e) => errors.push(format!("{}: {e:#}", target.display())),
+            }
+        }
+        self.warned.insert(pid);
+        self.uprobe_attach_failures += 1;
+        log::warn!(
+            "pid {pid} ({name}) has no libssl with SSL_do_handshake: tracing it from the wire only, as with --no-uprobes"
+        );
+        log::debug!("pid {pid}: {}", errors.join("; "));
+    }
+
+    fn conns(&mut self) -> Option<BpfHashMap<&mut MapData, u64, abi::ConnState>> {
+        BpfHashMap::try_from(self.bpf.map_mut("conns")?).ok()
+    }
+
+    /// One pass of the sweep (see `sweep::sweep`).
+    fn sweep(&mut self, gone: &[u32], pipe: &mut Pipeline, sink: &mut dyn Sink) -> io::Result<()> {
+        let idle_timeout = self.opts.idle_timeout;
+        let Some(mut conns) = self.conns() else {
+            return Ok(());
+        };
+        let found = sweep::sweep(&mut conns, gone, idle_timeout);
+        self.census = found.census;
+        found
+            .records
+            .into_iter()
+            .try_for_each(|s| pipe.swept(s, sink))
+    }
+
+    fn counter(&self, idx: u32) -> u64 {
+        self.counters
+            .get(&idx, 0)
+            .map(|v| v.iter().sum())
+            .unwrap_or(0)
+    }
+
+    /// The tracer's health now (`census`: the last count of the kernel's map).
+    fn health(&self, pipe: &Pipeline) -> Health {
+        Health {
+            connections: pipe.counts.by_kind,
+            closes: pipe.counts.closes,
+            tracked: self.counter(abi::C_CONNS),
+            in_progress: self.census.in_progress,
+            open: self.census.open,
+            records_lost: self.counter(abi::C_RECORDS_DROPPED),
+            hellos_lost: self.counter(abi::C_HELLOS_DROPPED),
+            hellos_unmatched: pipe.hellos_unmatched(),
+            closes_lost: self.counter(abi::C_CLOSES_DROPPED),
+            state_evicted: self.counter(abi::C_CONN_EVICTED),
+            io_slot_taken: self.counter(abi::C_IO_SLOT_TAKEN),
+            record_stream_desync: self.counter(abi::C_DESYNC),
+            accepted_without_socket: self.counter(abi::C_NO_SOCK),
+            duplicates: pipe.counts.duplicates,
+            undecodable: pipe.counts.undecodable,
+            traced_processes: self.tgids.keys().filter(|k| k.is_ok()).count() as u64,
+            uprobe_attach_failures: self.uprobe_attach_failures,
+            probes: self
+                .choices
+                .iter()
+                .map(|c| ProbeChoice {
+                    group: c.group,
+                    hook: c
+                        .hooks
+                        .as_ref()
+                        .map(|h| h.iter().map(|h| h.name()).collect::<Vec<_>>().join(",")),
+                })
+                .collect(),
+        }
+    }
+
+    /// Run until `stop` completes: records to `sink`, its health once a second and at
+    /// the end (returned).
+    pub async fn run(
+        mut self,
+        sink: &mut dyn Sink,
+        stop: impl Future<Output = ()>,
+    ) -> Result<Health> {
+        let ring = RingBuf::try_from(self.bpf.take_map("events").context("map events")?)?;
+        // SAFETY: the ring buffer owns its map fd, which stays open and the same while the
+        // AsyncFd owns the ring buffer
+        let mut ring =
+            unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+                .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))?;
+        let mut pipe = Pipeline::new(self.opts.max_conns as usize);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        // the kernel wakes us only when records pile up: drain on a timer too
+        let mut drain = tokio::time::interval(Duration::from_millis(abi::DRAIN_MS));
+        tokio::pin!(stop);
+        let res: io::Result<()> = loop {
+            let step = tokio::select! {
+                guard = ring.readable_mut() => {
+                    let mut guard = guard?;
+                    let r = drain_ring(guard.get_inner_mut(), &mut pipe, sink);
+                    guard.clear_ready();
+                    r
+                }
+                _ = drain.tick() => drain_ring(ring.get_mut(), &mut pipe, sink),
+                _ = tick.tick() => {
+                    let gone = self.rescan();
+                    self.sweep(&gone, &mut pipe, sink)
+                        .and_then(|_| sink.tick(&self.health(&pipe)))
+                }
+                _ = &mut stop => break Ok(()),
+            };
+            if let Err(e) = step {
+                break Err(e);
+            }
+        };
+        // the records already in the ring buffer
+        let last = drain_ring(ring.get_mut(), &mut pipe, sink);
+        if let Some(conns) = self.bpf.map("conns") {
+            if let Ok(conns) = BpfHashMap::<_, u64, abi::ConnState>::try_from(conns) {
+                self.census = sweep::census(&conns);
+            }
+        }
+        let health = self.health(&pipe);
+        for (idx, name) in abi::COUNTERS {
+            log::debug!("counter {name} = {}", self.counter(idx));
+        }
+        res.and(last)
+            .and_then(|_| sink.tick(&health))
+            .map_err(anyhow::Error::from)?;
+        Ok(health)
+    }
+}
+
+fn drain_ring(
+    ring: &mut RingBuf<MapData>,
+    pipe: &mut Pipeline,
+    sink: &mut dyn Sink,
+) -> io::Result<()> {
+    while let Some(item) = ring.next() {
+        pipe.item(&item, sink)?;
+    }
+    sink.flush()
+}

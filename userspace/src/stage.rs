@@ -1,0 +1,364 @@
+//! The stage model as types: every stage with its name and class, and every kind of
+//! connection. The names here are the only spelling of them in the code (the JSON lines,
+//! the metrics' label values, the parameters JSON and the dashboards all use them), and
+//! the arithmetic that cuts a connection's timeline into stages.
+
+use crate::abi::{self, Conn, FL_C1, FL_C2, FL_S1};
+
+/// What a stage's time is: the server working, a message waiting for the server, or the
+/// server waiting for the client and the network (seed 002's web-server and delay-server
+/// stages, with queueing split out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StageClass {
+    Service,
+    Queue,
+    Delay,
+}
+
+impl StageClass {
+    pub const ALL: [StageClass; 3] = [StageClass::Service, StageClass::Queue, StageClass::Delay];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StageClass::Service => "service",
+            StageClass::Queue => "queue",
+            StageClass::Delay => "delay",
+        }
+    }
+}
+
+/// A stage of one connection, in wire order (README, "Stages").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stage {
+    AcceptQueue,
+    WaitClientHello,
+    ClientHelloQueue,
+    ServerFlight1,
+    WaitClientFlight2,
+    ClientFlight2Queue,
+    ServerFlight2,
+    WaitRequest,
+    RequestQueue,
+    Response,
+}
+
+impl Stage {
+    /// Every stage, in wire order.
+    pub const ALL: [Stage; 10] = [
+        Stage::AcceptQueue,
+        Stage::WaitClientHello,
+        Stage::ClientHelloQueue,
+        Stage::ServerFlight1,
+        Stage::WaitClientFlight2,
+        Stage::ClientFlight2Queue,
+        Stage::ServerFlight2,
+        Stage::WaitRequest,
+        Stage::RequestQueue,
+        Stage::Response,
+    ];
+
+    /// The stage table: name and class of each stage, in wire order.
+    pub fn name(self) -> &'static str {
+        self.info().0
+    }
+
+    pub fn class(self) -> StageClass {
+        self.info().1
+    }
+
+    fn info(self) -> (&'static str, StageClass) {
+        use StageClass::*;
+        match self {
+            Stage::AcceptQueue => ("accept_queue", Queue),
+            Stage::WaitClientHello => ("wait_client_hello", Delay),
+            Stage::ClientHelloQueue => ("client_hello_queue", Queue),
+            Stage::ServerFlight1 => ("server_flight_1", Service),
+            Stage::WaitClientFlight2 => ("wait_client_flight_2", Delay),
+            Stage::ClientFlight2Queue => ("client_flight_2_queue", Queue),
+            Stage::ServerFlight2 => ("server_flight_2", Service),
+            Stage::WaitRequest => ("wait_request", Delay),
+            Stage::RequestQueue => ("request_queue", Queue),
+            Stage::Response => ("response", Service),
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Stage> {
+        Stage::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// Position in `ALL` (for per-stage arrays).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How a connection went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// a TLS handshake with a certificate (no session resumed)
+    Full,
+    /// a TLS handshake that resumed a session (id, ticket or PSK)
+    Resumed,
+    /// plain HTTP: the seed model's type-2 request
+    Plain,
+    /// ended before its handshake completed
+    Failed,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::Full, Kind::Resumed, Kind::Plain, Kind::Failed];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Full => "full",
+            Kind::Resumed => "resumed",
+            Kind::Plain => "plain",
+            Kind::Failed => "failed",
+        }
+    }
+
+    /// The request class of seed 002's model this kind of connection is (failed ones are
+    /// counted, not a class).
+    pub fn class(self) -> Option<RequestClass> {
+        match self {
+            Kind::Full => Some(RequestClass::TlsFull),
+            Kind::Resumed => Some(RequestClass::TlsResumed),
+            Kind::Plain => Some(RequestClass::Plain),
+            Kind::Failed => None,
+        }
+    }
+}
+
+/// The request classes of the queueing model (`hstrace.parameters/v1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RequestClass {
+    TlsFull,
+    TlsResumed,
+    Plain,
+}
+
+impl RequestClass {
+    pub const ALL: [RequestClass; 3] = [
+        RequestClass::TlsFull,
+        RequestClass::TlsResumed,
+        RequestClass::Plain,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RequestClass::TlsFull => "tls_full",
+            RequestClass::TlsResumed => "tls_resumed",
+            RequestClass::Plain => "plain",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How a resumed session was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Resumption {
+    SessionId,
+    Ticket,
+    Psk,
+}
+
+impl Resumption {
+    pub fn name(self) -> &'static str {
+        match self {
+            Resumption::SessionId => "session_id",
+            Resumption::Ticket => "ticket",
+            Resumption::Psk => "psk",
+        }
+    }
+}
+
+/// The stages that happened, in wire order, with their nanoseconds.
+#[derive(Debug, Default, Clone)]
+pub struct Stages(pub Vec<(Stage, u64)>);
+
+impl Stages {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn get(&self, stage: Stage) -> Option<u64> {
+        self.0.iter().find(|(s, _)| *s == stage).map(|(_, v)| *v)
+    }
+}
+
+/// `b - a` when both happened and in that order.
+pub fn span(a: u64, b: u64) -> Option<u64> {
+    (a != 0 && b != 0 && b >= a).then(|| b - a)
+}
+
+/// Waiting for a message that may have arrived before the server looked (then the wait
+/// is 0 and the queue starts when the server could have read it): (wait, queue).
+fn wait_and_queue(from: u64, arrive: u64, read: u64) -> (Option<u64>, Option<u64>) {
+    if arrive != 0 && read != 0 {
+        let arrive = arrive.max(from);
+        (span(from, arrive), span(arrive, read))
+    } else {
+        (span(from, read), None)
+    }
+}
+
+/// Cut the connection's timeline into stages (only those that happened): the one place
+/// a stage's time is computed.
+pub fn stages(c: &Conn) -> Stages {
+    let mut out = Vec::with_capacity(Stage::ALL.len());
+    let mut push = |stage, v: Option<u64>| {
+        if let Some(v) = v {
+            out.push((stage, v));
+        }
+    };
+    let end = c.t_hs_done;
+    push(Stage::AcceptQueue, span(c.t_est, c.t_accept));
+    // the first request: after the handshake, or from accept() on a plain-text stream
+    let request_from = if c.outcome == abi::OUTCOME_NOT_TLS {
+        c.t_accept
+    } else {
+        end
+    };
+    // a request read before the handshake completed (sent right behind the client's
+    // Finished) is acted on once it has: it waited 0 and queued 0
+    let req_read = if c.t_req_read != 0 {
+        c.t_req_read.max(request_from)
+    } else {
+        0
+    };
+    let request = |push: &mut dyn FnMut(Stage, Option<u64>)| {
+        let (wait, queue) = wait_and_queue(request_from, c.t_req_arrive, req_read);
+        push(Stage::WaitRequest, wait);
+        push(Stage::RequestQueue, queue);
+        push(Stage::Response, span(req_read, c.t_resp_last));
+    };
+    if c.outcome == abi::OUTCOME_NOT_TLS {
+        request(&mut push);
+        return Stages(out);
+    }
+    let read_ch = c.t_first[FL_C1];
+    let (wait, queue) = wait_and_queue(c.t_accept, c.t_arrive[FL_C1], read_ch);
+    push(Stage::WaitClientHello, wait);
+    push(Stage::ClientHelloQueue, queue);
+    let sent_s1 = c.t_last[FL_S1];
+    push(Stage::ServerFlight1, span(read_ch, sent_s1));
+    let read_c2 = c.t_first[FL_C2];
+    let (wait, queue) = wait_and_queue(sent_s1, c.t_arrive[FL_C2], read_c2);
+    push(Stage::WaitClientFlight2, wait);
+    push(Stage::ClientFlight2Queue, queue);
+    push(Stage::ServerFlight2, span(read_c2, end));
+    if end != 0 {
+        request(&mut push);
+    }
+    Stages(out)
+}
+
+/// On-CPU time of the server thread during the service stages that happened (never more
+/// than the stage: the CPU clock and the stage's timestamps are read a few hundred ns
+/// apart).
+pub fn cpu(c: &Conn, wall: &Stages) -> Stages {
+    let mut out = Vec::with_capacity(3);
+    for (stage, a, b) in [
+        (Stage::ServerFlight1, c.cpu_first[FL_C1], c.cpu_last[FL_S1]),
+        (Stage::ServerFlight2, c.cpu_first[FL_C2], c.cpu_hs_done),
+        (Stage::Response, c.cpu_req_read, c.cpu_resp_last),
+    ] {
+        if let (Some(v), Some(wall)) = (span(a, b), wall.get(stage)) {
+            out.push((stage, v.min(wall)));
+        }
+    }
+    Stages(out)
+}
+
+/// The stage a failed connection was in when it ended, from the flight in progress: a
+/// server that answered with an alert failed in its own flight; one that sent a flight
+/// and heard nothing back was waiting for the client.
+pub fn failed_in(c: &Conn) -> Stage {
+    let server_alert = c.alert_level != 0 && c.alert_dir as u32 == abi::DIR_OUT;
+    match c.fail_flight.checked_sub(1).map(usize::from) {
+        None => Stage::WaitClientHello,
+        // the client's flight never completed a record: still waiting for it
+        Some(FL_C1) if c.t_first[FL_C1] == 0 => Stage::WaitClientHello,
+        Some(FL_C1) => Stage::ServerFlight1,
+        Some(FL_S1) if server_alert => Stage::ServerFlight1,
+        Some(FL_S1) => Stage::WaitClientFlight2,
+        Some(FL_C2) if c.t_first[FL_C2] == 0 => Stage::WaitClientFlight2,
+        _ => Stage::ServerFlight2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stage_table_round_trips() {
+        for (i, s) in Stage::ALL.into_iter().enumerate() {
+            assert_eq!(s.index(), i);
+            assert_eq!(Stage::from_name(s.name()), Some(s));
+        }
+        assert_eq!(Stage::from_name("nope"), None);
+        let service: Vec<&str> = Stage::ALL
+            .into_iter()
+            .filter(|s| s.class() == StageClass::Service)
+            .map(Stage::name)
+            .collect();
+        assert_eq!(service, ["server_flight_1", "server_flight_2", "response"]);
+    }
+
+    fn conn() -> Conn {
+        let mut c = Conn {
+            outcome: abi::OUTCOME_DONE,
+            t_est: 100,
+            t_accept: 200,
+            ..Default::default()
+        };
+        c.t_arrive = [150, 0, 1_200, 0];
+        c.t_first = [300, 500, 1_300, 1_500];
+        c.t_last = [310, 900, 1_350, 1_600];
+        c.t_hs_done = 1_700;
+        c
+    }
+
+    #[test]
+    fn stages_partition_the_handshake() {
+        let c = conn();
+        let s = stages(&c);
+        assert_eq!(s.get(Stage::AcceptQueue), Some(100));
+        // the ClientHello came before accept(): no wait, queued from accept to read
+        assert_eq!(s.get(Stage::WaitClientHello), Some(0));
+        assert_eq!(s.get(Stage::ClientHelloQueue), Some(100));
+        assert_eq!(s.get(Stage::ServerFlight1), Some(600));
+        assert_eq!(s.get(Stage::WaitClientFlight2), Some(300));
+        assert_eq!(s.get(Stage::ClientFlight2Queue), Some(100));
+        assert_eq!(s.get(Stage::ServerFlight2), Some(400));
+        let inside: u64 =
+            s.0.iter()
+                .filter(|(n, _)| *n != Stage::AcceptQueue)
+                .map(|(_, v)| v)
+                .sum();
+        assert_eq!(inside, c.t_hs_done - c.t_accept);
+    }
+
+    #[test]
+    fn stages_without_arrival_end_at_the_read() {
+        let mut c = conn();
+        c.t_arrive = [0; 4];
+        let s = stages(&c);
+        assert_eq!(s.get(Stage::WaitClientHello), Some(100));
+        assert_eq!(s.get(Stage::ClientHelloQueue), None);
+        assert_eq!(s.get(Stage::WaitClientFlight2), Some(400));
+    }
+
+    #[test]
+    fn cpu_is_bounded_by_the_stage() {
+        let mut c = conn();
+        c.cpu_first[FL_C1] = 1_000;
+        c.cpu_last[FL_S1] = 5_000;
+        let wall = stages(&c);
+        assert_eq!(cpu(&c, &wall).0, vec![(Stage::ServerFlight1, 600)]);
+    }
+}

@@ -9,8 +9,11 @@ use crate::{
     abi::{self, Conn, ConnState, Hello},
     assemble::Pipeline,
     clock::monotonic_ns,
+    export::ParamsSink,
+    metrics::Metrics,
+    params::Estimator,
     print::{Format, Printer},
-    sink::Sink,
+    sink::{Both, Sink},
     stage::Kind,
     sweep, tls,
 };
@@ -106,6 +109,28 @@ pub fn pipeline_connections_per_sec(n: u64, sink: Option<&mut dyn Sink>) -> Resu
     Ok(per_sec)
 }
 
+/// `pipeline_connections_per_sec` through trace's JSON printer, or through serve's
+/// sinks (metrics and parameters, as the daemon feeds them).
+pub fn pipeline(n: u64, serve: bool) -> Result<f64> {
+    if !serve {
+        return pipeline_connections_per_sec(n, None);
+    }
+    let mut registry = prometheus_client::registry::Registry::with_prefix("hstrace");
+    let mut metrics = Metrics::new(&mut registry, 50);
+    let mut params = ParamsSink(Estimator::new(Duration::from_secs(60), 64));
+    let per_sec = pipeline_connections_per_sec(n, Some(&mut Both(&mut metrics, &mut params)))?;
+    // and what a scrape then costs: it must hold the counts of all n connections
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    anyhow::ensure!(
+        text.contains(&format!(
+            "hstrace_records_total{{record=\"connection\"}} {n}"
+        )),
+        "the metrics did not count every connection"
+    );
+    Ok(per_sec)
+}
+
 /// Milliseconds one sweep takes over `n` live connections that all stay (nothing idle,
 /// nothing exited: the steady state it costs every second), median of 9. Loads the BPF
 /// object, attaches nothing, fills the map from userspace.
@@ -117,10 +142,15 @@ pub fn sweep_ms(n: u32) -> Result<f64> {
     let mut conns =
         BpfHashMap::<_, u64, ConnState>::try_from(bpf.map_mut("conns").context("map conns")?)?;
     // reported, and accepted just now: nothing to take
-    let mut state = ConnState::default();
-    state.emitted = 1;
-    state.r.phase = abi::PH_DONE;
-    state.r.t_accept = monotonic_ns();
+    let state = ConnState {
+        emitted: 1,
+        r: Conn {
+            phase: abi::PH_DONE,
+            t_accept: monotonic_ns(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
     for i in 0..n as u64 {
         conns.insert(0xffff_0000_0000_0000 | (i << 10), state, 0)?;
     }

@@ -80,6 +80,33 @@ impl<'a> Object<'a> {
         self
     }
 
+    /// A number; `null` when it is not finite (JSON has no NaN or infinity).
+    pub fn f64(&mut self, k: &str, v: f64) -> &mut Self {
+        let out = self.key(k);
+        if v.is_finite() {
+            // Display is the shortest text that reads back as the same f64
+            out.extend_from_slice(v.to_string().as_bytes());
+        } else {
+            out.extend_from_slice(b"null");
+        }
+        self
+    }
+
+    /// A number, or `null`.
+    pub fn opt_f64(&mut self, k: &str, v: Option<f64>) -> &mut Self {
+        self.f64(k, v.unwrap_or(f64::NAN))
+    }
+
+    /// An array of objects, filled by `fill`.
+    pub fn array(&mut self, k: &str, fill: impl FnOnce(&mut Array)) -> &mut Self {
+        let out = self.key(k);
+        out.push(b'[');
+        let mut a = Array { out, empty: true };
+        fill(&mut a);
+        a.out.push(b']');
+        self
+    }
+
     /// A nested object, filled by `fill`.
     pub fn object(&mut self, k: &str, fill: impl FnOnce(&mut Object)) -> &mut Self {
         let mut inner = Object::begin(self.key(k));
@@ -90,6 +117,24 @@ impl<'a> Object<'a> {
 
     pub fn end(self) {
         self.out.push(b'}');
+    }
+}
+
+/// An array being written (its elements are objects).
+pub struct Array<'a> {
+    out: &'a mut Vec<u8>,
+    empty: bool,
+}
+
+impl Array<'_> {
+    pub fn object(&mut self, fill: impl FnOnce(&mut Object)) {
+        if !self.empty {
+            self.out.push(b',');
+        }
+        self.empty = false;
+        let mut o = Object::begin(self.out);
+        fill(&mut o);
+        o.end();
     }
 }
 

@@ -21,19 +21,25 @@
 //! The sinks and commands:
 //! - `print` + `json`: the JSON and text lines (`trace`)
 //! - `health`: the tracer's own accounting
-//! - `trace`: the `hstrace trace` command
+//! - `metrics`: `serve`'s Prometheus metrics (every name and label)
+//! - `params`: the measured stage parameters (`hstrace.parameters/v1`)
+//! - `trace`, `serve`, `export`: the commands
 //! - `bench`: figures for `cargo xtask bench`
 
 pub mod abi;
 pub mod assemble;
 pub mod bench;
 pub mod clock;
+pub mod export;
 pub mod health;
 pub mod json;
+pub mod metrics;
+pub mod params;
 pub mod preflight;
 pub mod print;
 pub mod probes;
 pub mod record;
+pub mod serve;
 pub mod sink;
 pub mod source;
 pub mod stage;

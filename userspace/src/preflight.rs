@@ -74,3 +74,61 @@ pub fn memlock() {
         log::debug!("could not raise RLIMIT_MEMLOCK (fine on 5.11+ kernels)");
     }
 }
+
+const CAP_DAC_READ_SEARCH: u32 = 2;
+const CAP_SYS_PTRACE: u32 = 19;
+/// What a running tracer still needs: attach uprobes to new processes (CAP_BPF,
+/// CAP_PERFMON) and read their /proc/PID/maps and fds (CAP_SYS_PTRACE,
+/// CAP_DAC_READ_SEARCH).
+const KEPT: [u32; 4] = [CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_PERFMON, CAP_BPF];
+
+/// Once loaded and attached, give up every capability but `KEPT` (root's others: mount,
+/// admin, network…), for good: the bounding set too. Returns the capabilities kept.
+pub fn drop_capabilities() -> Result<u64> {
+    let keep: u64 = KEPT.iter().map(|c| 1u64 << c).sum();
+    let last_cap: u32 = fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40);
+    for cap in (0..=last_cap).filter(|c| keep & (1 << c) == 0) {
+        // SAFETY: prctl with integer arguments; failure (no CAP_SETPCAP) is left alone
+        unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+    }
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut hdr = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capget/capset with a v3 header and two data words, as the kernel expects
+    if unsafe { libc::syscall(libc::SYS_capget, &mut hdr, data.as_mut_ptr()) } != 0 {
+        bail!("capget: {}", std::io::Error::last_os_error());
+    }
+    for (i, d) in data.iter_mut().enumerate() {
+        let word = (keep >> (32 * i)) as u32;
+        d.effective &= word;
+        d.permitted &= word;
+        d.inheritable &= word;
+    }
+    // SAFETY: as above
+    if unsafe { libc::syscall(libc::SYS_capset, &hdr, data.as_ptr()) } != 0 {
+        bail!("capset: {}", std::io::Error::last_os_error());
+    }
+    Ok(effective_caps())
+}

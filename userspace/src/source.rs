@@ -114,6 +114,11 @@ impl Source {
             census: Census::default(),
         };
         s.rescan();
+        // loaded and attached: keep only what following new processes needs
+        match preflight::drop_capabilities() {
+            Ok(kept) => log::info!("capabilities kept after attach: {kept:#x}"),
+            Err(e) => log::warn!("could not drop capabilities after attach: {e:#}"),
+        }
         Ok(s)
     }
 

@@ -15,6 +15,9 @@ use std::{
 
 use serde_json::Value;
 
+pub mod daemon;
+pub mod prometheus;
+
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -146,6 +149,40 @@ impl TestServer {
             .iter()
             .map(|f| f[3].parse::<f64>().unwrap() * ms_per_unit)
             .collect()
+    }
+
+    /// Stop the server and start it again from the same files: a new master process
+    /// (nginx only).
+    pub fn restart(&mut self) {
+        assert!(
+            matches!(self.software, Software::Nginx),
+            "restart: nginx only"
+        );
+        let workers = self.worker_pids().len();
+        // SAFETY: plain kill(2) on our own child
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+        wait_for("the port to be free", Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", self.port)).is_err()
+        });
+        let dir = self.dir.clone();
+        let again = TestServer::spawn(
+            Software::Nginx,
+            dir.clone(),
+            self.port,
+            self.plain_port,
+            Command::new("nginx")
+                .arg("-p")
+                .arg(&dir)
+                .arg("-c")
+                .arg(dir.join("nginx.conf"))
+                .arg("-e")
+                .arg(dir.join("error.log")),
+            workers,
+        );
+        // the new master replaces the old, which is already gone
+        let old = std::mem::replace(self, again);
+        std::mem::forget(old);
     }
 
     /// Spawn `cmd` (the server in the foreground) and wait until it listens and has

@@ -1,0 +1,174 @@
+//! The real `hstrace serve` daemon under test, and reading what it exposes.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use crate::{free_port, hstrace_bin};
+
+/// `hstrace serve ARGS --listen 127.0.0.1:<free port>`, stopped (SIGINT) on drop.
+pub struct Daemon {
+    child: Child,
+    pub addr: String,
+    stderr: mpsc::Receiver<String>,
+    pub stderr_seen: Vec<String>,
+}
+
+impl Daemon {
+    /// Start and wait until it says it serves.
+    pub fn start(args: &[&str]) -> Daemon {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut child = Command::new(hstrace_bin())
+            .arg("serve")
+            .args(["--listen", &addr])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("hstrace binary");
+        let (tx, rx) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut d = Daemon {
+            child,
+            addr,
+            stderr: rx,
+            stderr_seen: Vec::new(),
+        };
+        let start = Instant::now();
+        loop {
+            match d.stderr.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    let ready = line.contains("hstrace: serving");
+                    d.stderr_seen.push(line);
+                    if ready {
+                        break;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("hstrace serve exited:\n{}", d.stderr_seen.join("\n"))
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "hstrace serve did not start:\n{}",
+                d.stderr_seen.join("\n")
+            );
+        }
+        d
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// GET a path; panics unless 200.
+    pub fn get(&self, path: &str) -> String {
+        let (status, body) = crate::prometheus::http_get(&self.addr, path);
+        assert_eq!(status, 200, "GET {path}: {body}");
+        body
+    }
+
+    /// The metrics, parsed.
+    pub fn scrape(&self) -> Scrape {
+        Scrape::parse(&self.get("/metrics"))
+    }
+
+    /// Resident memory of the daemon, KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("VmRSS")
+    }
+
+    /// Ctrl-C, then everything it said on stderr; panics if it failed.
+    pub fn stop(mut self) -> String {
+        // SAFETY: plain kill(2) on our own child
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = self.child.wait().unwrap();
+        self.stderr_seen.extend(self.stderr.try_iter());
+        let text = self.stderr_seen.join("\n");
+        assert!(status.success(), "hstrace serve failed:\n{text}");
+        text
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) on our own child
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let _ = self.child.wait();
+    }
+}
+
+/// One scrape: every sample as (name, labels) → value.
+pub struct Scrape {
+    pub text: String,
+    pub samples: Vec<(String, BTreeMap<String, String>, f64)>,
+}
+
+impl Scrape {
+    pub fn parse(text: &str) -> Scrape {
+        let mut samples = Vec::new();
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let (series, value) = line.rsplit_once(' ').expect("name value");
+            let (name, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let mut map = BTreeMap::new();
+            // label values here never hold `",` (names, stages, SNIs, ciphers)
+            for pair in labels.split("\",").filter(|p| !p.is_empty()) {
+                let (k, v) = pair.split_once("=\"").expect("label=\"value\"");
+                map.insert(k.to_owned(), v.trim_end_matches('"').to_owned());
+            }
+            samples.push((name.to_owned(), map, value.parse().expect("a number")));
+        }
+        Scrape {
+            text: text.to_owned(),
+            samples,
+        }
+    }
+
+    /// The sum of a metric's samples whose labels include every `(label, value)` given.
+    pub fn sum(&self, name: &str, with: &[(&str, &str)]) -> f64 {
+        self.samples
+            .iter()
+            .filter(|(n, l, _)| {
+                n == name
+                    && with
+                        .iter()
+                        .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+            })
+            .map(|(_, _, v)| v)
+            .sum()
+    }
+
+    /// How many series the exposition has.
+    pub fn series(&self) -> usize {
+        self.samples.len()
+    }
+}

@@ -1,0 +1,527 @@
+//! `hstrace serve` and `hstrace export` against a real nginx, real openssl/curl clients
+//! and a real Prometheus (Debian's package) scraping the daemon.
+
+use std::{
+    fs,
+    path::PathBuf,
+    process::Command,
+    thread,
+    time::{Duration, Instant},
+};
+
+use hstrace_tests::{
+    curl,
+    daemon::{Daemon, Scrape},
+    hstrace_bin, hstrace_run, prometheus, raw_exchange, s_client, workspace, Nginx, TestServer,
+};
+use serde_json::Value;
+
+/// What `drive_mix` made: connections by kind.
+struct Mix {
+    full: u64,
+    resumed: u64,
+    plain: u64,
+    failed: u64,
+}
+
+impl Mix {
+    fn tls(&self) -> u64 {
+        self.full + self.resumed
+    }
+}
+
+/// Full and resumed TLS 1.2 (session id, ticket) and 1.3 (PSK) handshakes, plain HTTP,
+/// and two failures, each on its own connection.
+fn drive_mix(server: &TestServer, rounds: u32) -> Mix {
+    let port = server.port;
+    let sess = |f: &str| server.dir.join(f).display().to_string();
+    let mut mix = Mix {
+        full: 0,
+        resumed: 0,
+        plain: 0,
+        failed: 0,
+    };
+    for i in 0..rounds {
+        for (j, (base, extra)) in [
+            (&["-tls1_3"][..], &[][..]),
+            (&["-tls1_2"][..], &["-no_ticket"][..]),
+            (&["-tls1_2"][..], &[][..]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let file = sess(&format!("s{i}-{j}.sess"));
+            let mut args: Vec<&str> = base.iter().chain(extra).copied().collect();
+            let new = s_client(port, &[&args[..], &["-sess_out", &file]].concat());
+            assert!(new.contains("New, TLS"), "{args:?}: {new}");
+            args.extend(["-sess_in", &file]);
+            let again = s_client(port, &args);
+            assert!(again.contains("Reused, TLS"), "{args:?}: {again}");
+            mix.full += 1;
+            mix.resumed += 1;
+        }
+        curl(&[], &[format!("http://127.0.0.1:{}/", server.plain_port)]);
+        mix.plain += 1;
+    }
+    // TLS 1.1 is refused with an alert; plain HTTP on the TLS port is not TLS
+    assert!(!s_client(port, &["-tls1_1"]).contains("New, TLS"));
+    raw_exchange(port, b"GET / HTTP/1.0\r\n\r\n");
+    mix.failed += 2;
+    mix
+}
+
+/// Until `ok` holds or 15 s pass (records come when each response is complete).
+fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < Duration::from_secs(15), "never: {what}");
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn rules() -> PathBuf {
+    workspace().join("dashboards/prometheus/rules.yml")
+}
+
+#[test]
+fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
+    let nginx = Nginx::start("serve-mix", 1);
+    let daemon = Daemon::start(&["--comm", "nginx", "--window", "600"]);
+    let server = format!("nginx:{}", nginx.port);
+    let plain_server = format!("nginx:{}", nginx.plain_port);
+    let mix = drive_mix(&nginx, 3);
+    let total = mix.tls() + mix.plain + mix.failed;
+    eventually("every connection counted", || {
+        daemon.scrape().sum("hstrace_connections_total", &[]) as u64 == total
+    });
+    let m = daemon.scrape();
+    let kind = |k: &str| m.sum("hstrace_connections_total", &[("kind", k)]) as u64;
+    assert_eq!(kind("full"), mix.full, "{}", m.text);
+    assert_eq!(kind("resumed"), mix.resumed);
+    assert_eq!(kind("plain"), mix.plain);
+    assert_eq!(kind("failed"), mix.failed);
+    // by version: a third of each is TLS 1.3
+    let v13 = m.sum(
+        "hstrace_connections_total",
+        &[("server", &server), ("tls_version", "1.3")],
+    ) as u64;
+    assert_eq!(v13, mix.tls() / 3);
+    // every resumed handshake was offered and accepted; no full one offered
+    let offered = m.sum("hstrace_resumption_offered_total", &[("server", &server)]) as u64;
+    let accepted = m.sum("hstrace_resumption_accepted_total", &[("server", &server)]) as u64;
+    assert_eq!((offered, accepted), (mix.resumed, mix.resumed));
+    for (mechanism, n) in [("psk", 3), ("session_id", 3), ("ticket", 3)] {
+        assert_eq!(
+            m.sum(
+                "hstrace_resumption_accepted_total",
+                &[("mechanism", mechanism)]
+            ) as u64,
+            n,
+            "{mechanism}"
+        );
+    }
+    assert_eq!(
+        m.sum(
+            "hstrace_tls_handshakes_total",
+            &[("sni", "demo.test"), ("resumed", "true")]
+        ) + m.sum(
+            "hstrace_tls_handshakes_total",
+            &[("sni", "other"), ("resumed", "true")]
+        ),
+        mix.resumed as f64
+    );
+    assert_eq!(
+        m.sum("hstrace_failures_total", &[("reason", "alert")]) as u64,
+        1
+    );
+    assert_eq!(
+        m.sum("hstrace_failures_total", &[("reason", "not_tls")]) as u64,
+        1
+    );
+    // a stage histogram counts each connection that had the stage
+    assert_eq!(
+        m.sum(
+            "hstrace_stage_duration_seconds_count",
+            &[("stage", "server_flight_1"), ("kind", "full")]
+        ) as u64,
+        mix.full
+    );
+    assert_eq!(
+        m.sum(
+            "hstrace_stage_duration_seconds_count",
+            &[("server", &plain_server), ("stage", "response")]
+        ) as u64,
+        mix.plain
+    );
+    assert_eq!(
+        m.sum("hstrace_records_total", &[("record", "connection")]) as u64,
+        total
+    );
+    assert_eq!(m.sum("hstrace_lost_total", &[]), 0.0, "{}", m.text);
+    // the health on /healthz is the same accounting (updated once a second)
+    eventually("/healthz to report every connection", || {
+        let health: Value = serde_json::from_str(&daemon.get("/healthz")).unwrap();
+        health["reported"].as_u64() == Some(total) && health["lost"]["state_evicted"] == 0
+    });
+
+    // promtool on a real scrape: nothing but OpenMetrics counters' help-text false alarm
+    // (promtool 2.42 reads `# HELP x` of a counter `x_total` as metadata without a metric)
+    let dir = hstrace_tests::work_dir("serve-promtool");
+    let scrape_file = dir.join("scrape.txt");
+    fs::write(&scrape_file, &m.text).unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "promtool check metrics < {}",
+            scrape_file.display()
+        ))
+        .output()
+        .unwrap();
+    let problems: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .chain(String::from_utf8_lossy(&out.stderr).lines())
+        .filter(|l| !l.trim().is_empty() && !l.contains("no help text"))
+        .map(String::from)
+        .collect();
+    assert!(problems.is_empty(), "promtool check metrics: {problems:#?}");
+
+    // the parameters: all three classes, every stage of each, plausible values
+    let params: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
+    assert_eq!(params["schema"], "hstrace.parameters/v1");
+    let servers = params["servers"].as_array().unwrap();
+    let tls = servers
+        .iter()
+        .find(|s| s["server"] == server.as_str())
+        .unwrap_or_else(|| panic!("{server} missing: {params}"));
+    assert_eq!(tls["connections"].as_u64(), Some(mix.tls() + mix.failed));
+    assert_eq!(tls["failed"].as_u64(), Some(mix.failed));
+    assert_eq!(tls["cache"]["offered"].as_u64(), Some(mix.resumed));
+    assert_eq!(tls["cache"]["hit_ratio"].as_f64(), Some(1.0));
+    assert_eq!(tls["cache"]["resumption_rate"].as_f64(), Some(0.5));
+    for (class, count, stages) in [
+        (
+            "tls_full",
+            mix.full,
+            &[
+                "accept_queue",
+                "wait_client_hello",
+                "server_flight_1",
+                "wait_client_flight_2",
+                "server_flight_2",
+                "wait_request",
+                "response",
+            ][..],
+        ),
+        (
+            "tls_resumed",
+            mix.resumed,
+            &["server_flight_1", "response"][..],
+        ),
+    ] {
+        let c = &tls["classes"][class];
+        assert_eq!(c["count"].as_u64(), Some(count), "{class}: {c}");
+        for stage in stages {
+            let s = &c["stages"][stage];
+            let mean = s["mean_s"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{class} {stage}: {c}"));
+            assert!(mean >= 0.0 && mean < 1.0, "{class} {stage}: {s}");
+            assert!(s["p99_s"].as_f64().unwrap() >= s["p50_s"].as_f64().unwrap() * 0.99);
+        }
+        let service = c["demand_s"]["service"].as_f64().unwrap();
+        assert!(service > 0.0 && service < 1.0, "{class}: {c}");
+    }
+    let plain = servers
+        .iter()
+        .find(|s| s["server"] == plain_server.as_str())
+        .expect("the plain server");
+    assert_eq!(plain["classes"]["plain"]["count"].as_u64(), Some(mix.plain));
+    assert!(
+        plain["classes"]["plain"]["stages"]["response"]["mean_s"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+
+    // CSV carries the same numbers
+    let csv = daemon.get("/api/v1/parameters?format=csv");
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let row = csv
+        .lines()
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .find(|r| {
+            r[col("server")] == server
+                && r[col("class")] == "tls_full"
+                && r[col("stage")] == "server_flight_1"
+        })
+        .expect("a tls_full server_flight_1 row");
+    let json_mean = tls["classes"]["tls_full"]["stages"]["server_flight_1"]["mean_s"]
+        .as_f64()
+        .unwrap();
+    let csv_mean: f64 = row[col("mean_s")].parse().unwrap();
+    assert!(
+        (csv_mean - json_mean).abs() <= json_mean * 1e-9,
+        "{csv_mean} vs {json_mean}"
+    );
+    assert_eq!(row[col("count")], mix.full.to_string());
+
+    // export --from asks the daemon: the same parameters
+    let out = Command::new(hstrace_bin())
+        .args(["export", "--from", &daemon.url()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exported: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // the same counts and times; the rates differ as the window (still filling) grew
+    assert_eq!(
+        without_rates(exported["servers"].clone()),
+        without_rates(params["servers"].clone())
+    );
+
+    // a real Prometheus scraping the daemon, with the shipped rules loaded
+    let prom = prometheus::Prometheus::start(&[daemon.addr.clone()], &[rules()], "1s");
+    prom.wait_for_scrapes(3);
+    let dashboard = workspace().join("dashboards/hstrace.json");
+    let queries = prometheus::dashboard_queries(&dashboard);
+    assert!(queries.len() >= 12, "{} panel queries", queries.len());
+    let mut empty = Vec::new();
+    for (title, expr) in &queries {
+        let q = prometheus::substitute(expr, &regex_escape(&server));
+        let v = prom.query(&q);
+        if v["data"]["result"].as_array().is_none_or(|r| r.is_empty()) {
+            empty.push(format!("{title}: {q}"));
+        }
+    }
+    assert!(
+        empty.is_empty(),
+        "panels with no data:\n{}",
+        empty.join("\n")
+    );
+    // the rules loaded and evaluated without errors
+    let rules = prom.rules();
+    for group in rules["data"]["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            assert_eq!(rule["health"], "ok", "{rule}");
+        }
+    }
+    drop(prom);
+    let stderr = daemon.stop();
+    assert!(
+        stderr.contains("records lost (ring buffer full) 0,"),
+        "{stderr}"
+    );
+}
+
+/// A parameters document without its `rate_per_s` fields.
+fn without_rates(mut v: Value) -> Value {
+    match &mut v {
+        Value::Object(m) => {
+            m.remove("rate_per_s");
+            for x in m.values_mut() {
+                *x = without_rates(x.take());
+            }
+        }
+        Value::Array(a) => {
+            for x in a.iter_mut() {
+                *x = without_rates(x.take());
+            }
+        }
+        _ => {}
+    }
+    v
+}
+
+fn regex_escape(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let special = "\\.+*?()|[]{}^$".contains(c);
+            special.then_some('\\').into_iter().chain([c])
+        })
+        .collect()
+}
+
+#[test]
+fn shipped_rules_check_and_pass_their_unit_tests() {
+    let (ok, out) = prometheus::promtool(&["check", "rules", rules().to_str().unwrap()]);
+    assert!(ok, "promtool check rules:\n{out}");
+    let tests = workspace().join("dashboards/prometheus/rules_test.yml");
+    let (ok, out) = prometheus::promtool(&["test", "rules", tests.to_str().unwrap()]);
+    assert!(ok, "promtool test rules:\n{out}");
+}
+
+#[test]
+fn export_duration_measures_a_run() {
+    let nginx = Nginx::start("export-run", 1);
+    let port = nginx.port.to_string();
+    let child = Command::new(hstrace_bin())
+        .args([
+            "export",
+            "--duration",
+            "8",
+            "--port",
+            &port,
+            "--format",
+            "json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // attached once it says it measures: give it the moment it needs
+    thread::sleep(Duration::from_secs(3));
+    let mut made = 0;
+    for _ in 0..4 {
+        assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
+        made += 1;
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &p["servers"][0];
+    assert_eq!(s["server"], format!("nginx:{port}").as_str(), "{p}");
+    assert_eq!(
+        s["classes"]["tls_full"]["count"].as_u64(),
+        Some(made),
+        "{p}"
+    );
+    let secs = p["window"]["seconds"].as_f64().unwrap();
+    assert!((7.0..=9.5).contains(&secs), "window {secs}");
+}
+
+/// 10,000 TLS handshakes, each with a random SNI: the SNI label stays capped and the
+/// series count and the daemon's memory stay flat.
+#[test]
+fn random_snis_leave_series_and_memory_flat() {
+    let nginx = Nginx::start("serve-sni", 1);
+    let daemon = Daemon::start(&["--port", &nginx.port.to_string(), "--max-sni", "50"]);
+    let dir = hstrace_tests::work_dir("serve-sni-urls");
+    // one curl: each URL's host is a new name (a new connection, a new SNI), all sent to
+    // the test nginx
+    let batch = |from: u32, n: u32| {
+        let list = dir.join(format!("urls-{from}"));
+        let mut text = String::new();
+        for i in from..from + n {
+            text.push_str(&format!(
+                "url = \"https://r{i}-{:x}.example/\"\n",
+                i.wrapping_mul(2654435761)
+            ));
+            text.push_str("output = \"/dev/null\"\n");
+        }
+        fs::write(&list, text).unwrap();
+        curl(
+            &[
+                "--connect-to",
+                &format!("::127.0.0.1:{}", nginx.port),
+                "-K",
+                list.to_str().unwrap(),
+            ],
+            &[],
+        );
+    };
+    batch(0, 2_000);
+    let settle = |n: u64| {
+        eventually("every handshake counted", || {
+            daemon.scrape().sum("hstrace_tls_handshakes_total", &[]) as u64 >= n
+        })
+    };
+    settle(2_000);
+    let (series_a, rss_a) = (daemon.scrape().series(), daemon.rss_kib());
+    batch(2_000, 8_000);
+    settle(10_000);
+    let m = daemon.scrape();
+    let (series_b, rss_b) = (m.series(), daemon.rss_kib());
+    eprintln!(
+        "after 2,000 random SNIs: {series_a} series, {rss_a} KiB; after 10,000: {series_b} series, {rss_b} KiB"
+    );
+    assert_eq!(series_a, series_b, "the series count grew");
+    assert!(rss_b <= rss_a + 8 * 1024, "RSS grew {rss_a} -> {rss_b} KiB");
+    let snis: std::collections::BTreeSet<&String> = m
+        .samples
+        .iter()
+        .filter_map(|(_, l, _)| l.get("sni"))
+        .collect();
+    assert!(snis.len() <= 52, "{snis:?}");
+    assert!(m.sum("hstrace_sni_folded_total", &[]) >= 10_000.0 - 52.0 * 2.0);
+}
+
+/// nginx stopped and started again (a new master) under `serve --comm nginx`: the new
+/// processes are traced and the counters keep counting.
+#[test]
+fn serve_follows_a_restarted_server() {
+    let nginx = Nginx::start("serve-restart", 1);
+    let daemon = Daemon::start(&["--comm", "nginx"]);
+    let count = || {
+        daemon
+            .scrape()
+            .sum("hstrace_connections_total", &[("kind", "full")]) as u64
+    };
+    assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
+    eventually("the first connection", || count() == 1);
+    let old_master = nginx.master_pid();
+    let mut nginx = nginx;
+    nginx.restart();
+    assert_ne!(nginx.master_pid(), old_master);
+    // the daemon finds new processes within its once-a-second scan
+    thread::sleep(Duration::from_secs(2));
+    for _ in 0..3 {
+        assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
+    }
+    eventually("the restarted server's connections", || count() == 4);
+    daemon.stop();
+}
+
+#[test]
+fn bad_options_get_one_clear_line() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    for (args, says) in [
+        (vec!["serve", "--listen", addr.as_str()], "cannot listen on"),
+        (
+            vec!["serve", "--listen", "nowhere"],
+            "is not an address:port",
+        ),
+        (
+            vec!["serve", "--window", "0"],
+            "--window 0 is not a number of seconds",
+        ),
+        (
+            vec!["serve", "--window", "nan"],
+            "--window NaN is not a number of seconds",
+        ),
+        (
+            vec!["export", "--from", "http://127.0.0.1:1"],
+            "no hstrace daemon answered at http://127.0.0.1:1",
+        ),
+        (vec!["export"], "say where the parameters come from"),
+    ] {
+        let (ok, stderr) = hstrace_run(&args);
+        assert!(!ok, "{args:?} succeeded");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
+        assert!(
+            lines[0].starts_with("hstrace: ") && lines[0].contains(says),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+/// The scrape parser reads what it is given (the other tests rely on it).
+#[test]
+fn scrape_parser_sums_by_label() {
+    let s = Scrape::parse(
+        "# TYPE a counter\na_total{k=\"x\",s=\"nginx:1\"} 2\na_total{k=\"y\",s=\"nginx:1\"} 3\nb 1\n# EOF\n",
+    );
+    assert_eq!(s.sum("a_total", &[]), 5.0);
+    assert_eq!(s.sum("a_total", &[("k", "y")]), 3.0);
+    assert_eq!(s.sum("b", &[]), 1.0);
+    assert_eq!(s.series(), 3);
+}

@@ -2,14 +2,11 @@
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader},
     process::{Child, Command, Stdio},
     sync::mpsc,
-    thread,
-    time::{Duration, Instant},
 };
 
-use crate::{free_port, hstrace_bin};
+use crate::{free_port, hstrace_bin, spawn_until_ready};
 
 /// `hstrace serve ARGS --listen 127.0.0.1:<free port>`, stopped (SIGINT) on drop.
 pub struct Daemon {
@@ -23,52 +20,18 @@ impl Daemon {
     /// Start and wait until it says it serves.
     pub fn start(args: &[&str]) -> Daemon {
         let addr = format!("127.0.0.1:{}", free_port());
-        let mut child = Command::new(hstrace_bin())
-            .arg("serve")
+        let mut cmd = Command::new(hstrace_bin());
+        cmd.arg("serve")
             .args(["--listen", &addr])
             .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("hstrace binary");
-        let (tx, rx) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut d = Daemon {
+            .stdout(Stdio::null());
+        let (child, stderr, stderr_seen) = spawn_until_ready(&mut cmd, "hstrace: serving");
+        Daemon {
             child,
             addr,
-            stderr: rx,
-            stderr_seen: Vec::new(),
-        };
-        let start = Instant::now();
-        loop {
-            match d.stderr.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) => {
-                    let ready = line.contains("hstrace: serving");
-                    d.stderr_seen.push(line);
-                    if ready {
-                        break;
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    panic!("hstrace serve exited:\n{}", d.stderr_seen.join("\n"))
-                }
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "hstrace serve did not start:\n{}",
-                d.stderr_seen.join("\n")
-            );
+            stderr,
+            stderr_seen,
         }
-        d
     }
 
     pub fn url(&self) -> String {

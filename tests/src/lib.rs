@@ -463,57 +463,20 @@ pub struct Traced {
 impl Hstrace {
     /// Start and wait until it says it is tracing.
     pub fn start(args: &[&str]) -> Hstrace {
-        let mut child = Command::new(hstrace_bin())
-            .args(["trace", "--format", "json"])
+        let mut cmd = Command::new(hstrace_bin());
+        cmd.args(["trace", "--format", "json"])
             .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("hstrace binary");
+            .stdout(Stdio::piped());
+        let (mut child, stderr, stderr_seen) = spawn_until_ready(&mut cmd, "hstrace: tracing");
         let out = child.stdout.take().unwrap();
         let stdout =
             thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect());
-        let (tx, rx) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut h = Hstrace {
+        Hstrace {
             child,
             stdout,
-            stderr: rx,
-            stderr_seen: Vec::new(),
-        };
-        let start = Instant::now();
-        loop {
-            match h.stderr.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) => {
-                    let ready = line.contains("hstrace: tracing");
-                    h.stderr_seen.push(line);
-                    if ready {
-                        break;
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    panic!(
-                        "hstrace exited before tracing:\n{}",
-                        h.stderr_seen.join("\n")
-                    )
-                }
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "hstrace did not start:\n{}",
-                h.stderr_seen.join("\n")
-            );
+            stderr,
+            stderr_seen,
         }
-        h
     }
 
     /// Ctrl-C, then every record it printed and what it said at exit.
@@ -540,6 +503,50 @@ impl Hstrace {
     }
 }
 
+/// Spawn `cmd` (hstrace) with stderr read on a thread, and wait until a line contains
+/// `ready`: the child, the rest of its stderr, and the lines seen so far.
+pub fn spawn_until_ready(
+    cmd: &mut Command,
+    ready: &str,
+) -> (Child, mpsc::Receiver<String>, Vec<String>) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hstrace binary");
+    let (tx, rx) = mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let start = Instant::now();
+    loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) => {
+                let done = line.contains(ready);
+                seen.push(line);
+                if done {
+                    return (child, rx, seen);
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                panic!("hstrace exited before {ready:?}:\n{}", seen.join("\n"))
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "hstrace did not say {ready:?}:\n{}",
+            seen.join("\n")
+        );
+    }
+}
+
 /// Run hstrace to completion (for argument and error checks).
 pub fn hstrace_run(args: &[&str]) -> (bool, String) {
     let out = Command::new(hstrace_bin())
@@ -556,7 +563,25 @@ pub fn hstrace_run(args: &[&str]) -> (bool, String) {
 /// `openssl s_client` to 127.0.0.1:port with SNI demo.test and ALPN http/1.1, sending one
 /// HTTP/1.0 request and waiting for the server to close (so TLS 1.3 tickets are read).
 pub fn s_client(port: u16, args: &[&str]) -> String {
-    let mut child = Command::new("openssl")
+    let mut child = s_client_child(port, args);
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"GET / HTTP/1.0\r\nHost: demo.test\r\n\r\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `openssl s_client` to 127.0.0.1:port (SNI demo.test, ALPN http/1.1, `ARGS`), its stdin
+/// and output piped: it waits on stdin until it is written to or closed.
+pub fn s_client_child(port: u16, args: &[&str]) -> Child {
+    Command::new("openssl")
         .args([
             "s_client",
             "-connect",
@@ -570,19 +595,7 @@ pub fn s_client(port: u16, args: &[&str]) -> String {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("openssl");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"GET / HTTP/1.0\r\nHost: demo.test\r\n\r\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+        .expect("openssl")
 }
 
 /// curl fetching `urls` over one keep-alive connection (-k: the certificate is self-signed).

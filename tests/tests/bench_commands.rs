@@ -32,3 +32,10 @@ fn sweep_benchmark_walks_a_full_map_and_keeps_live_connections() {
     let ms = number(&["bench-sweep", "--conns", "4096"]);
     assert!(ms > 0.0 && ms.is_finite(), "{ms}");
 }
+
+#[test]
+fn pipeline_benchmark_through_the_daemons_sinks_counts_every_connection() {
+    // bench-pipeline --serve fails unless the metrics counted every synthetic connection
+    let per_sec = number(&["bench-pipeline", "--records", "20000", "--serve"]);
+    assert!(per_sec > 0.0 && per_sec.is_finite(), "{per_sec}");
+}

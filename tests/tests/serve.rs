@@ -225,7 +225,7 @@ fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
             let mean = s["mean_s"]
                 .as_f64()
                 .unwrap_or_else(|| panic!("{class} {stage}: {c}"));
-            assert!(mean >= 0.0 && mean < 1.0, "{class} {stage}: {s}");
+            assert!((0.0..1.0).contains(&mean), "{class} {stage}: {s}");
             assert!(s["p99_s"].as_f64().unwrap() >= s["p50_s"].as_f64().unwrap() * 0.99);
         }
         let service = c["demand_s"]["service"].as_f64().unwrap();
@@ -284,7 +284,7 @@ fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
     );
 
     // a real Prometheus scraping the daemon, with the shipped rules loaded
-    let prom = prometheus::Prometheus::start(&[daemon.addr.clone()], &[rules()], "1s");
+    let prom = prometheus::Prometheus::start(std::slice::from_ref(&daemon.addr), &[rules()], "1s");
     prom.wait_for_scrapes(3);
     let dashboard = workspace().join("dashboards/hstrace.json");
     let queries = prometheus::dashboard_queries(&dashboard);
@@ -476,6 +476,14 @@ fn serve_follows_a_restarted_server() {
         assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
     }
     eventually("the restarted server's connections", || count() == 4);
+    // the new processes' libssl was hooked too (after the daemon dropped its capabilities)
+    let m = daemon.scrape();
+    assert_eq!(
+        m.sum("hstrace_uprobe_attach_failures_total", &[]),
+        0.0,
+        "{}",
+        m.text
+    );
     daemon.stop();
 }
 

@@ -729,20 +729,7 @@ fn idle_connections_are_reported_after_the_timeout() {
     // nothing sent at all, for 3 s
     let silent = std::net::TcpStream::connect(("127.0.0.1", nginx.port)).unwrap();
     // a handshake, then nothing: s_client waits on its stdin
-    let mut idle_tls = Command::new("openssl")
-        .args([
-            "s_client",
-            "-connect",
-            &format!("127.0.0.1:{}", nginx.port),
-            "-servername",
-            "demo.test",
-            "-tls1_3",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut idle_tls = s_client_child(nginx.port, &["-tls1_3"]);
     thread::sleep(Duration::from_secs(3));
     let _ = idle_tls.kill();
     let _ = idle_tls.wait();

@@ -239,3 +239,18 @@ const _: () = {
     assert!(offset_of!(ConnState, emitted) == 529);
     assert!(offset_of!(ConnState, exchanges) == 536);
 };
+
+/// A completed TLS handshake's record with every flight timed (for unit tests).
+#[cfg(test)]
+pub fn test_conn() -> Conn {
+    Conn {
+        outcome: OUTCOME_DONE,
+        t_est: 100,
+        t_accept: 200,
+        t_arrive: [150, 0, 1_200, 0],
+        t_first: [300, 500, 1_300, 1_500],
+        t_last: [310, 900, 1_350, 1_600],
+        t_hs_done: 1_700,
+        ..Default::default()
+    }
+}

@@ -77,15 +77,18 @@ pub fn memlock() {
 
 const CAP_DAC_READ_SEARCH: u32 = 2;
 const CAP_SYS_PTRACE: u32 = 19;
-/// What a running tracer still needs: attach uprobes to new processes (CAP_BPF,
-/// CAP_PERFMON) and read their /proc/PID/maps and fds (CAP_SYS_PTRACE,
-/// CAP_DAC_READ_SEARCH).
+/// What a running tracer still needs: read new processes' /proc/PID/maps and fds
+/// (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH), BPF and perf events (CAP_BPF, CAP_PERFMON).
 const KEPT: [u32; 4] = [CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_PERFMON, CAP_BPF];
 
 /// Once loaded and attached, give up every capability but `KEPT` (root's others: mount,
-/// admin, network…), for good: the bounding set too. Returns the capabilities kept.
-pub fn drop_capabilities() -> Result<u64> {
-    let keep: u64 = KEPT.iter().map(|c| 1u64 << c).sum();
+/// network, setuid, modules…), for good: the bounding set too. `uprobes`: keep
+/// CAP_SYS_ADMIN as well, to hook the libssl of processes started later (6.18 refuses a
+/// uprobe's perf_event_open with EACCES without it, even with CAP_PERFMON: measured).
+/// Returns the capabilities kept.
+pub fn drop_capabilities(uprobes: bool) -> Result<u64> {
+    let keep: u64 =
+        KEPT.iter().map(|c| 1u64 << c).sum::<u64>() | (u64::from(uprobes) << CAP_SYS_ADMIN);
     let last_cap: u32 = fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())

@@ -234,19 +234,7 @@ mod tests {
         stage::Resumption,
     };
 
-    fn conn() -> Conn {
-        let mut c = Conn {
-            outcome: abi::OUTCOME_DONE,
-            t_est: 100,
-            t_accept: 200,
-            ..Default::default()
-        };
-        c.t_arrive = [150, 0, 1_200, 0];
-        c.t_first = [300, 500, 1_300, 1_500];
-        c.t_last = [310, 900, 1_350, 1_600];
-        c.t_hs_done = 1_700;
-        c
-    }
+    use crate::abi::test_conn as conn;
 
     /// The JSON field names are a documented contract (README, "Output"): every one, with
     /// the optional ones present (compared sorted: serde_json's map sorts them).

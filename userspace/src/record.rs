@@ -308,19 +308,7 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
 mod tests {
     use super::*;
 
-    fn conn() -> Conn {
-        let mut c = Conn {
-            outcome: abi::OUTCOME_DONE,
-            t_est: 100,
-            t_accept: 200,
-            ..Default::default()
-        };
-        c.t_arrive = [150, 0, 1_200, 0];
-        c.t_first = [300, 500, 1_300, 1_500];
-        c.t_last = [310, 900, 1_350, 1_600];
-        c.t_hs_done = 1_700;
-        c
-    }
+    use crate::abi::test_conn as conn;
 
     #[test]
     fn failed_connection_names_its_stage() {

@@ -115,7 +115,7 @@ impl Source {
         };
         s.rescan();
         // loaded and attached: keep only what following new processes needs
-        match preflight::drop_capabilities() {
+        match preflight::drop_capabilities(s.ssl.enabled()) {
             Ok(kept) => log::info!("capabilities kept after attach: {kept:#x}"),
             Err(e) => log::warn!("could not drop capabilities after attach: {e:#}"),
         }

@@ -99,7 +99,15 @@ const MODES: &[(&str, &[&str])] = &[
     ("default", &[]),
     ("wire only", &["--uprobes", "none"]),
     ("uprobes all", &["--uprobes", "all"]),
+    // the daemon (default probes), aggregating into metrics and parameters, scraped
+    // every second
+    ("serve", &[SERVE]),
 ];
+
+/// The MODES marker for `hstrace serve` instead of `hstrace trace`.
+const SERVE: &str = "serve";
+/// Where the benchmarked daemon listens.
+const SERVE_ADDR: &str = "127.0.0.1:19725";
 
 /// Operations per second from one run of a load generator.
 fn throughput(cmd: &[String]) -> Result<f64> {
@@ -254,18 +262,27 @@ fn syscall_cost(bin: &Path, master: u32, exe: &Path) -> Result<Vec<(f64, f64)>> 
         .collect())
 }
 
-/// hstrace attached to the demo nginx, output discarded.
+/// hstrace attached to the demo nginx, output discarded: `trace`, or `serve` (extra =
+/// [SERVE]) with a scrape every second, as Prometheus would.
 struct Tracer {
     child: Child,
     attach: Duration,
+    scraping: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Tracer {
     fn start(bin: &Path, master: u32, extra: &[&str]) -> Result<Tracer> {
         let start = Instant::now();
-        let mut child = Command::new(bin)
-            .args(["trace", "--format", "json", "--pid", &master.to_string()])
-            .args(extra)
+        let serve = extra.first() == Some(&SERVE);
+        let mut cmd = Command::new(bin);
+        if serve {
+            cmd.args(["serve", "--listen", SERVE_ADDR])
+                .args(&extra[1..]);
+        } else {
+            cmd.args(["trace", "--format", "json"]).args(extra);
+        }
+        let mut child = cmd
+            .args(["--pid", &master.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()?;
@@ -273,7 +290,9 @@ impl Tracer {
         let mut lines = BufReader::new(err).lines();
         loop {
             match lines.next() {
-                Some(Ok(l)) if l.contains("hstrace: tracing") => break,
+                Some(Ok(l)) if l.contains("hstrace: tracing") || l.contains("hstrace: serving") => {
+                    break
+                }
                 Some(_) => {}
                 None => bail!("hstrace exited before tracing"),
             }
@@ -281,7 +300,22 @@ impl Tracer {
         let attach = start.elapsed();
         // keep draining stderr so hstrace never blocks on it
         thread::spawn(move || lines.for_each(drop));
-        Ok(Tracer { child, attach })
+        let scraping = serve.then(|| {
+            let on = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+            let flag = on.clone();
+            thread::spawn(move || {
+                while flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = scrape_ms();
+                    thread::sleep(Duration::from_secs(1));
+                }
+            });
+            on
+        });
+        Ok(Tracer {
+            child,
+            attach,
+            scraping,
+        })
     }
 
     /// CPU seconds used and peak RSS (KiB) so far.
@@ -353,6 +387,9 @@ impl Tracer {
     }
 
     fn stop(mut self) {
+        if let Some(s) = &self.scraping {
+            s.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
         // SAFETY: plain kill(2) on our own child
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let _ = self.child.wait();
@@ -360,6 +397,18 @@ impl Tracer {
 }
 
 /// The number one of hstrace's hidden bench commands prints.
+/// Milliseconds one GET /metrics of the benchmarked daemon takes, whole body read.
+fn scrape_ms() -> Result<f64> {
+    use std::io::{Read, Write};
+    let start = Instant::now();
+    let mut s = std::net::TcpStream::connect(SERVE_ADDR)?;
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {SERVE_ADDR}\r\n\r\n")?;
+    let mut body = Vec::new();
+    s.read_to_end(&mut body)?;
+    anyhow::ensure!(body.starts_with(b"HTTP/1.0 200"), "the scrape failed");
+    Ok(start.elapsed().as_secs_f64() * 1e3)
+}
+
 fn hstrace_number(bin: &Path, args: &[&str]) -> Result<f64> {
     let out = Command::new(bin).args(args).output()?;
     String::from_utf8_lossy(&out.stdout)
@@ -444,7 +493,7 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path) -> Result<String>
                 offs.push(off);
             }
             let goal = match *mode {
-                "default" => format!("≥ {:.2}", w.goal.0),
+                "default" | "serve" => format!("≥ {:.2}", w.goal.0),
                 "wire only" => format!("≥ {:.2}", w.goal.1),
                 _ => "—".into(),
             };
@@ -460,7 +509,7 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path) -> Result<String>
             );
             eprint!("{line}");
             doc.push_str(&line);
-            if *mode != "uprobes all" {
+            if *mode != "uprobes all" && *mode != "serve" {
                 let (bpf, cpu) = bpf_ns_per_op(bin, nginx.master, extra, &cmd)?;
                 kernel_cost.push_str(&format!(
                     "| {} | {mode} | {:.2} µs | {:.1} µs | {:.1} % |\n",
@@ -481,10 +530,30 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path) -> Result<String>
     let (pipe_min, pipe_max) = (pipelines[0], pipelines[pipelines.len() - 1]);
     let pipeline = median(pipelines);
     let sweep = hstrace_number(bin, &["bench-sweep", "--conns", "65536"])?;
+    let mut serve_pipelines = (0..PAIRS)
+        .map(|_| hstrace_number(bin, &["bench-pipeline", "--records", "200000", "--serve"]))
+        .collect::<Result<Vec<f64>>>()?;
+    serve_pipelines.sort_by(f64::total_cmp);
+    let (serve_min, serve_max) = (
+        serve_pipelines[0],
+        serve_pipelines[serve_pipelines.len() - 1],
+    );
+    let serve_pipeline = median(serve_pipelines);
+    // a scrape of a daemon that has seen every workload's kinds of connection
+    let daemon = Tracer::start(bin, nginx.master, &[SERVE])?;
+    throughput(&(WORKLOADS[0].args)(nginx.tls_port))?;
+    throughput(&(WORKLOADS[4].args)(nginx.plain_port))?;
+    let scrapes = (0..21).map(|_| scrape_ms()).collect::<Result<Vec<f64>>>()?;
+    let (_, serve_rss) = daemon.usage();
+    daemon.stop();
+    let scrape = median(scrapes);
     doc.push_str(&format!(
         "\n| measure | result | goal |\n|---|---|---|\n\
          | the once-a-second idle sweep over 65,536 live connections (the default --max-conns; map filled from userspace) | {sweep:.0} ms per sweep | — |\n\
          | userspace pipeline on one core, synthetic connections (4 ring-buffer records and 2 JSON lines each), median of {PAIRS} runs (min–max) | {:.0} connections/s = {:.0} records/s ({:.0}–{:.0}) | ≥ 1,000,000 records/s |\n\
+         | the same through serve's sinks (metrics and parameters) | {serve_pipeline:.0} connections/s = {:.0} records/s ({:.0}–{:.0}) | ≥ 1,000,000 records/s |\n\
+         | time to answer one scrape of /metrics (median of 21, after the TLS and plain workloads) | {scrape:.1} ms | ≤ 50 ms |\n\
+         | serve's peak RSS after those workloads | {:.1} MiB | ≤ 64 MiB |\n\
          | time to attach to the running nginx (median) | {:.0} ms | ≤ 1000 ms |\n\
          | daemon peak RSS | {:.1} MiB | ≤ 64 MiB |\n\
          | daemon CPU during the runs (median) | {:.1} % of one core | — |\n\
@@ -493,6 +562,10 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path) -> Result<String>
         pipeline * 4.0,
         pipe_min * 4.0,
         pipe_max * 4.0,
+        serve_pipeline * 4.0,
+        serve_min * 4.0,
+        serve_max * 4.0,
+        serve_rss as f64 / 1024.0,
         median(attach_ms),
         rss_kib as f64 / 1024.0,
         median(cpu_per_sec) * 100.0,

@@ -7,7 +7,7 @@
 
 use std::{
     env, fs,
-    io::{BufRead, BufReader, Write},
+    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Command, Stdio},
     thread,
@@ -198,23 +198,7 @@ impl DemoNginx {
         let dir = root().join("target").join(name);
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("tmp"))?;
-        run(Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=demo.test",
-            ])
-            .arg("-keyout")
-            .arg(dir.join("key.pem"))
-            .arg("-out")
-            .arg(dir.join("cert.pem"))
-            .stderr(Stdio::null()))?;
+        hstrace_tests::make_cert(&dir, 2048);
         let d = dir.display();
         fs::write(
             dir.join("nginx.conf"),
@@ -291,31 +275,17 @@ fn bench() -> Result<()> {
     Ok(())
 }
 
-/// One client connection of the demo mix.
+/// One client connection of the demo mix; session files are named relative to `dir`.
 fn client(port: u16, dir: &Path, args: &[&str]) -> Result<()> {
-    let mut child = Command::new("openssl")
-        .args([
-            "s_client",
-            "-connect",
-            &format!("127.0.0.1:{port}"),
-            "-servername",
-            "demo.test",
-            "-alpn",
-            "http/1.1",
-            "-ign_eof",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"GET / HTTP/1.0\r\nHost: demo.test\r\n\r\n")?;
-    child.wait()?;
+    let paths: Vec<String> = args
+        .iter()
+        .map(|a| match a.starts_with('-') {
+            true => a.to_string(),
+            false => dir.join(a).display().to_string(),
+        })
+        .collect();
+    let args: Vec<&str> = paths.iter().map(String::as_str).collect();
+    hstrace_tests::s_client(port, &args);
     Ok(())
 }
 

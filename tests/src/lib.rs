@@ -457,6 +457,8 @@ pub struct Traced {
     /// one "close" record per connection, with its totals
     pub closes: Vec<Value>,
     pub stderr: String,
+    /// the exit totals' JSON line (`{"record": "health", …}`), Null if none was printed
+    pub health: Value,
     pub success: bool,
 }
 
@@ -494,10 +496,17 @@ impl Hstrace {
                 serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))
             })
             .partition(|r| r["record"] == "close");
+        let health = self
+            .stderr_seen
+            .iter()
+            .find(|l| l.starts_with("{\"record\":\"health\""))
+            .map(|l| serde_json::from_str(l).expect("the health line is JSON"))
+            .unwrap_or(Value::Null);
         Traced {
             records,
             closes,
             stderr: self.stderr_seen.join("\n"),
+            health,
             success: status.success(),
         }
     }

@@ -578,6 +578,18 @@ fn thousand_back_to_back_handshakes_none_lost() {
         "{}",
         out.stderr
     );
+    // the same accounting as numbers: every connection reported, none lost or open
+    let h = &out.health;
+    assert_eq!(h["tracked"].as_u64(), Some(made + plain), "{h}");
+    assert_eq!(h["reported"].as_u64(), Some(made + plain), "{h}");
+    assert_eq!(h["closes"].as_u64(), Some(made + plain), "{h}");
+    assert_eq!(
+        (h["in_progress"].as_u64(), h["open"].as_u64()),
+        (Some(0), Some(0))
+    );
+    for (cause, n) in h["lost"].as_object().expect("lost by cause") {
+        assert_eq!(n.as_u64(), Some(0), "lost to {cause}: {h}");
+    }
 }
 
 #[test]

@@ -66,14 +66,13 @@ pub async fn traced(opts: Options, duration: Duration, format: ExportFormat) -> 
 /// Ask the daemon at `base` (http://HOST:PORT) for its parameters and print them.
 pub fn from_daemon(base: &str, format: ExportFormat) -> Result<()> {
     let path = match format {
-        ExportFormat::Json | ExportFormat::Table => "/api/v1/parameters",
+        ExportFormat::Json => "/api/v1/parameters",
         ExportFormat::Csv => "/api/v1/parameters?format=csv",
+        ExportFormat::Table => {
+            bail!("--format table is for --duration: use json or csv with --from")
+        }
     };
-    let body = http_get(base, path)?;
-    if format == ExportFormat::Table {
-        bail!("--format table needs the measurement itself: use json or csv with --from");
-    }
-    print!("{body}");
+    print!("{}", http_get(base, path)?);
     Ok(())
 }
 

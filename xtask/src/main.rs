@@ -49,6 +49,9 @@ fn xtask() -> Result<()> {
         Some("demo") => demo(&args[1..]),
         Some("test") => test(&args[1..]),
         Some("vmlinux") => vmlinux(),
+        Some("bench") if args.get(1).map(String::as_str) == Some("serve-memory") => {
+            bench_serve_memory()
+        }
         Some("bench") => bench(),
         _ => {
             eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench | vmlinux");
@@ -204,7 +207,7 @@ impl DemoNginx {
             dir.join("nginx.conf"),
             format!(
                 "daemon on;\nworker_processes {workers};\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-                 events {{ worker_connections 1024; }}\nhttp {{\n  access_log off;\n  \
+                 worker_rlimit_nofile 20000;\nevents {{ worker_connections 18000; }}\nhttp {{\n  access_log off;\n  \
                  client_body_temp_path {d}/tmp/b; proxy_temp_path {d}/tmp/p; fastcgi_temp_path {d}/tmp/f;\n  \
                  uwsgi_temp_path {d}/tmp/u; scgi_temp_path {d}/tmp/s;\n  ssl_protocols TLSv1.2 TLSv1.3;\n  \
                  ssl_session_cache shared:SSL:1m;\n  ssl_session_tickets on;\n  server {{\n    \
@@ -240,6 +243,22 @@ impl Drop for DemoNginx {
     fn drop(&mut self) {
         let _ = Command::new("kill").arg(self.pid.to_string()).status();
     }
+}
+
+/// Only the daemon-memory row of the bench: serve's RSS with many live connections.
+fn bench_serve_memory() -> Result<()> {
+    setup()?;
+    let bin = build()?;
+    let nginx = DemoNginx::start("bench", 1, 18443, 18080)?;
+    let (idle, live, counted) =
+        bench::serve_rss_with_live_connections(&bin, nginx.pid, 18080, bench::LIVE_CONNS)?;
+    println!(
+        "serve's peak RSS: {:.1} MiB with {} idle connections open ({counted:.0} counted in progress), {:.1} MiB with none",
+        live as f64 / 1024.0,
+        bench::LIVE_CONNS,
+        idle as f64 / 1024.0
+    );
+    Ok(())
 }
 
 /// Throughput with and without hstrace, side by side in one run: docs/benchmarks.md.
@@ -378,7 +397,7 @@ fn demo_serve(bin: &Path) -> Result<()> {
     fs::write(
         dir.join("prometheus.yml"),
         format!(
-            "global:\n  scrape_interval: 5s\n  evaluation_interval: 5s\nrule_files:\n  - {}\n\
+            "global:\n  scrape_interval: 2s\n  evaluation_interval: 2s\nrule_files:\n  - {}\n\
              scrape_configs:\n  - job_name: hstrace\n    static_configs:\n      - targets: ['{listen}']\n",
             rules.display()
         ),
@@ -410,7 +429,8 @@ fn demo_serve(bin: &Path) -> Result<()> {
          A client mix runs every 10 s. Ctrl-C stops everything.\n",
         rules = rules.display()
     );
-    let mut last = Instant::now() - Duration::from_secs(60);
+    // the first mix once Prometheus has a sample from before it, so rates have an increase
+    let mut last = Instant::now() - Duration::from_secs(5);
     while !STOP.load(std::sync::atomic::Ordering::Relaxed) {
         if last.elapsed() >= Duration::from_secs(10) {
             drive_demo_mix(port, plain_port, &dir)?;

@@ -1,6 +1,7 @@
 //! A real Prometheus (Debian's package) for the tests: scraping given targets with given
 //! rule files, queried through its HTTP API; promtool; and the queries of a Grafana
-//! dashboard with its variables substituted.
+//! dashboard with its variables substituted (no Grafana server can be installed here, so
+//! the tests run each panel's query themselves).
 
 use std::{
     fs,
@@ -8,40 +9,53 @@ use std::{
     net::TcpStream,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::Value;
 
-use crate::{free_port, work_dir};
+use crate::{free_port, wait_for, work_dir};
 
 /// `prometheus` on a free loopback port with a data dir of its own; killed on drop.
 pub struct Prometheus {
     child: Child,
+    /// host:port of its HTTP API
     pub addr: String,
+    /// its config, `prometheus.log` and TSDB (`data/`, removed on drop)
     pub dir: PathBuf,
+    targets: usize,
 }
 
 impl Prometheus {
-    /// Scrape `targets` (host:port) every `scrape_interval`, evaluating `rule_files` as
-    /// often; wait until it is ready.
+    /// Scrape `targets` (host:port, job "hstrace") every `scrape_interval` ("1s"),
+    /// evaluating `rule_files` as often; wait until it is ready. No targets: nothing is
+    /// scraped (enough to check that queries parse).
     pub fn start(targets: &[String], rule_files: &[PathBuf], scrape_interval: &str) -> Prometheus {
-        let dir = work_dir("prometheus");
-        let addr = format!("127.0.0.1:{}", free_port());
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        // named after the port: two Prometheus servers (parallel tests) never share a dir
+        let dir = work_dir(&format!("prometheus-{port}"));
         let rules: String = rule_files
             .iter()
-            .map(|r| format!("  - {}\n", r.display()))
+            .map(|r| format!("  - '{}'\n", r.display()))
             .collect();
-        let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+        let scrape = if targets.is_empty() {
+            "scrape_configs: []\n".to_owned()
+        } else {
+            let quoted: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+            format!(
+                "scrape_configs:\n  - job_name: hstrace\n    static_configs:\n      - targets: [{}]\n",
+                quoted.join(", ")
+            )
+        };
         let config = format!(
             "global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {scrape_interval}\n\
-             rule_files:\n{rules}\
-             scrape_configs:\n  - job_name: hstrace\n    static_configs:\n      - targets: [{}]\n",
-            targets.join(", ")
+             rule_files:{}\n{rules}{scrape}",
+            if rule_files.is_empty() { " []" } else { "" }
         );
         fs::write(dir.join("prometheus.yml"), config).unwrap();
-        let child = Command::new("prometheus")
+        let log = dir.join("prometheus.log");
+        let child = Command::new("/usr/bin/prometheus")
             .arg(format!(
                 "--config.file={}",
                 dir.join("prometheus.yml").display()
@@ -53,30 +67,38 @@ impl Prometheus {
             .arg(format!("--web.listen-address={addr}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(fs::File::create(dir.join("prometheus.log")).unwrap())
+            .stderr(fs::File::create(&log).unwrap())
             .spawn()
-            .expect("prometheus (`cargo xtask setup` installs it)");
-        let p = Prometheus { child, addr, dir };
-        let start = Instant::now();
-        while http_get_opt(&p.addr, "/-/ready").map(|(s, _)| s) != Some(200) {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "prometheus did not get ready:\n{}",
-                fs::read_to_string(p.dir.join("prometheus.log")).unwrap_or_default()
-            );
-            thread::sleep(Duration::from_millis(200));
-        }
+            .expect("/usr/bin/prometheus (`cargo xtask setup` installs it)");
+        let mut p = Prometheus {
+            child,
+            addr,
+            dir,
+            targets: targets.len(),
+        };
+        let what = format!("prometheus to get ready (its log: {})", log.display());
+        wait_for(&what, Duration::from_secs(30), || {
+            // a config it rejects makes it exit: say so now, not after the timeout
+            if let Ok(Some(status)) = p.child.try_wait() {
+                panic!(
+                    "prometheus exited ({status}):\n{}",
+                    fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            http_get_opt(&p.addr, "/-/ready").map(|(s, _)| s) == Some(200)
+        });
         p
     }
 
-    /// An instant query; panics unless Prometheus answers `success`.
+    /// An instant query: the whole answer; panics with the body unless Prometheus says
+    /// `success` (a syntax error is `error`; a metric it has never seen is an empty result).
     pub fn query(&self, promql: &str) -> Value {
         let (status, body) = http_get(
             &self.addr,
             &format!("/api/v1/query?query={}", url_encode(promql)),
         );
         let v: Value = serde_json::from_str(&body)
-            .unwrap_or_else(|e| panic!("{promql}: not JSON ({e}): {body}"));
+            .unwrap_or_else(|e| panic!("{promql}: not JSON ({e}): {status} {body}"));
         assert!(
             status == 200 && v["status"] == "success",
             "{promql}: {status} {body}"
@@ -84,32 +106,32 @@ impl Prometheus {
         v
     }
 
-    /// Wait until every target has been scraped successfully `n` times.
+    /// Wait until every target has been scraped successfully at least `n` times.
     pub fn wait_for_scrapes(&self, n: usize) {
-        let start = Instant::now();
-        loop {
-            let v = self.query("min(count_over_time(up[1h]))");
-            let ups = self.query("min(up)");
-            let scraped = v["data"]["result"][0]["value"][1]
-                .as_str()
-                .and_then(|s| s.parse::<f64>().ok())
-                .unwrap_or(0.0);
-            let up = ups["data"]["result"][0]["value"][1].as_str() == Some("1");
-            if up && scraped >= n as f64 {
-                return;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "the targets were not scraped {n} times: {v} {ups}"
-            );
-            thread::sleep(Duration::from_millis(250));
+        if self.targets == 0 {
+            return;
         }
+        let what = format!("{} targets to be scraped {n} times", self.targets);
+        wait_for(&what, Duration::from_secs(60), || {
+            // up is 1 for a successful scrape, 0 for a failed one: its sum counts the good
+            // ones, of the target scraped least
+            let good = self.query("min(sum_over_time(up[1h]))");
+            let seen = self.query("count(up)");
+            let num = |v: &Value| {
+                v["data"]["result"][0]["value"][1]
+                    .as_str()
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            num(&seen) as usize == self.targets && num(&good) >= n as f64
+        });
     }
 
-    /// The rules it loaded, and their health.
+    /// The rules it loaded and their health (`/api/v1/rules`).
     pub fn rules(&self) -> Value {
-        let (_, body) = http_get(&self.addr, "/api/v1/rules");
-        serde_json::from_str(&body).unwrap()
+        let (status, body) = http_get(&self.addr, "/api/v1/rules");
+        serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("/api/v1/rules: not JSON ({e}): {status} {body}"))
     }
 }
 
@@ -117,19 +139,21 @@ impl Drop for Prometheus {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // the TSDB is the big part; the config and the log stay for a look after a failure
+        let _ = fs::remove_dir_all(self.dir.join("data"));
     }
 }
 
-/// GET `path` from `addr` (host:port) over HTTP/1.0: (status, body). Panics when nobody
-/// answers.
+/// GET `path` from `addr` (host:port): (status, body). Panics when nobody answers.
 pub fn http_get(addr: &str, path: &str) -> (u16, String) {
-    http_get_opt(addr, path).unwrap_or_else(|| panic!("nothing answers at {addr}"))
+    http_get_opt(addr, path).unwrap_or_else(|| panic!("nothing answers GET {path} at {addr}"))
 }
 
 fn http_get_opt(addr: &str, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    // HTTP/1.0: the body ends when the connection closes, never chunked
+    // HTTP/1.0: the server closes the connection after the body and never sends it
+    // chunked, so reading to the end is the whole parser
     write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).ok()?;
@@ -139,6 +163,7 @@ fn http_get_opt(addr: &str, path: &str) -> Option<(u16, String)> {
     Some((status, body.to_owned()))
 }
 
+/// Percent-encode everything but RFC 3986's unreserved characters.
 fn url_encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
@@ -166,9 +191,12 @@ pub fn promtool(args: &[&str]) -> (bool, String) {
     )
 }
 
-/// Every query of a Grafana dashboard, as (panel title, expr), rows' panels included.
+/// Every query of a Grafana dashboard, as (panel title, expr), in panel order; the panels
+/// of rows (collapsed rows keep theirs in `panels`) included.
 pub fn dashboard_queries(path: &Path) -> Vec<(String, String)> {
-    let d: Value = serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let d: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut out = Vec::new();
     fn walk(panels: &Value, out: &mut Vec<(String, String)>) {
         for p in panels.as_array().into_iter().flatten() {
@@ -185,32 +213,81 @@ pub fn dashboard_queries(path: &Path) -> Vec<(String, String)> {
     out
 }
 
-/// A dashboard query as Grafana would send it: `$server` is `server` (a regex), the
+/// A dashboard query as Grafana would send it: `$server` becomes `server` (put inside
+/// `=~"…"`: a regex, so a concrete server must come regex-escaped, or ".*" for All), the
 /// interval variables a minute, the range an hour.
 pub fn substitute(expr: &str, server: &str) -> String {
-    expr.replace("${server}", server)
-        .replace("[[server]]", server)
-        .replace("$server", server)
-        .replace("${__rate_interval}", "1m")
-        .replace("$__rate_interval", "1m")
-        .replace("${__interval}", "1m")
-        .replace("$__interval", "1m")
-        .replace("${__range}", "1h")
-        .replace("$__range", "1h")
+    // longest names first: `$__range` must not eat the start of `$__range_ms`
+    let vars: [(&str, &str); 15] = [
+        ("${server}", server),
+        ("[[server]]", server),
+        ("$server", server),
+        ("${__rate_interval}", "1m"),
+        ("$__rate_interval", "1m"),
+        ("${__interval_ms}", "60000"),
+        ("$__interval_ms", "60000"),
+        ("${__interval}", "1m"),
+        ("$__interval", "1m"),
+        ("${__range_ms}", "3600000"),
+        ("$__range_ms", "3600000"),
+        ("${__range_s}", "3600"),
+        ("$__range_s", "3600"),
+        ("${__range}", "1h"),
+        ("$__range", "1h"),
+    ];
+    vars.iter()
+        .fold(expr.to_owned(), |e, (var, value)| e.replace(var, value))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn dashboard() -> PathBuf {
+        crate::workspace().join("dashboards/hstrace.json")
+    }
+
     #[test]
     fn every_panel_has_a_query_and_no_variable_is_left() {
-        let queries = dashboard_queries(&crate::workspace().join("dashboards/hstrace.json"));
-        assert!(queries.len() >= 12, "{queries:?}");
-        for (title, expr) in &queries {
-            let q = substitute(expr, "nginx:443");
-            assert!(!q.contains('$'), "{title}: {q}");
+        let path = dashboard();
+        let d: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+        let queries = dashboard_queries(&path);
+        // every panel but a row (a heading) has at least one query
+        for p in d["panels"].as_array().unwrap() {
+            let title = p["title"].as_str().unwrap();
+            if p["type"] != "row" {
+                assert!(
+                    queries.iter().any(|(t, _)| t == title),
+                    "panel {title:?} has no query"
+                );
+            }
         }
+        assert!(queries.len() >= 16, "{queries:?}");
+        for (title, expr) in &queries {
+            assert!(expr.contains("server=~\"$server\""), "{title}: {expr}");
+            for server in ["nginx:443", ".*"] {
+                let q = substitute(expr, server);
+                assert!(!q.contains('$'), "{title}: {q}");
+            }
+        }
+    }
+
+    #[test]
+    fn dashboard_queries_walks_rows() {
+        let dir = crate::work_dir("prometheus-unit-rows");
+        let path = dir.join("d.json");
+        let d = r#"{"panels": [
+            {"type": "timeseries", "title": "top", "targets": [{"expr": "a"}, {"expr": "b"}]},
+            {"type": "row", "title": "collapsed", "collapsed": true, "panels": [
+                {"type": "stat", "title": "inside", "targets": [{"expr": "c"}]},
+                {"type": "text", "title": "no query"}]},
+            {"type": "table", "title": "other datasource", "targets": [{"rawSql": "x"}]}]}"#;
+        fs::write(&path, d).unwrap();
+        let pair = |t: &str, e: &str| (t.to_owned(), e.to_owned());
+        assert_eq!(
+            dashboard_queries(&path),
+            [pair("top", "a"), pair("top", "b"), pair("inside", "c")]
+        );
     }
 
     #[test]
@@ -222,6 +299,27 @@ mod tests {
             ),
             "rate(x{server=~\".*\"}[1m]) + y{s=\".*\"}[1h]"
         );
+        assert_eq!(
+            substitute(
+                "x{server=~\"[[server]]\"}[${__rate_interval}] / $__range_s / $__interval_ms[$__interval]",
+                "nginx:18443"
+            ),
+            "x{server=~\"nginx:18443\"}[1m] / 3600 / 60000[1m]"
+        );
         assert_eq!(url_encode("a b{c=\"d\"}"), "a%20b%7Bc%3D%22d%22%7D");
+    }
+
+    /// Every dashboard query, variables substituted, parses in a real Prometheus: a syntax
+    /// error is an `error` answer, a metric it never saw (nothing is scraped here) an empty
+    /// `success`. (The rules' expressions: `promtool check rules`.)
+    #[test]
+    fn every_dashboard_query_parses_in_prometheus() {
+        let prom = Prometheus::start(&[], &[], "1s");
+        for (title, expr) in dashboard_queries(&dashboard()) {
+            for server in ["nginx:18443", ".*"] {
+                let v = prom.query(&substitute(&expr, server));
+                assert_eq!(v["data"]["result"], Value::Array(vec![]), "{title}: {v}");
+            }
+        }
     }
 }

@@ -10,7 +10,7 @@ use std::{
     process::{Child, Command, Stdio},
     sync::mpsc,
     thread,
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use serde_json::Value;
@@ -656,9 +656,15 @@ pub fn dribble_exchange(port: u16, bytes: &[u8], piece: usize) -> Vec<u8> {
 /// flight (1: its first bytes; 2: its first bytes after the server's first answer; …)
 /// for `delay` before passing it on: a known network delay on loopback, where there is
 /// no netem. One connection at a time; it stops when dropped.
+///
+/// It also measures, as ground truth, how long the server waited on the wire for each
+/// client flight after its first: from the proxy's read of the last bytes of the server's
+/// previous flight to its write of the flight's first bytes to the server (delay
+/// included). That is the server's wait for the client, less two loopback hops.
 pub struct DelayProxy {
     pub port: u16,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    waits: std::sync::Arc<std::sync::Mutex<Vec<(u32, Duration)>>>,
 }
 
 impl DelayProxy {
@@ -682,6 +688,8 @@ impl DelayProxy {
         let port = listener.local_addr().unwrap().port();
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
+        let waits = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let measured = waits.clone();
         thread::spawn(move || {
             while !stopped.load(Ordering::Relaxed) {
                 let Ok((client, _)) = listener.accept() else {
@@ -694,9 +702,10 @@ impl DelayProxy {
                 server.set_nodelay(true).unwrap();
                 // flights: odd while the client speaks, even while the server does
                 let turn = Arc::new(AtomicU32::new(0));
+                let last_down = Arc::new(std::sync::Mutex::new(None::<SystemTime>));
                 let (mut c_in, mut s_out) =
                     (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let t = turn.clone();
+                let (t, down, measured) = (turn.clone(), last_down.clone(), measured.clone());
                 let up = thread::spawn(move || {
                     let mut buf = [0u8; 16384];
                     while let Ok(mut n) = c_in.read(&mut buf) {
@@ -718,6 +727,10 @@ impl DelayProxy {
                                     c_in.set_nonblocking(false).unwrap();
                                 }
                             }
+                            if let Some(since) = *down.lock().unwrap() {
+                                let wait = SystemTime::now().duration_since(since);
+                                measured.lock().unwrap().push((f, wait.unwrap_or_default()));
+                            }
                         }
                         if s_out.write_all(&buf[..n]).is_err() {
                             break;
@@ -725,12 +738,14 @@ impl DelayProxy {
                     }
                     let _ = s_out.shutdown(std::net::Shutdown::Write);
                 });
-                let (mut s_in, mut c_out) = (server, client);
+                let (s_in, mut c_out) = (server, client);
+                stamp_reads(&s_in);
                 let mut buf = [0u8; 16384];
-                while let Ok(n) = s_in.read(&mut buf) {
+                while let Ok((n, arrived)) = recv_stamped(&s_in, &mut buf) {
                     if n == 0 {
                         break;
                     }
+                    *last_down.lock().unwrap() = Some(arrived);
                     if turn.load(Ordering::SeqCst) % 2 == 1 {
                         turn.fetch_add(1, Ordering::SeqCst);
                     }
@@ -742,8 +757,70 @@ impl DelayProxy {
                 let _ = up.join();
             }
         });
-        DelayProxy { port, stop }
+        DelayProxy { port, stop, waits }
     }
+
+    /// The measured wait for the client's `flight`-th flight (2 or later) on the last
+    /// connection that reached it.
+    pub fn wait_for(&self, flight: u32) -> Option<Duration> {
+        let waits = self.waits.lock().unwrap();
+        waits.iter().rev().find(|(f, _)| *f == flight).map(|(_, d)| *d)
+    }
+}
+
+/// Asks the kernel to stamp every read from `s` with the receive time (SO_TIMESTAMPNS).
+fn stamp_reads(s: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket and an int option of the right size.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            &on as *const _ as *const libc::c_void,
+            std::mem::size_of_val(&on) as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_TIMESTAMPNS: {}", std::io::Error::last_os_error());
+}
+
+/// One read from a socket set up by `stamp_reads`, with the kernel's receive time of the
+/// last bytes read: on loopback, the moment the peer wrote them, however late this thread
+/// is scheduled to read them.
+fn recv_stamped(s: &TcpStream, buf: &mut [u8]) -> std::io::Result<(usize, SystemTime)> {
+    use std::os::fd::AsRawFd;
+    let fd = s.as_raw_fd();
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 16];
+    // SAFETY: msghdr is plain data; every pointer in it outlives the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: as above.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut arrived = SystemTime::now();
+    // SAFETY: the CMSG macros walk the control buffer the kernel just filled.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_TIMESTAMPNS {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                arrived = SystemTime::UNIX_EPOCH
+                    + Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, arrived))
 }
 
 impl Drop for DelayProxy {

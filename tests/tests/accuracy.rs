@@ -7,8 +7,9 @@ use hstrace_tests::*;
 use serde_json::Value;
 
 /// One TLS 1.2 full handshake and request through a proxy that holds the client's
-/// `flight`-th flight for `delay_ms`; returns its record.
-fn through_proxy(nginx: &TestServer, flight: u32, delay_ms: u64) -> Value {
+/// `flight`-th flight for `delay_ms`; returns its record and the proxy's ground truth: the
+/// server's wait on the wire for client flight 2 and for the request (flight 3).
+fn through_proxy(nginx: &TestServer, flight: u32, delay_ms: u64) -> (Value, [f64; 2]) {
     let proxy = DelayProxy::start(nginx.port, flight, Duration::from_millis(delay_ms));
     let port = nginx.port.to_string();
     let tracer = Hstrace::start(&["--port", &port]);
@@ -16,7 +17,14 @@ fn through_proxy(nginx: &TestServer, flight: u32, delay_ms: u64) -> Value {
     assert!(out.contains("New, TLSv1.2"), "{out}");
     let traced = tracer.stop();
     assert_eq!(traced.records.len(), 1, "{:?}", traced.records);
-    traced.records[0].clone()
+    let wire = [2, 3].map(|f| {
+        proxy
+            .wait_for(f)
+            .unwrap_or_else(|| panic!("the proxy saw no client flight {f}"))
+            .as_secs_f64()
+            * 1e3
+    });
+    (traced.records[0].clone(), wire)
 }
 
 fn stage_ms(r: &Value, s: &str) -> f64 {
@@ -26,26 +34,29 @@ fn stage_ms(r: &Value, s: &str) -> f64 {
         / 1e6
 }
 
-/// Holding a client flight for D ms moves exactly D ms into the stage that waits for it,
-/// compared with the same handshake through the proxy with no delay; the server's own
-/// stages do not absorb it.
-fn delay_lands_in(flight: u32, stage: &str) {
-    let nginx = Nginx::start(&format!("accuracy-{stage}"), 1);
-    let base = through_proxy(&nginx, flight, 0);
-    for d in [25u64, 60] {
-        let r = through_proxy(&nginx, flight, d);
+/// Holding a client flight for D ms lands in the stage that waits for it and nowhere
+/// else: each wait stage matches, within 2 ms, the wait the proxy measured on the wire for
+/// its flight (D included for the held one); since the stages add up to the handshake
+/// (check_stages), the server's own stages cannot have absorbed it. The ground truth is
+/// the proxy's kernel receive stamps on this very connection, not a difference from an
+/// earlier undelayed run: the client's time to compute its flight varies by several ms
+/// between runs on a loaded machine (CI failed on exactly that), and a VM's stolen time
+/// can stretch any stage by 100+ ms, so no fixed bound on a service stage holds here.
+fn delay_lands_in(flight: u32) {
+    let nginx = Nginx::start(&format!("accuracy-{flight}"), 1);
+    for d in [0u64, 25, 60] {
+        let (r, wire) = through_proxy(&nginx, flight, d);
         check_stages(&r);
-        let added = stage_ms(&r, stage) - stage_ms(&base, stage);
-        eprintln!("held flight {flight} for {d} ms: {stage} grew by {added:.2} ms");
-        assert!(
-            (added - d as f64).abs() <= 2.0,
-            "{stage} grew by {added:.2} ms for a {d} ms delay: {r}"
-        );
-        for service in ["server_flight_1", "server_flight_2", "response"] {
-            let ms = stage_ms(&r, service);
+        let held = wire[flight as usize - 2];
+        assert!(held >= d as f64, "the proxy held flight {flight} {held:.2} ms < {d} ms");
+        for (stage, wire_ms) in [("wait_client_flight_2", wire[0]), ("wait_request", wire[1])] {
+            let traced = stage_ms(&r, stage);
+            eprintln!(
+                "held flight {flight} for {d} ms: {stage} {traced:.2} ms, on the wire {wire_ms:.2} ms"
+            );
             assert!(
-                ms < 10.0,
-                "{service} took {ms:.2} ms with a {d} ms network delay: {r}"
+                (traced - wire_ms).abs() <= 2.0,
+                "{stage} is {traced:.2} ms, the proxy measured {wire_ms:.2} ms (flight {flight} held {d} ms): {r}"
             );
         }
     }
@@ -53,13 +64,13 @@ fn delay_lands_in(flight: u32, stage: &str) {
 
 #[test]
 fn known_delay_of_client_flight_2() {
-    delay_lands_in(2, "wait_client_flight_2");
+    delay_lands_in(2);
 }
 
 #[test]
 fn known_delay_of_the_request() {
     // TLS 1.2 full: ClientHello, flight 2, then (after the server's Finished) the request
-    delay_lands_in(3, "wait_request");
+    delay_lands_in(3);
 }
 
 /// Seconds per RSA private-key operation (sign) of `bits`, from `openssl speed` on this

@@ -25,7 +25,7 @@ use crate::{
     health::Health,
     record::{CloseRecord, Record},
     sink::Sink,
-    stage::Kind,
+    stage::{Kind, Stage},
 };
 
 /// Stage buckets: 10 µs · 2^k up to ~42 s (23 buckets), resolving microseconds.
@@ -126,6 +126,11 @@ pub struct Metrics {
     uprobe_failures: Counter,
     sni_folded: Counter,
     sni: SniLabels,
+    /// each server's series, looked up once
+    servers: Vec<ServerSeries>,
+    /// the records counter's two series
+    records_connection: Counter,
+    records_close: Counter,
     /// the health last seen, to turn the tracer's totals into counter increments
     last: Health,
 }
@@ -151,7 +156,17 @@ impl Metrics {
             uprobe_failures: Counter::default(),
             sni_folded: Counter::default(),
             sni: SniLabels::new(max_sni),
+            servers: Vec::new(),
+            records_connection: Counter::default(),
+            records_close: Counter::default(),
             last: Health::default(),
+        };
+        let m = Metrics {
+            records_connection: m.records.get_or_create_owned(&RecordLabels {
+                record: "connection",
+            }),
+            records_close: m.records.get_or_create_owned(&RecordLabels { record: "close" }),
+            ..m
         };
         let r = registry;
         r.register_with_unit(
@@ -241,38 +256,84 @@ impl Metrics {
         self.sni.admitted.len()
     }
 
+    /// The series of `r`'s server, found by comm and port without formatting its name.
+    fn server_series(&mut self, r: &Record) -> usize {
+        if let Some(i) = self
+            .servers
+            .iter()
+            .position(|s| s.port == r.local_port && s.comm == r.comm)
+        {
+            return i;
+        }
+        self.servers.push(ServerSeries {
+            comm: r.comm.clone(),
+            port: r.local_port,
+            name: r.server(),
+            kinds: Default::default(),
+        });
+        self.servers.len() - 1
+    }
+
     fn count(&mut self, r: &Record) {
-        let server = r.server();
+        let i = self.server_series(r);
+        let Metrics {
+            stage: stage_family,
+            stage_cpu: cpu_family,
+            connections: connection_family,
+            servers,
+            ..
+        } = self;
+        let series = &mut servers[i];
+        let server = &series.name;
         let kind = r.kind.name();
+        let of_kind = &mut series.kinds[r.kind as usize];
         for (stage, ns) in &r.stages_ns.0 {
-            self.stage
-                .get_or_create(&StageLabels {
-                    server: server.clone(),
-                    stage: stage.name(),
-                    stage_class: stage.class().name(),
-                    kind,
+            of_kind.stage[stage.index()]
+                .get_or_insert_with(|| {
+                    stage_family.get_or_create_owned(&StageLabels {
+                        server: server.clone(),
+                        stage: stage.name(),
+                        stage_class: stage.class().name(),
+                        kind,
+                    })
                 })
                 .observe(*ns as f64 * 1e-9);
         }
         for (stage, ns) in &r.cpu_ns.0 {
-            self.stage_cpu
-                .get_or_create(&CpuLabels {
-                    server: server.clone(),
-                    stage: stage.name(),
-                    kind,
+            of_kind.cpu[stage.index()]
+                .get_or_insert_with(|| {
+                    cpu_family.get_or_create_owned(&CpuLabels {
+                        server: server.clone(),
+                        stage: stage.name(),
+                        kind,
+                    })
                 })
                 .inc_by(*ns as f64 * 1e-9);
         }
         let tls_version = r.tls_version.unwrap_or("none");
-        self.connections
-            .get_or_create(&ConnectionLabels {
-                server: server.clone(),
-                protocol: r.protocol,
-                kind,
-                tls_version,
-                cipher: r.cipher.clone().unwrap_or_else(|| "none".into()),
-            })
-            .inc();
+        let cipher = r.cipher.as_deref().unwrap_or("none");
+        let connections = match of_kind
+            .connections
+            .iter()
+            .find(|(p, v, c, _)| *p == r.protocol && *v == tls_version && c == cipher)
+        {
+            Some((.., counter)) => counter,
+            None => {
+                let counter = connection_family.get_or_create_owned(&ConnectionLabels {
+                    server: server.clone(),
+                    protocol: r.protocol,
+                    kind,
+                    tls_version,
+                    cipher: cipher.to_owned(),
+                });
+                of_kind
+                    .connections
+                    .push((r.protocol, tls_version, cipher.to_owned(), counter));
+                &of_kind.connections.last().expect("pushed").3
+            }
+        };
+        connections.inc();
+        let server = server.clone();
         if let (Some(reason), Some(stage)) = (r.failure, r.failed_in) {
             self.failures
                 .get_or_create(&FailureLabels {
@@ -286,13 +347,20 @@ impl Metrics {
             return;
         }
         if let Some(h) = r.handshake_ns {
-            self.handshake
-                .get_or_create(&HandshakeLabels {
-                    server: server.clone(),
-                    kind,
-                    tls_version,
-                })
-                .observe(h as f64 * 1e-9);
+            let cached = &mut self.servers[i].kinds[r.kind as usize].handshake;
+            let histogram = match cached.iter().position(|(v, _)| *v == tls_version) {
+                Some(j) => &cached[j].1,
+                None => {
+                    let histogram = self.handshake.get_or_create_owned(&HandshakeLabels {
+                        server: server.clone(),
+                        kind,
+                        tls_version,
+                    });
+                    cached.push((tls_version, histogram));
+                    &cached.last().expect("pushed").1
+                }
+            };
+            histogram.observe(h as f64 * 1e-9);
         }
         let sni = self.sni.label(r.sni.as_deref());
         if sni == OTHER {
@@ -359,18 +427,12 @@ impl Metrics {
 impl Sink for Metrics {
     fn connection(&mut self, r: &Record) -> std::io::Result<()> {
         self.count(r);
-        self.records
-            .get_or_create(&RecordLabels {
-                record: "connection",
-            })
-            .inc();
+        self.records_connection.inc();
         Ok(())
     }
 
     fn close(&mut self, _c: &CloseRecord) -> std::io::Result<()> {
-        self.records
-            .get_or_create(&RecordLabels { record: "close" })
-            .inc();
+        self.records_close.inc();
         Ok(())
     }
 
@@ -378,6 +440,28 @@ impl Sink for Metrics {
         self.health(health);
         Ok(())
     }
+}
+
+/// The series one server's connections of one kind update, looked up by label set once
+/// and kept: hashing label sets per record was a fifth of serve's pipeline time.
+#[derive(Default)]
+struct KindSeries {
+    stage: [Option<Histogram>; Stage::ALL.len()],
+    cpu: [Option<Counter<f64>>; Stage::ALL.len()],
+    /// by TLS version
+    handshake: Vec<(&'static str, Histogram)>,
+    /// by protocol, TLS version and cipher
+    connections: Vec<(&'static str, &'static str, String, Counter)>,
+}
+
+/// A server's series (`server` is bounded by the listeners selected, not by the wire).
+struct ServerSeries {
+    comm: String,
+    port: u16,
+    /// "comm:port"
+    name: String,
+    /// by `Kind` (declaration order)
+    kinds: [KindSeries; Kind::ALL.len()],
 }
 
 /// The SNI label value of connections whose SNI has no series of its own.

@@ -192,7 +192,14 @@ impl Estimator {
             OTHER_SERVER
         };
         let slot = self.slots.last_mut().expect("pushed above");
-        slot.servers.entry(server.to_owned()).or_default().add(s);
+        match slot.servers.get_mut(server) {
+            Some(acc) => acc.add(s),
+            None => slot
+                .servers
+                .entry(server.to_owned())
+                .or_default()
+                .add(s),
+        }
     }
 
     /// The parameters over the window ending at `now` (`wall_now`: the same instant on the

@@ -31,7 +31,16 @@ impl Prometheus {
     /// evaluating `rule_files` as often; wait until it is ready. No targets: nothing is
     /// scraped (enough to check that queries parse).
     pub fn start(targets: &[String], rule_files: &[PathBuf], scrape_interval: &str) -> Prometheus {
-        let port = free_port();
+        Self::start_on(free_port(), targets, rule_files, scrape_interval)
+    }
+
+    /// The same on a chosen loopback port (the demo prints its URL).
+    pub fn start_on(
+        port: u16,
+        targets: &[String],
+        rule_files: &[PathBuf],
+        scrape_interval: &str,
+    ) -> Prometheus {
         let addr = format!("127.0.0.1:{port}");
         // named after the port: two Prometheus servers (parallel tests) never share a dir
         let dir = work_dir(&format!("prometheus-{port}"));

@@ -394,27 +394,12 @@ fn demo_serve(bin: &Path) -> Result<()> {
         .args(["serve", "--pid", &nginx.pid.to_string(), "--listen", listen])
         .spawn()?;
     let rules = root().join("dashboards/prometheus/rules.yml");
-    fs::write(
-        dir.join("prometheus.yml"),
-        format!(
-            "global:\n  scrape_interval: 2s\n  evaluation_interval: 2s\nrule_files:\n  - {}\n\
-             scrape_configs:\n  - job_name: hstrace\n    static_configs:\n      - targets: ['{listen}']\n",
-            rules.display()
-        ),
-    )?;
-    let mut prom = Command::new("prometheus")
-        .arg(format!(
-            "--config.file={}",
-            dir.join("prometheus.yml").display()
-        ))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("prometheus-data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(dir.join("prometheus.log"))?)
-        .spawn()?;
+    let prom = hstrace_tests::prometheus::Prometheus::start_on(
+        prom_port,
+        &[listen.to_owned()],
+        &[rules.clone()],
+        "2s",
+    );
     thread::sleep(Duration::from_secs(3));
     let server = format!("nginx:{port}");
     println!(
@@ -439,10 +424,9 @@ fn demo_serve(bin: &Path) -> Result<()> {
         thread::sleep(Duration::from_millis(200));
     }
     eprintln!("\nxtask: stopping");
-    for child in [&mut serve, &mut prom] {
-        // SAFETY: plain kill(2) on our own children (they may have had the SIGINT already)
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-        let _ = child.wait();
-    }
+    // SAFETY: plain kill(2) on our own child (it may have had the SIGINT already)
+    unsafe { libc::kill(serve.id() as i32, libc::SIGINT) };
+    let _ = serve.wait();
+    drop(prom);
     Ok(())
 }

@@ -24,6 +24,7 @@
 //! - `metrics`: `serve`'s Prometheus metrics (every name and label)
 //! - `params`: the measured stage parameters (`hstrace.parameters/v1`)
 //! - `trace`, `serve`, `export`: the commands
+//! - `model`: seed 002's queueing model, solved from the parameters (`hstrace model`)
 //! - `bench`: figures for `cargo xtask bench`
 
 pub mod abi;
@@ -34,6 +35,7 @@ pub mod export;
 pub mod health;
 pub mod json;
 pub mod metrics;
+pub mod model;
 pub mod params;
 pub mod preflight;
 pub mod print;

@@ -1,11 +1,12 @@
 //! The `hstrace` command line: parses and checks options, then wires a command.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hstrace::{
     export::{self, ExportFormat},
+    model::{self, knobs, ModelFormat, ModelOptions},
     print::Format,
     probes::Uprobes,
     serve::{self, ServeOptions},
@@ -45,6 +46,13 @@ enum ExportFormatArg {
     Json,
     Csv,
     Table,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ModelFormatArg {
+    Text,
+    Json,
+    Csv,
 }
 
 /// What to trace and how: the same for trace, serve and export.
@@ -137,6 +145,69 @@ enum Command {
         /// json (hstrace.parameters/v1), csv (a row per server, class and stage), table
         #[arg(long, value_enum, default_value = "json")]
         format: ExportFormatArg,
+    },
+    /// Solve seed 002's queueing model from measured stage parameters: throughput and
+    /// response time for N users, per request class, with what-if knobs
+    Model {
+        /// A hstrace.parameters/v1 file (`hstrace export`'s JSON, or written by hand)
+        #[arg(long, value_name = "FILE")]
+        params: Option<String>,
+        /// Ask the `hstrace serve` at this address (e.g. http://127.0.0.1:9725)
+        #[arg(long, value_name = "URL")]
+        from: Option<String>,
+        /// PromQL over the daemons' metrics in this Prometheus, summed across hosts
+        /// (e.g. http://prom:9090)
+        #[arg(long, value_name = "URL")]
+        from_prometheus: Option<String>,
+        /// With --from-prometheus: the seconds the stage means and class shares cover
+        #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+        window: f64,
+        /// The server (`comm:port`, e.g. nginx:443); default: the one with the most connections
+        #[arg(long, value_name = "SERVER")]
+        server: Option<String>,
+        /// User counts: 1,10,50 or 1..400 (every integer) or 1..400:10 (every 10th, and
+        /// 400); default: 1 to twice N* in about 50 steps
+        #[arg(long, value_name = "LIST")]
+        users: Option<String>,
+        /// Mean think time between a user's requests (2s, 500ms, or seconds)
+        #[arg(long, default_value = "2s", value_name = "TIME")]
+        think_time: String,
+        /// The share of requests that are TLS (seed 002's p), full : resumed kept; a list
+        /// (0.1,0.2,0.3) gives one curve each
+        #[arg(long, value_name = "P[,P…]", allow_hyphen_values = true)]
+        secure_fraction: Option<String>,
+        /// The share of TLS requests that resume a session (the TLS share kept)
+        #[arg(long, value_name = "R", allow_negative_numbers = true)]
+        hit_ratio: Option<f64>,
+        /// Divide every service demand by K (a K times faster CPU)
+        #[arg(
+            long,
+            default_value_t = 1.0,
+            value_name = "K",
+            allow_negative_numbers = true
+        )]
+        cpu_speedup: f64,
+        /// Multiply one stage's mean by K wherever it occurs (e.g. server_flight_2=4 for a
+        /// costlier key); repeatable
+        #[arg(long, value_name = "STAGE=K", allow_hyphen_values = true)]
+        scale_stage: Vec<String>,
+        /// Processors of the web server (a c-server processor-sharing station)
+        #[arg(
+            long,
+            default_value_t = 1,
+            value_name = "C",
+            allow_negative_numbers = true
+        )]
+        servers: i64,
+        /// text (a table), json (hstrace.model/v1), csv (a row per curve, N and class)
+        #[arg(long, value_enum, default_value = "text")]
+        format: ModelFormatArg,
+        /// Draw response time against users per class to this SVG file
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+        /// Measured points to draw on the --plot (CSV: users,response_s[,class])
+        #[arg(long, value_name = "FILE")]
+        measured: Option<PathBuf>,
     },
 }
 
@@ -270,6 +341,70 @@ fn run(cli: Cli) -> Result<()> {
                     "say where the parameters come from: --duration SECONDS (trace now) or --from http://HOST:PORT (a running hstrace serve)"
                 ),
             }
+        }
+        Command::Model {
+            params,
+            from,
+            from_prometheus,
+            window,
+            server,
+            users,
+            think_time,
+            secure_fraction,
+            hit_ratio,
+            cpu_speedup,
+            scale_stage,
+            servers,
+            format,
+            plot,
+            measured,
+        } => {
+            let source = match (params, from, from_prometheus) {
+                (Some(f), None, None) => model::Source::File(f),
+                (None, Some(u), None) => model::Source::Daemon(u),
+                (None, None, Some(u)) => model::Source::Prometheus {
+                    url: u,
+                    window_s: seconds("--window", window)?.as_secs().max(1),
+                },
+                _ => bail!(
+                    "give exactly one of --params FILE, --from http://HOST:PORT (a running hstrace serve) or --from-prometheus http://HOST:PORT"
+                ),
+            };
+            if !(1..=i64::from(knobs::MAX_SERVERS)).contains(&servers) {
+                bail!(
+                    "--servers {servers} is not a number of processors: give 1 to {}",
+                    knobs::MAX_SERVERS
+                );
+            }
+            let knobs = knobs::Knobs {
+                think_s: knobs::parse_seconds("--think-time", &think_time)?,
+                servers: servers as u32,
+                hit_ratio: hit_ratio
+                    .map(|r| knobs::check_fraction("--hit-ratio", r))
+                    .transpose()?,
+                cpu_speedup: knobs::check_factor("--cpu-speedup", cpu_speedup)?,
+                scale_stages: scale_stage
+                    .iter()
+                    .map(|s| knobs::parse_scale(s))
+                    .collect::<Result<_>>()?,
+            };
+            model::run(ModelOptions {
+                source,
+                server,
+                users: users.map(|u| knobs::parse_users(&u)).transpose()?,
+                secure_fractions: match secure_fraction {
+                    Some(p) => knobs::parse_fractions("--secure-fraction", &p)?,
+                    None => Vec::new(),
+                },
+                knobs,
+                format: match format {
+                    ModelFormatArg::Text => ModelFormat::Text,
+                    ModelFormatArg::Json => ModelFormat::Json,
+                    ModelFormatArg::Csv => ModelFormat::Csv,
+                },
+                plot,
+                measured,
+            })
         }
     }
 }

@@ -165,7 +165,9 @@ impl Metrics {
             records_connection: m.records.get_or_create_owned(&RecordLabels {
                 record: "connection",
             }),
-            records_close: m.records.get_or_create_owned(&RecordLabels { record: "close" }),
+            records_close: m
+                .records
+                .get_or_create_owned(&RecordLabels { record: "close" }),
             ..m
         };
         let r = registry;

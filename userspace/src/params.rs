@@ -194,11 +194,7 @@ impl Estimator {
         let slot = self.slots.last_mut().expect("pushed above");
         match slot.servers.get_mut(server) {
             Some(acc) => acc.add(s),
-            None => slot
-                .servers
-                .entry(server.to_owned())
-                .or_default()
-                .add(s),
+            None => slot.servers.entry(server.to_owned()).or_default().add(s),
         }
     }
 

@@ -228,7 +228,7 @@ impl Record {
 mod tests {
     use super::*;
     use crate::{
-        abi::{self, Close, Conn},
+        abi::{self, Close},
         clock::Clock,
         record::{build, Hellos},
         stage::Resumption,

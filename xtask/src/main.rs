@@ -397,7 +397,7 @@ fn demo_serve(bin: &Path) -> Result<()> {
     let prom = hstrace_tests::prometheus::Prometheus::start_on(
         prom_port,
         &[listen.to_owned()],
-        &[rules.clone()],
+        std::slice::from_ref(&rules),
         "2s",
     );
     thread::sleep(Duration::from_secs(3));

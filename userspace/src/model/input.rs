@@ -1,0 +1,439 @@
+//! Where the model's parameters come from: a `hstrace.parameters/v1` document (a file, or a
+//! running daemon's `/api/v1/parameters`) or PromQL over the daemons' metrics in the user's
+//! Prometheus. Each gives, per request class, its share of requests and the mean of every
+//! stage it has, with the stage's class (service, queue, delay).
+
+use std::collections::BTreeMap;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+
+use crate::{
+    export::http_get,
+    stage::{Kind, RequestClass, Stage, StageClass},
+};
+
+/// The schema `hstrace export` and `/api/v1/parameters` write.
+pub const PARAMETERS_SCHEMA: &str = "hstrace.parameters/v1";
+
+/// One stage's mean, as measured (or transcribed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageMean {
+    /// a stage of hstrace's table, or, in a hand-written file, a stage it has no name for
+    /// (seed 002's SSLv2 `server_finish`)
+    pub name: String,
+    pub class: StageClass,
+    pub mean_s: f64,
+}
+
+/// One request class of a server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassInput {
+    pub class: RequestClass,
+    /// the class's part of the server's requests
+    pub share: f64,
+    /// empty when the class was not seen
+    pub stages: Vec<StageMean>,
+}
+
+impl ClassInput {
+    pub fn measured(&self) -> bool {
+        !self.stages.is_empty()
+    }
+}
+
+/// One server's parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerInput {
+    pub server: String,
+    /// connections in the window (picks the default server)
+    pub connections: f64,
+    /// `RequestClass::ALL` order
+    pub classes: [ClassInput; 3],
+}
+
+fn stage_class(name: &str) -> Option<StageClass> {
+    StageClass::ALL.into_iter().find(|k| k.name() == name)
+}
+
+fn number(v: &Value, what: &dyn Fn() -> String) -> Result<f64> {
+    v.as_f64()
+        .filter(|x| x.is_finite())
+        .ok_or_else(|| anyhow!("{} is not a number", what()))
+}
+
+/// The servers of a `hstrace.parameters/v1` document; `origin` names it in errors.
+pub fn parse_parameters(text: &str, origin: &str) -> Result<Vec<ServerInput>> {
+    let doc: Value = serde_json::from_str(text).map_err(|e| {
+        anyhow!("{origin} is not JSON ({e}): give the {PARAMETERS_SCHEMA} JSON that `hstrace export` writes")
+    })?;
+    let schema = doc.get("schema").and_then(Value::as_str).unwrap_or("none");
+    if schema != PARAMETERS_SCHEMA {
+        bail!("{origin} has schema {schema:?}, not {PARAMETERS_SCHEMA:?}: give the JSON that `hstrace export` or a daemon's /api/v1/parameters writes");
+    }
+    let servers = doc
+        .get("servers")
+        .and_then(Value::as_array)
+        .ok_or_else(|| anyhow!("{origin} has no \"servers\" array"))?;
+    servers.iter().map(|s| parse_server(s, origin)).collect()
+}
+
+fn parse_server(s: &Value, origin: &str) -> Result<ServerInput> {
+    let server = s
+        .get("server")
+        .and_then(Value::as_str)
+        .ok_or_else(|| anyhow!("{origin}: a server has no \"server\" name"))?
+        .to_owned();
+    let connections = match s.get("connections") {
+        None | Some(Value::Null) => 0.0,
+        Some(v) => number(v, &|| format!("{origin}: {server}'s \"connections\""))?,
+    };
+    let classes = RequestClass::ALL.map(|class| parse_class(s, &server, class, origin));
+    let [a, b, c] = classes;
+    Ok(ServerInput {
+        server,
+        connections,
+        classes: [a?, b?, c?],
+    })
+}
+
+fn parse_class(s: &Value, server: &str, class: RequestClass, origin: &str) -> Result<ClassInput> {
+    let name = class.name();
+    let c = s.get("classes").and_then(|m| m.get(name)).ok_or_else(|| {
+        anyhow!("{origin}: server {server} has no class {name:?}: a parameters file needs tls_full, tls_resumed and plain (give one not measured \"share\": 0 and \"stages\": {{}})")
+    })?;
+    let share = number(c.get("share").unwrap_or(&Value::Null), &|| {
+        format!("{origin}: {server} {name}'s \"share\"")
+    })?;
+    if !(0.0..=1.0).contains(&share) {
+        bail!("{origin}: {server} {name}'s share {share} is not between 0 and 1");
+    }
+    let stages = c
+        .get("stages")
+        .and_then(Value::as_object)
+        .ok_or_else(|| anyhow!("{origin}: {server} {name} has no \"stages\" object"))?;
+    let stages = stages
+        .iter()
+        .map(|(stage, v)| {
+            let what = || format!("{origin}: {server} {name} stage {stage}");
+            let k = v.get("class").and_then(Value::as_str).unwrap_or("none");
+            let class = stage_class(k)
+                .ok_or_else(|| anyhow!("{}: class {k:?} is not service, queue or delay", what()))?;
+            if let Some(known) = Stage::from_name(stage) {
+                if known.class() != class {
+                    bail!(
+                        "{}: hstrace's stage table makes it {}, not {}",
+                        what(),
+                        known.class().name(),
+                        class.name()
+                    );
+                }
+            }
+            let mean_s = number(v.get("mean_s").unwrap_or(&Value::Null), &|| {
+                format!("{}'s \"mean_s\"", what())
+            })?;
+            if mean_s < 0.0 {
+                bail!("{}: mean_s {mean_s} is negative", what());
+            }
+            Ok(StageMean {
+                name: stage.clone(),
+                class,
+                mean_s,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ClassInput {
+        class,
+        share,
+        stages,
+    })
+}
+
+/// The server named `want`, or the one with the most connections; its shares checked
+/// (they sum to 1) and made exact.
+pub fn pick(servers: Vec<ServerInput>, want: Option<&str>, origin: &str) -> Result<ServerInput> {
+    let names = || {
+        servers
+            .iter()
+            .map(|s| s.server.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let chosen = match want {
+        Some(w) => servers.iter().position(|s| s.server == w).ok_or_else(|| {
+            anyhow!(
+                "{origin} has no server {w:?}: give --server one of: {}",
+                names()
+            )
+        })?,
+        None => {
+            if servers.is_empty() {
+                bail!("{origin} has no servers: the daemon has seen no connections in its window (drive some traffic, or a longer --window)");
+            }
+            // the first of those with the most connections
+            let most = servers.iter().map(|s| s.connections).fold(0.0, f64::max);
+            servers
+                .iter()
+                .position(|s| s.connections == most)
+                .expect("the maximum is one of them")
+        }
+    };
+    let mut s = servers
+        .into_iter()
+        .nth(chosen)
+        .expect("an index of servers");
+    let total: f64 = s.classes.iter().map(|c| c.share).sum();
+    if total == 0.0 {
+        bail!(
+            "{origin}: server {} has no classified connections (only failed ones, or none): pick another with --server, or measure longer",
+            s.server
+        );
+    }
+    if (total - 1.0).abs() > 1e-3 {
+        bail!(
+            "{origin}: server {}'s class shares sum to {total}, not 1",
+            s.server
+        );
+    }
+    for c in &mut s.classes {
+        c.share /= total;
+        if c.share > 0.0 && !c.measured() {
+            bail!(
+                "{origin}: server {} gives {} a share of {} but no stages",
+                s.server,
+                c.class.name(),
+                c.share
+            );
+        }
+    }
+    Ok(s)
+}
+
+/// A parameters file.
+pub fn from_file(path: &str, want: Option<&str>) -> Result<ServerInput> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read --params {path}"))?;
+    pick(parse_parameters(&text, path)?, want, path)
+}
+
+/// A running daemon (`hstrace serve`) at `base` (http://HOST:PORT).
+pub fn from_daemon(base: &str, want: Option<&str>) -> Result<ServerInput> {
+    let text = http_get(base, "/api/v1/parameters")?;
+    let origin = format!("{base}/api/v1/parameters");
+    pick(parse_parameters(&text, &origin)?, want, &origin)
+}
+
+/// Percent-encoding for a URL query value (everything but RFC 3986's unreserved bytes).
+fn url_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 2);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A PromQL label value in double quotes.
+fn label_value(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// One instant vector: each element's labels and value (NaN ones, 0/0, are left out).
+fn prom_query(base: &str, query: &str) -> Result<Vec<(BTreeMap<String, String>, f64)>> {
+    let path = format!("/api/v1/query?query={}", url_encode(query));
+    let body = http_get(base, &path).map_err(|e| {
+        anyhow!(
+            "Prometheus at {base} did not answer ({}): check --from-prometheus (http://HOST:PORT of the Prometheus that scrapes hstrace serve)",
+            e.root_cause()
+        )
+    })?;
+    let doc: Value = serde_json::from_str(&body).map_err(|_| {
+        anyhow!("{base} did not answer a Prometheus query with JSON: is it a Prometheus?")
+    })?;
+    if doc.get("status").and_then(Value::as_str) != Some("success") {
+        bail!(
+            "Prometheus at {base} refused {query}: {}",
+            doc.get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("no reason given")
+        );
+    }
+    let result = doc
+        .pointer("/data/result")
+        .and_then(Value::as_array)
+        .ok_or_else(|| anyhow!("Prometheus at {base} answered no vector for {query}"))?;
+    let mut out = Vec::new();
+    for r in result {
+        let labels = r
+            .get("metric")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        // "value": [time, "1.5"]
+        let value = r
+            .pointer("/value/1")
+            .and_then(Value::as_str)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN);
+        if value.is_finite() {
+            out.push((labels, value));
+        }
+    }
+    Ok(out)
+}
+
+/// The stage means and class shares over the last `window_s` seconds, summed across every
+/// host's daemon, from the Prometheus at `base`. `want`: the server label (default: the
+/// one with the most connections in the window).
+pub fn from_prometheus(base: &str, want: Option<&str>, window_s: u64) -> Result<ServerInput> {
+    let w = format!("{window_s}s");
+    let server = match want {
+        Some(s) => s.to_owned(),
+        None => {
+            let q = format!("sum by (server) (increase(hstrace_connections_total[{w}]))");
+            let v = prom_query(base, &q)?;
+            let most = v.iter().map(|(_, x)| *x).fold(0.0, f64::max);
+            v.into_iter()
+                .filter(|(_, x)| *x == most && most > 0.0)
+                .find_map(|(l, _)| l.get("server").cloned())
+                .ok_or_else(|| anyhow!("Prometheus at {base} has no hstrace_connections_total in the last {w}: is it scraping hstrace serve? (or a longer --window)"))?
+        }
+    };
+    let sel = format!("server={}", label_value(&server));
+    let shares_q = format!("sum by (kind) (increase(hstrace_connections_total{{{sel}}}[{w}]))");
+    let mut counts = [0.0; 3];
+    for (labels, v) in prom_query(base, &shares_q)? {
+        let kind = labels.get("kind").map(String::as_str).unwrap_or("");
+        let class = Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == kind)
+            .and_then(Kind::class);
+        if let Some(c) = class {
+            counts[c.index()] += v;
+        }
+    }
+    let total: f64 = counts.iter().sum();
+    if total <= 0.0 {
+        bail!("Prometheus at {base} has no connections of server {server:?} in the last {w}: check --server (a `server` label of hstrace_connections_total) or a longer --window");
+    }
+    let by = "by (stage, stage_class, kind)";
+    let means_q = format!(
+        "sum {by} (rate(hstrace_stage_duration_seconds_sum{{{sel}}}[{w}])) / sum {by} (rate(hstrace_stage_duration_seconds_count{{{sel}}}[{w}]))"
+    );
+    let mut stages: [Vec<StageMean>; 3] = Default::default();
+    for (labels, mean_s) in prom_query(base, &means_q)? {
+        let get = |k: &str| labels.get(k).map(String::as_str).unwrap_or("");
+        let Some(class) = Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == get("kind"))
+            .and_then(Kind::class)
+        else {
+            continue; // failed connections are counted, not a class
+        };
+        let Some(stage) = Stage::from_name(get("stage")) else {
+            continue;
+        };
+        stages[class.index()].push(StageMean {
+            name: stage.name().to_owned(),
+            class: stage.class(),
+            mean_s,
+        });
+    }
+    for s in &mut stages {
+        // wire order, as the parameters JSON has them
+        s.sort_by_key(|m| Stage::from_name(&m.name).map(Stage::index));
+    }
+    let origin = format!("Prometheus at {base}");
+    let [f, r, p] = stages;
+    let [cf, cr, cp] = counts;
+    let input = ServerInput {
+        server,
+        connections: total,
+        classes: [
+            (RequestClass::TlsFull, cf, f),
+            (RequestClass::TlsResumed, cr, r),
+            (RequestClass::Plain, cp, p),
+        ]
+        .map(|(class, n, stages)| ClassInput {
+            class,
+            share: n / total,
+            stages,
+        }),
+    };
+    pick(vec![input], None, &origin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_what_the_daemon_writes() {
+        let text = include_str!("../../../examples/parameters.json");
+        let servers = parse_parameters(text, "examples/parameters.json").unwrap();
+        // by default, the server with the most connections: the TLS one
+        let tls = pick(servers.clone(), None, "x").unwrap();
+        assert_eq!(tls.server, "nginx:28443");
+        assert_eq!(tls.classes[RequestClass::TlsFull.index()].share, 0.5);
+        assert!(tls.classes[RequestClass::TlsResumed.index()].measured());
+        let s = pick(servers, Some("nginx:28080"), "x").unwrap();
+        let plain = &s.classes[RequestClass::Plain.index()];
+        assert_eq!(plain.share, 1.0);
+        assert!(plain.measured());
+        assert!(!s.classes[0].measured());
+        // queue stages are read (and later left out of the model)
+        assert!(plain.stages.iter().any(|m| m.class == StageClass::Queue));
+    }
+
+    #[test]
+    fn reads_the_seed_file() {
+        let text = include_str!("../../../examples/seed002-parameters.json");
+        let s = pick(parse_parameters(text, "seed").unwrap(), None, "seed").unwrap();
+        let full = &s.classes[0];
+        let sum = |k: StageClass| -> f64 {
+            full.stages
+                .iter()
+                .filter(|m| m.class == k)
+                .map(|m| m.mean_s)
+                .sum()
+        };
+        assert!((sum(StageClass::Service) - 14.916e-3).abs() < 1e-12);
+        assert!((sum(StageClass::Delay) - 19.336e-3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn refuses_other_schemas_and_missing_classes() {
+        let e = parse_parameters(r#"{"schema":"other/v2","servers":[]}"#, "f").unwrap_err();
+        assert!(
+            e.to_string().contains("not \"hstrace.parameters/v1\""),
+            "{e}"
+        );
+        let e = parse_parameters(
+            r#"{"schema":"hstrace.parameters/v1","servers":[{"server":"a:1","classes":{"tls_full":{"share":1,"stages":{}}}}]}"#,
+            "f",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("no class \"tls_resumed\""), "{e}");
+        let e = parse_parameters(
+            r#"{"schema":"hstrace.parameters/v1","servers":[{"server":"a:1","classes":{
+              "tls_full":{"share":1,"stages":{"accept_queue":{"class":"service","mean_s":0.1}}},
+              "tls_resumed":{"share":0,"stages":{}},"plain":{"share":0,"stages":{}}}}]}"#,
+            "f",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("makes it queue"), "{e}");
+    }
+
+    #[test]
+    fn url_and_label_escaping() {
+        assert_eq!(url_encode("a b{c=\"d\"}"), "a%20b%7Bc%3D%22d%22%7D");
+        assert_eq!(label_value("x\"y\\"), "\"x\\\"y\\\\\"");
+    }
+}

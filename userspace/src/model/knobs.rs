@@ -1,0 +1,383 @@
+//! The what-if knobs, each changing only what it names, and the network they make from a
+//! server's measured parameters. Also the parsing of the model's option values, each bad
+//! one refused with one line saying what to give.
+
+use anyhow::{anyhow, bail, Result};
+
+use super::{input::ServerInput, mva::Network};
+use crate::stage::{RequestClass, Stage, StageClass};
+
+/// Users beyond this are refused (the solver is O(N · c), the output a row per N).
+pub const MAX_USERS: u32 = 1_000_000;
+/// User counts reported at most.
+pub const MAX_POINTS: usize = 100_000;
+/// Web-server processors at most.
+pub const MAX_SERVERS: u32 = 1024;
+
+/// The knobs, as given.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Knobs {
+    /// Z, seconds
+    pub think_s: f64,
+    /// c
+    pub servers: u32,
+    /// the share of TLS requests that resume (the TLS share unchanged)
+    pub hit_ratio: Option<f64>,
+    /// divides every service demand
+    pub cpu_speedup: f64,
+    /// (stage, factor): multiplies that stage's mean in every class that has it
+    pub scale_stages: Vec<(String, f64)>,
+}
+
+impl Default for Knobs {
+    fn default() -> Knobs {
+        Knobs {
+            think_s: 2.0,
+            servers: 1,
+            hit_ratio: None,
+            cpu_speedup: 1.0,
+            scale_stages: Vec::new(),
+        }
+    }
+}
+
+/// `1,10,50`, `1..400` (every integer), `1..400:10` (1, 11, …, 391 and 400), or a mix of
+/// these; sorted, each once.
+pub fn parse_users(s: &str) -> Result<Vec<u32>> {
+    let bad = || {
+        anyhow!("--users {s:?} is not a list of user counts: give e.g. 1,10,50 or 1..400 or 1..400:10 (from 1 to {MAX_USERS})")
+    };
+    let count = |t: &str| -> Result<u32> {
+        let n: u32 = t.trim().parse().map_err(|_| bad())?;
+        if n == 0 || n > MAX_USERS {
+            return Err(bad());
+        }
+        Ok(n)
+    };
+    let mut out = Vec::new();
+    for item in s.split(',') {
+        match item.split_once("..") {
+            None => out.push(count(item)?),
+            Some((from, rest)) => {
+                let (to, step) = match rest.split_once(':') {
+                    Some((to, step)) => (to, count(step)?),
+                    None => (rest, 1),
+                };
+                let (from, to) = (count(from)?, count(to)?);
+                if to < from {
+                    return Err(bad());
+                }
+                out.extend((from..=to).step_by(step as usize));
+                out.push(to);
+            }
+        }
+        if out.len() > MAX_POINTS {
+            bail!("--users {s:?} asks for more than {MAX_POINTS} user counts: choose a step, e.g. 1..{MAX_USERS}:1000");
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// `2s`, `500ms` or plain seconds (`2`, `0.5`): from 0 to a day.
+pub fn parse_seconds(flag: &str, s: &str) -> Result<f64> {
+    let t = s.trim();
+    let (num, scale) = if let Some(ms) = t.strip_suffix("ms") {
+        (ms, 1e-3)
+    } else if let Some(sec) = t.strip_suffix('s') {
+        (sec, 1.0)
+    } else {
+        (t, 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=86400.0).contains(&(v * scale)) => Ok(v * scale),
+        _ => {
+            bail!("{flag} {s:?} is not a time between 0 and a day: give e.g. {flag} 2s, 500ms or 2")
+        }
+    }
+}
+
+/// A fraction in [0, 1].
+pub fn check_fraction(flag: &str, v: f64) -> Result<f64> {
+    if !(0.0..=1.0).contains(&v) {
+        bail!("{flag} {v} is not a fraction: give a number between 0 and 1");
+    }
+    Ok(v)
+}
+
+/// `0.1,0.2,0.3`: one curve per value.
+pub fn parse_fractions(flag: &str, s: &str) -> Result<Vec<f64>> {
+    s.split(',')
+        .map(|t| {
+            let v: f64 = t.trim().parse().map_err(|_| {
+                anyhow!("{flag} {s:?} is not a list of fractions: give e.g. {flag} 0.1,0.2,0.3")
+            })?;
+            check_fraction(flag, v)
+        })
+        .collect()
+}
+
+/// A positive factor.
+pub fn check_factor(flag: &str, v: f64) -> Result<f64> {
+    if !v.is_finite() || v <= 0.0 {
+        bail!("{flag} {v} is not a positive factor: give e.g. {flag} 2 (twice as fast) or 0.5");
+    }
+    Ok(v)
+}
+
+/// `STAGE=k`.
+pub fn parse_scale(s: &str) -> Result<(String, f64)> {
+    let (stage, k) = s.split_once('=').ok_or_else(|| {
+        anyhow!(
+            "--scale-stage {s:?} is not STAGE=FACTOR: give e.g. --scale-stage server_flight_2=4"
+        )
+    })?;
+    let k: f64 = k.trim().parse().map_err(|_| {
+        anyhow!("--scale-stage {s:?}: {k:?} is not a number: give e.g. --scale-stage {stage}=4")
+    })?;
+    Ok((
+        stage.trim().to_owned(),
+        check_factor(&format!("--scale-stage {stage}="), k)?,
+    ))
+}
+
+/// Each class's service and delay demand after `--scale-stage` and `--cpu-speedup`:
+/// (service, delay), `RequestClass::ALL` order. Queue stages are left out: queueing is
+/// what the model computes, not something it takes.
+pub fn demands(server: &ServerInput, knobs: &Knobs) -> Result<([f64; 3], [f64; 3])> {
+    for (name, _) in &knobs.scale_stages {
+        let found = server
+            .classes
+            .iter()
+            .flat_map(|c| &c.stages)
+            .find(|m| &m.name == name);
+        match found {
+            Some(m) if m.class == StageClass::Queue => bail!(
+                "--scale-stage {name}: a queue stage is an output of the model, not an input: scale a service or delay stage"
+            ),
+            Some(_) => {}
+            None => {
+                let mut names: Vec<&str> = server
+                    .classes
+                    .iter()
+                    .flat_map(|c| &c.stages)
+                    .filter(|m| m.class != StageClass::Queue)
+                    .map(|m| m.name.as_str())
+                    .collect();
+                names.sort_unstable();
+                names.dedup();
+                let what = if Stage::from_name(name).is_some() {
+                    "was not measured on"
+                } else {
+                    "is not a stage of"
+                };
+                bail!(
+                    "--scale-stage {name} {what} server {}: give one of {}",
+                    server.server,
+                    names.join(", ")
+                );
+            }
+        }
+    }
+    let mut service = [0.0; 3];
+    let mut delay = [0.0; 3];
+    for c in &server.classes {
+        let i = c.class.index();
+        for m in &c.stages {
+            let k: f64 = knobs
+                .scale_stages
+                .iter()
+                .filter(|(n, _)| *n == m.name)
+                .map(|(_, k)| k)
+                .product();
+            match m.class {
+                StageClass::Service => service[i] += m.mean_s * k / knobs.cpu_speedup,
+                StageClass::Delay => delay[i] += m.mean_s * k,
+                StageClass::Queue => {}
+            }
+        }
+    }
+    Ok((service, delay))
+}
+
+/// The class mix: the measured shares, the TLS part re-mixed by `--hit-ratio` (resumed /
+/// TLS = r) and resized by `secure_fraction` (TLS = p, full : resumed kept).
+pub fn mix(server: &ServerInput, knobs: &Knobs, secure_fraction: Option<f64>) -> Result<[f64; 3]> {
+    let [full, resumed, _] = server.classes.each_ref().map(|c| c.share);
+    let tls = full + resumed;
+    let resumed_of_tls = knobs
+        .hit_ratio
+        .unwrap_or(if tls > 0.0 { resumed / tls } else { 0.0 });
+    let tls = secure_fraction.unwrap_or(tls);
+    let mix = [
+        tls * (1.0 - resumed_of_tls),
+        tls * resumed_of_tls,
+        1.0 - tls,
+    ];
+    for c in &server.classes {
+        let share = mix[c.class.index()];
+        if share > 0.0 && !c.measured() {
+            let knob = match c.class {
+                RequestClass::TlsResumed => "--hit-ratio",
+                _ => "--secure-fraction",
+            };
+            bail!(
+                "the mix gives {} a share of {share:.3}, but server {} has no {} stages measured: measure such requests first, or change {knob}",
+                c.class.name(),
+                server.server,
+                c.class.name()
+            );
+        }
+    }
+    Ok(mix)
+}
+
+/// The network for one curve.
+pub fn network(
+    server: &ServerInput,
+    knobs: &Knobs,
+    secure_fraction: Option<f64>,
+) -> Result<Network> {
+    let (service_s, delay_s) = demands(server, knobs)?;
+    let net = Network {
+        think_s: knobs.think_s,
+        servers: knobs.servers,
+        mix: mix(server, knobs, secure_fraction)?,
+        service_s,
+        delay_s,
+    };
+    if net.service_demand() <= 0.0 {
+        bail!(
+            "server {} has no service stages in the mix (its web server would do no work): nothing to model",
+            server.server
+        );
+    }
+    Ok(net)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::input::{parse_parameters, pick};
+
+    fn seed() -> ServerInput {
+        let text = include_str!("../../../examples/seed002-parameters.json");
+        pick(parse_parameters(text, "seed").unwrap(), None, "seed").unwrap()
+    }
+
+    #[test]
+    fn option_values() {
+        assert_eq!(parse_users("50,1,10,10").unwrap(), [1, 10, 50]);
+        assert_eq!(parse_users("1..4").unwrap(), [1, 2, 3, 4]);
+        assert_eq!(parse_users("1..25:10,3").unwrap(), [1, 3, 11, 21, 25]);
+        for bad in ["0", "x", "5..1", "1..10:0", "", "2000000"] {
+            assert!(parse_users(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_seconds("--think-time", "2s").unwrap(), 2.0);
+        assert_eq!(parse_seconds("--think-time", "500ms").unwrap(), 0.5);
+        assert_eq!(parse_seconds("--think-time", "0.25").unwrap(), 0.25);
+        assert!(parse_seconds("--think-time", "-1s").is_err());
+        assert!(parse_seconds("--think-time", "2h").is_err());
+        assert_eq!(parse_fractions("-p", "0.1, 0.3").unwrap(), [0.1, 0.3]);
+        assert!(parse_fractions("-p", "1.5").is_err());
+        assert_eq!(
+            parse_scale("server_flight_2=4").unwrap(),
+            ("server_flight_2".into(), 4.0)
+        );
+        assert!(parse_scale("server_flight_2=0").is_err());
+        assert!(parse_scale("server_flight_2").is_err());
+    }
+
+    #[test]
+    fn each_knob_changes_only_what_it_names() {
+        let s = seed();
+        let base = network(&s, &Knobs::default(), None).unwrap();
+        assert_eq!(base.mix, [0.2, 0.0, 0.8]);
+        // --secure-fraction: the mix only
+        let p = network(&s, &Knobs::default(), Some(0.3)).unwrap();
+        assert!((p.mix[0] - 0.3).abs() < 1e-15 && (p.mix[2] - 0.7).abs() < 1e-15);
+        assert_eq!((p.service_s, p.delay_s), (base.service_s, base.delay_s));
+        // --cpu-speedup: service demands only
+        let k = Knobs {
+            cpu_speedup: 2.0,
+            ..Knobs::default()
+        };
+        let fast = network(&s, &k, None).unwrap();
+        assert_eq!(fast.service_s, base.service_s.map(|d| d / 2.0));
+        assert_eq!((fast.delay_s, fast.mix), (base.delay_s, base.mix));
+        // --scale-stage: that stage only, wherever it is
+        let k = Knobs {
+            scale_stages: vec![("response".into(), 3.0)],
+            ..Knobs::default()
+        };
+        let big = network(&s, &k, None).unwrap();
+        assert!((big.service_s[0] - (base.service_s[0] + 2.0 * 1.937e-3)).abs() < 1e-15);
+        assert!((big.service_s[2] - (base.service_s[2] + 2.0 * 1.911e-3)).abs() < 1e-15);
+        assert_eq!(big.delay_s, base.delay_s);
+        // --think-time, --servers: themselves
+        let k = Knobs {
+            think_s: 7.0,
+            servers: 3,
+            ..Knobs::default()
+        };
+        let other = network(&s, &k, None).unwrap();
+        assert_eq!(
+            Network {
+                think_s: 2.0,
+                servers: 1,
+                ..other
+            },
+            base
+        );
+    }
+
+    #[test]
+    fn hit_ratio_remixes_tls_only() {
+        let mut s = seed();
+        // pretend resumed handshakes were measured, 1 in 4 of the TLS ones
+        s.classes[1].stages = s.classes[0].stages.clone();
+        s.classes[0].share = 0.15;
+        s.classes[1].share = 0.05;
+        let k = Knobs {
+            hit_ratio: Some(0.9),
+            ..Knobs::default()
+        };
+        let m = mix(&s, &k, None).unwrap();
+        assert!((m[0] - 0.02).abs() < 1e-15 && (m[1] - 0.18).abs() < 1e-15 && m[2] == 0.8);
+        // and --secure-fraction keeps full : resumed
+        let m = mix(&s, &Knobs::default(), Some(0.4)).unwrap();
+        assert!((m[0] - 0.3).abs() < 1e-15 && (m[1] - 0.1).abs() < 1e-15);
+    }
+
+    #[test]
+    fn bad_knobs_say_what_to_do() {
+        let s = seed();
+        let k = |stage: &str| Knobs {
+            scale_stages: vec![(stage.into(), 2.0)],
+            ..Knobs::default()
+        };
+        let e = demands(&s, &k("nonsense")).unwrap_err().to_string();
+        assert!(
+            e.contains("is not a stage of") && e.contains("server_flight_2"),
+            "{e}"
+        );
+        let e = demands(&s, &k("accept_queue")).unwrap_err().to_string();
+        assert!(e.contains("was not measured"), "{e}");
+        // the seed measured no resumed handshakes
+        let e = mix(
+            &s,
+            &Knobs {
+                hit_ratio: Some(0.5),
+                ..Knobs::default()
+            },
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("no tls_resumed stages") && e.contains("--hit-ratio"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,285 @@
+//! `hstrace model`: seed 002's closed queueing network of a secure web server (Lin, Wong,
+//! Kou, §3.2), fed with the stage means hstrace measured, solved exactly by mean value
+//! analysis for any number of users and what-if knobs.
+//!
+//! - `input`: the parameters (a `hstrace.parameters/v1` file, a daemon, Prometheus)
+//! - `knobs`: the what-if knobs and the network they make
+//! - `mva`: the solver (one processor or c), the bounds and N*
+//! - `report`: the table, JSON (`hstrace.model/v1`) and CSV
+//! - `plot`: the SVG picture, measured points overlaid
+//!
+//! The model: a user thinks (mean Z), then makes a request of class tls_full, tls_resumed
+//! or plain with the measured shares. Its service stages (`server_flight_1`,
+//! `server_flight_2`, `response`: the server working) are demand at a processor-sharing
+//! web server; its delay stages (waiting for the client and the network) at an
+//! infinite-server delay centre. Each stage's wall-clock `mean_s` is its demand, as seed
+//! 002 measured its stages with one user on an idle server: measure at low load, or the
+//! service stages carry time the thread spent on other connections. Queue stages are never
+//! an input: queueing is what the model predicts.
+
+pub mod input;
+pub mod knobs;
+pub mod mva;
+pub mod plot;
+pub mod report;
+
+#[cfg(test)]
+mod ctmc;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+
+use self::{
+    input::ServerInput,
+    knobs::Knobs,
+    report::{Curve, Report},
+};
+
+/// User counts by default: 1 to twice N*, in about this many steps.
+const DEFAULT_STEPS: f64 = 50.0;
+
+/// Where the parameters come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// a `hstrace.parameters/v1` file
+    File(String),
+    /// a running `hstrace serve` (http://HOST:PORT)
+    Daemon(String),
+    /// PromQL over the daemons' metrics, over the last `window_s` seconds
+    Prometheus { url: String, window_s: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelFormat {
+    Text,
+    Json,
+    Csv,
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelOptions {
+    pub source: Source,
+    /// which server (default: the one with the most connections)
+    pub server: Option<String>,
+    /// user counts (default: 1 to 2 N*)
+    pub users: Option<Vec<u32>>,
+    /// one curve per value; empty: one curve with the measured mix
+    pub secure_fractions: Vec<f64>,
+    pub knobs: Knobs,
+    pub format: ModelFormat,
+    pub plot: Option<PathBuf>,
+    pub measured: Option<PathBuf>,
+}
+
+/// The model of `server`'s parameters under `knobs`, one curve per secure fraction.
+pub fn build(
+    server: &ServerInput,
+    source: String,
+    knobs: &Knobs,
+    secure_fractions: &[f64],
+    users: Option<&[u32]>,
+) -> Result<Report> {
+    let base = knobs::network(server, knobs, None)?;
+    let nets = if secure_fractions.is_empty() {
+        vec![(None, base.clone())]
+    } else {
+        secure_fractions
+            .iter()
+            .map(|&p| Ok((Some(p), knobs::network(server, knobs, Some(p))?)))
+            .collect::<Result<Vec<_>>>()?
+    };
+    let mut users: Vec<u32> = match users {
+        Some(u) => u.to_vec(),
+        None => {
+            let n_star = nets.iter().map(|(_, n)| n.n_star()).fold(1.0, f64::max);
+            let top = (2.0 * n_star).ceil().min(f64::from(knobs::MAX_USERS)) as u32;
+            let step = ((f64::from(top) / DEFAULT_STEPS).ceil() as u32).max(1);
+            let mut u: Vec<u32> = (1..=top).step_by(step as usize).collect();
+            if u.last() != Some(&top) {
+                u.push(top);
+            }
+            u
+        }
+    };
+    users.sort_unstable();
+    users.dedup();
+    let curves = nets
+        .into_iter()
+        .map(|(secure_fraction, network)| {
+            let points = network
+                .solve_at(&users)
+                .into_iter()
+                .map(|s| {
+                    let b = network.bounds(s.users);
+                    (s, b)
+                })
+                .collect();
+            Curve {
+                secure_fraction,
+                network,
+                points,
+            }
+        })
+        .collect();
+    Ok(Report {
+        server: server.server.clone(),
+        source,
+        knobs: knobs.clone(),
+        measured: server.classes.each_ref().map(|c| c.measured()),
+        base,
+        curves,
+    })
+}
+
+/// `hstrace model`: read, solve, print (and draw).
+pub fn run(opts: ModelOptions) -> Result<()> {
+    if opts.measured.is_some() && opts.plot.is_none() {
+        bail!("--measured draws points on the picture: give --plot FILE.svg too");
+    }
+    let measured = match &opts.measured {
+        Some(path) => plot::read_measured(path)?,
+        None => Vec::new(),
+    };
+    let want = opts.server.as_deref();
+    let (server, source) = match &opts.source {
+        Source::File(path) => (input::from_file(path, want)?, path.clone()),
+        Source::Daemon(url) => (input::from_daemon(url, want)?, url.clone()),
+        Source::Prometheus { url, window_s } => (
+            input::from_prometheus(url, want, *window_s)?,
+            format!("{url}, last {window_s} s"),
+        ),
+    };
+    let report = build(
+        &server,
+        source,
+        &opts.knobs,
+        &opts.secure_fractions,
+        opts.users.as_deref(),
+    )?;
+    if let Some(path) = &opts.plot {
+        plot::draw(&report, &measured, path)?;
+    }
+    print!(
+        "{}",
+        match opts.format {
+            ModelFormat::Text => report.text(),
+            ModelFormat::Json => report.to_json(),
+            ModelFormat::Csv => report.to_csv(),
+        }
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::input::{parse_parameters, pick};
+    use serde_json::Value;
+
+    /// examples/seed002-parameters.json: seed 002's Figs. 4–7 (Lin, Wong, Kou: one user,
+    /// Sun Ultra 10, SSLeay 0.6.6b SSLv2, RSA-512, RC4, a 1 KB page).
+    fn seed() -> ServerInput {
+        let text = include_str!("../../../examples/seed002-parameters.json");
+        pick(parse_parameters(text, "seed").unwrap(), None, "seed").unwrap()
+    }
+
+    /// Fig. 8's setting: h = 2 s, p = 0.1, 0.2, 0.3, mean response time over all requests.
+    #[test]
+    fn seed_002_fig_8_shape() {
+        // p = 0.1 saturates at N* ≈ 573: solve to well past 1.5 N*
+        let users: Vec<u32> = (1..=1000).collect();
+        let r = build(
+            &seed(),
+            "seed".into(),
+            &Knobs::default(),
+            &[0.1, 0.2, 0.3],
+            Some(&users),
+        )
+        .unwrap();
+        for (i, curve) in r.curves.iter().enumerate() {
+            let net = &curve.network;
+            let resp: Vec<f64> = curve.points.iter().map(|(s, _)| s.response_s).collect();
+            // N = 1: the sum of the stage means of the mix
+            let p = curve.secure_fraction.unwrap();
+            let one = p * (14.916e-3 + 19.336e-3) + (1.0 - p) * (2.233e-3 + 0.094e-3);
+            assert!((resp[0] - one).abs() < 1e-15, "{} vs {one}", resp[0]);
+            // monotone, and convex (to rounding: on the asymptote each step is D_max):
+            // flat, then the knee, then N · D_max − Z
+            assert!(resp.windows(2).all(|w| w[1] > w[0]));
+            for (k, w) in resp.windows(3).enumerate() {
+                assert!(
+                    w[2] - w[1] >= w[1] - w[0] - 1e-12 * w[2],
+                    "p={p} N={}: {w:?}",
+                    k + 2
+                );
+            }
+            let n_star = net.n_star();
+            let at = |n: f64| resp[n.round() as usize - 1];
+            assert!(
+                at(0.5 * n_star) < 2.0 * resp[0],
+                "p={p}: flat well below N*"
+            );
+            assert!(at(n_star) > 3.0 * resp[0], "p={p}: the knee is near N*");
+            let n = 1.5 * n_star;
+            let asymptote = n.round() * net.bottleneck_demand() - net.think_s;
+            assert!(
+                (at(n) - asymptote).abs() < 0.05 * asymptote,
+                "p={p}: on the asymptote past N*"
+            );
+            // a larger p costs more at every N
+            if i > 0 {
+                let prev = &r.curves[i - 1].points;
+                assert!(curve
+                    .points
+                    .iter()
+                    .zip(prev)
+                    .all(|(a, b)| a.0.response_s > b.0.response_s));
+                assert!(n_star < r.curves[i - 1].network.n_star());
+            }
+        }
+    }
+
+    #[test]
+    fn json_has_the_schema_the_validation_reads() {
+        let r = build(
+            &seed(),
+            "seed".into(),
+            &Knobs::default(),
+            &[],
+            Some(&[1, 10]),
+        )
+        .unwrap();
+        let v: Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(v["schema"], "hstrace.model/v1");
+        assert_eq!(v["server"], "seed002:443");
+        assert_eq!(v["think_time_s"], 2.0);
+        assert_eq!(v["servers"], 1);
+        assert_eq!(v["mix"]["plain"], 0.8);
+        assert!((v["demand_s"]["tls_full"]["service"].as_f64().unwrap() - 14.916e-3).abs() < 1e-12);
+        assert!(v["n_star"].as_f64().unwrap() > 1.0);
+        let c = &v["curves"][0];
+        assert_eq!(c["secure_fraction"], Value::Null);
+        let p = &c["points"][1];
+        assert_eq!(p["users"], 10);
+        for k in ["throughput_per_s", "response_s", "utilisation"] {
+            assert!(p[k].is_f64(), "{k}");
+        }
+        assert!(p["classes"]["tls_full"]["response_s"].is_f64());
+        assert_eq!(p["classes"]["tls_resumed"]["response_s"], Value::Null);
+        assert!(p["bounds"]["throughput_max_per_s"].is_f64());
+        assert!(p["bounds"]["response_min_s"].is_f64());
+        let csv = r.to_csv();
+        assert_eq!(csv.lines().count(), 1 + 2 * 4);
+        assert!(csv.lines().nth(1).unwrap().starts_with(",1,all,1,"));
+    }
+
+    #[test]
+    fn default_users_reach_past_the_knee() {
+        let r = build(&seed(), "seed".into(), &Knobs::default(), &[], None).unwrap();
+        let users: Vec<u32> = r.curves[0].points.iter().map(|(s, _)| s.users).collect();
+        assert_eq!(users[0], 1);
+        assert!(f64::from(*users.last().unwrap()) >= 2.0 * r.base.n_star());
+        assert!(users.len() <= 52);
+    }
+}

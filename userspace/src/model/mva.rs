@@ -1,0 +1,322 @@
+//! Exact mean value analysis of seed 002's network (its §3.2): N users, each thinking for a
+//! mean Z, then making one request of class c with probability `mix[c]`; the request's
+//! service stages are visits to a processor-sharing web server (c servers: each of the n
+//! requests there is served at rate min(n, c)/n), its delay stages visits to an
+//! infinite-server delay centre. A product-form (BCMP) network with class switching inside
+//! one closed chain: the stationary distribution, hence every mean, depends on the stages
+//! only through each class's total demand at each station, so the chain is solved with the
+//! mix-weighted demands and each class's response time follows from the arrival theorem —
+//! a request arriving at the web server sees the network in equilibrium with N − 1 users.
+//!
+//! With one server that gives R_c(N) = D_c,ws · (1 + Q_ws(N − 1)) + D_c,delay. With c
+//! servers the station is load dependent (rate min(n, c)); its marginal probabilities
+//! p(j | n) for j < c − 1 are carried along, as in multi-server MVA:
+//! R_c,ws(n) = D_c,ws / c · (1 + Q_ws(n − 1) + Σ_{j=0}^{c−2} (c − 1 − j) p(j | n − 1)).
+
+/// The network: demands per request of each class (`RequestClass::ALL` order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Network {
+    /// mean think time Z (seed 002's h), seconds
+    pub think_s: f64,
+    /// processors of the web server
+    pub servers: u32,
+    /// probability that a request is of each class (sums to 1)
+    pub mix: [f64; 3],
+    /// each class's total service demand at the web server, seconds
+    pub service_s: [f64; 3],
+    /// each class's total delay (client and network), seconds
+    pub delay_s: [f64; 3],
+}
+
+/// The network's means at one user count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Solution {
+    pub users: u32,
+    /// requests completed per second, X(N)
+    pub throughput_per_s: f64,
+    /// mean response time over all requests, R(N) (think time excluded)
+    pub response_s: f64,
+    /// mean response time of a request of each class
+    pub class_response_s: [f64; 3],
+    /// of each class, the part spent at the web server (service and queueing)
+    pub class_web_server_s: [f64; 3],
+    /// busy fraction of each web-server processor, X · D_ws / c
+    pub utilisation: f64,
+    /// mean requests at the web server, Q_ws(N)
+    pub web_server_users: f64,
+}
+
+impl Solution {
+    /// Mean users thinking, n̄_0 = X · Z.
+    pub fn thinking_users(&self, net: &Network) -> f64 {
+        self.throughput_per_s * net.think_s
+    }
+
+    /// Mean requests of class c at the web server (n̄_1c) and at the delay centre (n̄_2c),
+    /// by Little's law on each.
+    pub fn class_users(&self, net: &Network, c: usize) -> (f64, f64) {
+        let x = self.throughput_per_s * net.mix[c];
+        (x * self.class_web_server_s[c], x * net.delay_s[c])
+    }
+}
+
+/// The bottleneck bounds at one user count.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    /// X ≤ min(N / (D + Z), 1 / D_max)
+    pub throughput_max_per_s: f64,
+    /// R ≥ max(D, N · D_max − Z)
+    pub response_min_s: f64,
+}
+
+fn mixed(mix: &[f64; 3], v: &[f64; 3]) -> f64 {
+    mix.iter().zip(v).map(|(m, d)| m * d).sum()
+}
+
+impl Network {
+    /// D_ws: the mean request's demand at the web server.
+    pub fn service_demand(&self) -> f64 {
+        mixed(&self.mix, &self.service_s)
+    }
+
+    /// The mean request's delay.
+    pub fn delay_demand(&self) -> f64 {
+        mixed(&self.mix, &self.delay_s)
+    }
+
+    /// D: the mean request's total demand (its response time alone).
+    pub fn demand(&self) -> f64 {
+        self.service_demand() + self.delay_demand()
+    }
+
+    /// D_max: the bottleneck's demand per processor (the delay centre has no bottleneck).
+    pub fn bottleneck_demand(&self) -> f64 {
+        self.service_demand() / f64::from(self.servers)
+    }
+
+    /// N* = (D + Z) / D_max: where the two asymptotes cross, the user count past which
+    /// the web server saturates.
+    pub fn n_star(&self) -> f64 {
+        (self.demand() + self.think_s) / self.bottleneck_demand()
+    }
+
+    pub fn bounds(&self, users: u32) -> Bounds {
+        let n = f64::from(users);
+        let (d, dmax, z) = (self.demand(), self.bottleneck_demand(), self.think_s);
+        Bounds {
+            throughput_max_per_s: (n / (d + z)).min(1.0 / dmax),
+            response_min_s: d.max(n * dmax - z),
+        }
+    }
+
+    /// The exact solution for 1 ..= `max_users` users (index n − 1), O(max_users · c).
+    /// Needs a positive service demand.
+    pub fn solve(&self, max_users: u32) -> Vec<Solution> {
+        let all: Vec<u32> = (1..=max_users).collect();
+        self.solve_at(&all)
+    }
+
+    /// The exact solution at each of `users` (sorted, each once), in that order. MVA runs
+    /// through every user count up to the largest; only the asked ones are kept.
+    pub fn solve_at(&self, users: &[u32]) -> Vec<Solution> {
+        let max_users = users.last().copied().unwrap_or(0);
+        let mut wanted = users.iter().peekable();
+        let c = self.servers.max(1) as usize;
+        let cf = c as f64;
+        let (d_ws, d_delay, z) = (self.service_demand(), self.delay_demand(), self.think_s);
+        // Q_ws(n − 1) and p(j | n − 1) for j < c, starting from the empty network
+        let mut queue = 0.0;
+        let mut p = vec![0.0; c];
+        p[0] = 1.0;
+        let mut out = Vec::with_capacity(users.len());
+        for n in 1..=max_users {
+            // what an arriving request sees: the N − 1 network
+            let correction: f64 = (0..c.saturating_sub(1))
+                .map(|j| (c - 1 - j) as f64 * p[j])
+                .sum();
+            let stretch = (1.0 + queue + correction) / cf;
+            let r_ws = d_ws * stretch;
+            let x = f64::from(n) / (z + r_ws + d_delay);
+            queue = x * r_ws;
+            // the marginals at n, from those at n − 1 (highest j first: p[j − 1] is still n − 1's)
+            for j in (1..c).rev() {
+                p[j] = d_ws * x * p[j - 1] / j as f64;
+            }
+            let busy: f64 = (1..c).map(|j| (c - j) as f64 * p[j]).sum();
+            p[0] = ((cf - x * d_ws - busy) / cf).max(0.0);
+            let class_web_server_s = self.service_s.map(|d| d * stretch);
+            let mut class_response_s = [0.0; 3];
+            for k in 0..3 {
+                class_response_s[k] = class_web_server_s[k] + self.delay_s[k];
+            }
+            if wanted.next_if_eq(&&n).is_none() {
+                continue;
+            }
+            out.push(Solution {
+                users: n,
+                throughput_per_s: x,
+                response_s: r_ws + d_delay,
+                class_response_s,
+                class_web_server_s,
+                utilisation: x * d_ws / cf,
+                web_server_users: queue,
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ctmc::{self, Phase, Route};
+
+    /// Three classes whose stages alternate between the stations, as a TLS handshake's do.
+    fn routes() -> Vec<Route> {
+        let ws = |ms: f64| Phase {
+            at_web_server: true,
+            mean_s: ms * 1e-3,
+        };
+        let delay = |ms: f64| Phase {
+            at_web_server: false,
+            mean_s: ms * 1e-3,
+        };
+        vec![
+            Route {
+                share: 0.3,
+                phases: vec![ws(2.0), delay(3.0), ws(9.0), delay(1.0), ws(1.5)],
+            },
+            Route {
+                share: 0.5,
+                phases: vec![ws(0.8), delay(2.5), ws(1.2)],
+            },
+            Route {
+                share: 0.2,
+                phases: vec![delay(0.4), ws(2.2)],
+            },
+        ]
+    }
+
+    fn network(routes: &[Route], think_s: f64, servers: u32) -> Network {
+        let sum = |r: &Route, ws: bool| -> f64 {
+            r.phases
+                .iter()
+                .filter(|p| p.at_web_server == ws)
+                .map(|p| p.mean_s)
+                .sum()
+        };
+        let pick = |ws: bool| [0, 1, 2].map(|c| sum(&routes[c], ws));
+        Network {
+            think_s,
+            servers,
+            mix: [0, 1, 2].map(|c| routes[c].share),
+            service_s: pick(true),
+            delay_s: pick(false),
+        }
+    }
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol * a.abs().max(b.abs()).max(1e-300)
+    }
+
+    #[test]
+    fn one_user_sees_the_sum_of_its_stages() {
+        for servers in [1, 2, 4] {
+            let net = network(&routes(), 2.0, servers);
+            let s = &net.solve(1)[0];
+            assert_eq!(s.response_s, net.demand());
+            for c in 0..3 {
+                assert_eq!(
+                    s.class_response_s[c],
+                    net.service_s[c] + net.delay_s[c],
+                    "class {c}"
+                );
+            }
+            assert_eq!(s.throughput_per_s, 1.0 / (net.demand() + 2.0));
+            assert_eq!(net.bounds(1).response_min_s, s.response_s);
+        }
+    }
+
+    #[test]
+    fn many_users_reach_the_asymptotes() {
+        for servers in [1, 3] {
+            let net = network(&routes(), 0.2, servers);
+            let n = (10.0 * net.n_star()).ceil() as u32;
+            let sol = net.solve(n);
+            let s = sol.last().unwrap();
+            let dmax = net.bottleneck_demand();
+            assert!(close(s.throughput_per_s, 1.0 / dmax, 1e-9), "{s:?}");
+            let asymptote = f64::from(n) * dmax - net.think_s;
+            assert!(close(s.response_s, asymptote, 1e-9), "{s:?} vs {asymptote}");
+            assert!(close(s.utilisation, 1.0, 1e-9));
+            // never past the bounds, and the mix's means add up
+            for s in &sol {
+                let b = net.bounds(s.users);
+                assert!(s.throughput_per_s <= b.throughput_max_per_s * (1.0 + 1e-12));
+                assert!(s.response_s >= b.response_min_s * (1.0 - 1e-12));
+                let mean = mixed(&net.mix, &s.class_response_s);
+                assert!(close(mean, s.response_s, 1e-12));
+            }
+        }
+    }
+
+    /// Per class, from the brute-force CTMC of the same network (every stage its own
+    /// exponential phase, exponential think times), for N ≤ 4, by seed 002's eqs. (1)–(3):
+    /// T_r = n̄_r · h / (n̄_0 · p_r) and T = (N − n̄_0) · h / n̄_0.
+    #[test]
+    fn agrees_with_the_ctmc_and_eqs_1_to_3() {
+        let routes = routes();
+        let think_s = 0.01; // short, so the web server is busy
+        for servers in [1, 2] {
+            let net = network(&routes, think_s, servers);
+            let sol = net.solve(4);
+            for n in 1..=4u32 {
+                let pop = ctmc::solve(n, think_s, servers, &routes);
+                let s = &sol[n as usize - 1];
+                let h = think_s;
+                let n0 = pop.thinking;
+                // eq. (3)
+                let t = (f64::from(n) - n0) * h / n0;
+                assert!(close(t, s.response_s, 1e-9), "N={n} c={servers}: {t} {s:?}");
+                for (c, route) in routes.iter().enumerate() {
+                    let (ws, delay) = pop.class_users[c];
+                    // eqs. (1), (2): per class
+                    let t_c = (ws + delay) * h / (n0 * route.share);
+                    assert!(
+                        close(t_c, s.class_response_s[c], 1e-9),
+                        "N={n} c={servers} class {c}: {t_c} vs {}",
+                        s.class_response_s[c]
+                    );
+                    // and the MVA's own populations are the chain's
+                    let (mva_ws, mva_delay) = s.class_users(&net, c);
+                    assert!(close(mva_ws, ws, 1e-9), "N={n} class {c} ws");
+                    assert!(close(mva_delay, delay, 1e-9), "N={n} class {c} delay");
+                }
+                assert!(close(s.thinking_users(&net), n0, 1e-9));
+                assert!(close(
+                    s.web_server_users,
+                    pop.class_users.iter().map(|u| u.0).sum(),
+                    1e-9
+                ));
+            }
+        }
+    }
+
+    #[test]
+    fn more_processors_never_hurt_and_one_behaves_like_one() {
+        let one = network(&routes(), 0.05, 1).solve(60);
+        let two = network(&routes(), 0.05, 2).solve(60);
+        for (a, b) in one.iter().zip(&two) {
+            assert!(b.response_s <= a.response_s * (1.0 + 1e-12), "{a:?} {b:?}");
+            assert!(b.throughput_per_s >= a.throughput_per_s * (1.0 - 1e-12));
+        }
+        // one processor: R_ws(N) = D_ws (1 + Q(N − 1)), as the plain recursion says
+        let net = network(&routes(), 0.05, 1);
+        let mut q = 0.0;
+        for s in &one {
+            let r_ws = net.service_demand() * (1.0 + q);
+            assert!(close(s.response_s, r_ws + net.delay_demand(), 1e-12));
+            q = s.web_server_users;
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! What `hstrace model` prints: per curve (one per `--secure-fraction`) and user count, the
+//! throughput, mean response time overall and per class, web-server utilisation and the
+//! bottleneck bounds, as a table, `hstrace.model/v1` JSON, or CSV.
+
+use serde_json::{json, Map, Value};
+
+use super::{
+    knobs::Knobs,
+    mva::{Bounds, Network, Solution},
+};
+use crate::stage::RequestClass;
+
+pub const MODEL_SCHEMA: &str = "hstrace.model/v1";
+
+/// One curve: the network for one secure fraction, solved at the asked user counts.
+#[derive(Debug, Clone)]
+pub struct Curve {
+    /// `--secure-fraction`'s p, or None (the measured mix)
+    pub secure_fraction: Option<f64>,
+    pub network: Network,
+    pub points: Vec<(Solution, Bounds)>,
+}
+
+/// Everything the outputs show.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub server: String,
+    /// where the parameters came from (a file, a URL)
+    pub source: String,
+    pub knobs: Knobs,
+    /// which classes have stages measured (the others have no response time)
+    pub measured: [bool; 3],
+    /// the network of the measured mix (after `--hit-ratio`)
+    pub base: Network,
+    pub curves: Vec<Curve>,
+}
+
+impl Report {
+    fn class_response(&self, s: &Solution, c: RequestClass) -> Option<f64> {
+        self.measured[c.index()].then(|| s.class_response_s[c.index()])
+    }
+
+    pub fn to_json(&self) -> String {
+        let classes = |f: &dyn Fn(RequestClass) -> Value| -> Value {
+            Value::Object(
+                RequestClass::ALL
+                    .into_iter()
+                    .map(|c| (c.name().to_owned(), f(c)))
+                    .collect::<Map<_, _>>(),
+            )
+        };
+        let mix = |net: &Network| classes(&|c| json!(net.mix[c.index()]));
+        let curves: Vec<Value> = self
+            .curves
+            .iter()
+            .map(|curve| {
+                let net = &curve.network;
+                let points: Vec<Value> = curve
+                    .points
+                    .iter()
+                    .map(|(s, b)| {
+                        json!({
+                            "users": s.users,
+                            "throughput_per_s": s.throughput_per_s,
+                            "response_s": s.response_s,
+                            "utilisation": s.utilisation,
+                            "web_server_users": s.web_server_users,
+                            "classes": classes(&|c| json!({
+                                "response_s": self.class_response(s, c),
+                                "throughput_per_s": s.throughput_per_s * net.mix[c.index()],
+                            })),
+                            "bounds": {
+                                "throughput_max_per_s": b.throughput_max_per_s,
+                                "response_min_s": b.response_min_s,
+                            },
+                        })
+                    })
+                    .collect();
+                json!({
+                    "secure_fraction": curve.secure_fraction,
+                    "mix": mix(net),
+                    "n_star": net.n_star(),
+                    "points": points,
+                })
+            })
+            .collect();
+        let doc = json!({
+            "schema": MODEL_SCHEMA,
+            "server": self.server,
+            "source": self.source,
+            "think_time_s": self.knobs.think_s,
+            "servers": self.knobs.servers,
+            "knobs": {
+                "hit_ratio": self.knobs.hit_ratio,
+                "cpu_speedup": self.knobs.cpu_speedup,
+                "scale_stage": self.knobs.scale_stages.iter()
+                    .map(|(s, k)| (s.clone(), json!(k))).collect::<Map<_, _>>(),
+            },
+            "mix": mix(&self.base),
+            "measured": classes(&|c| json!(self.measured[c.index()])),
+            "demand_s": classes(&|c| json!({
+                "service": self.base.service_s[c.index()],
+                "delay": self.base.delay_s[c.index()],
+            })),
+            "n_star": self.base.n_star(),
+            "curves": curves,
+        });
+        let mut out = serde_json::to_string_pretty(&doc).expect("a JSON value serialises");
+        out.push('\n');
+        out
+    }
+
+    /// One row per curve × user count × class, and an `all` row (the whole mix; its
+    /// bounds). A class row's throughput and utilisation are that class's part.
+    pub fn to_csv(&self) -> String {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let _ = w.write_record([
+            "secure_fraction",
+            "users",
+            "class",
+            "share",
+            "throughput_per_s",
+            "response_s",
+            "utilisation",
+            "throughput_max_per_s",
+            "response_min_s",
+        ]);
+        for curve in &self.curves {
+            let net = &curve.network;
+            let p = curve
+                .secure_fraction
+                .map(|p| p.to_string())
+                .unwrap_or_default();
+            for (s, b) in &curve.points {
+                let _ = w.write_record([
+                    p.clone(),
+                    s.users.to_string(),
+                    "all".into(),
+                    "1".into(),
+                    s.throughput_per_s.to_string(),
+                    s.response_s.to_string(),
+                    s.utilisation.to_string(),
+                    b.throughput_max_per_s.to_string(),
+                    b.response_min_s.to_string(),
+                ]);
+                for c in RequestClass::ALL {
+                    let i = c.index();
+                    let x = s.throughput_per_s * net.mix[i];
+                    let _ = w.write_record([
+                        p.clone(),
+                        s.users.to_string(),
+                        c.name().into(),
+                        net.mix[i].to_string(),
+                        x.to_string(),
+                        self.class_response(s, c)
+                            .map(|r| r.to_string())
+                            .unwrap_or_default(),
+                        (x * net.service_s[i] / f64::from(net.servers)).to_string(),
+                        String::new(),
+                        String::new(),
+                    ]);
+                }
+            }
+        }
+        String::from_utf8(w.into_inner().unwrap_or_default()).expect("CSV is UTF-8")
+    }
+
+    pub fn text(&self) -> String {
+        let ms = |v: f64| format!("{:.3}", v * 1e3);
+        let k = &self.knobs;
+        let mut s = format!(
+            "server {} ({})\nthink time {} s; web server: {} processor{} shared by all requests\n",
+            self.server,
+            self.source,
+            k.think_s,
+            k.servers,
+            if k.servers == 1 { "" } else { "s" }
+        );
+        let mut what_if = Vec::new();
+        if let Some(r) = k.hit_ratio {
+            what_if.push(format!("hit ratio {r}"));
+        }
+        if k.cpu_speedup != 1.0 {
+            what_if.push(format!("CPU {}x", k.cpu_speedup));
+        }
+        for (st, f) in &k.scale_stages {
+            what_if.push(format!("{st} x{f}"));
+        }
+        if !what_if.is_empty() {
+            s.push_str(&format!("what if: {}\n", what_if.join(", ")));
+        }
+        s.push_str(&format!(
+            "\n{:<12} {:>6} {:>11} {:>10}\n",
+            "class", "share", "service ms", "delay ms"
+        ));
+        let b = &self.base;
+        for c in RequestClass::ALL {
+            let i = c.index();
+            let (sv, dl) = if self.measured[i] {
+                (ms(b.service_s[i]), ms(b.delay_s[i]))
+            } else {
+                ("-".into(), "-".into())
+            };
+            s.push_str(&format!(
+                "{:<12} {:>6.3} {sv:>11} {dl:>10}\n",
+                c.name(),
+                b.mix[i]
+            ));
+        }
+        for curve in &self.curves {
+            let net = &curve.network;
+            s.push('\n');
+            if let Some(p) = curve.secure_fraction {
+                s.push_str(&format!(
+                    "secure fraction {p} (mix {:.3} / {:.3} / {:.3}): ",
+                    net.mix[0], net.mix[1], net.mix[2]
+                ));
+            }
+            s.push_str(&format!(
+                "D = {} ms (web server {} ms), N* = {:.1}\n",
+                ms(net.demand()),
+                ms(net.service_demand()),
+                net.n_star()
+            ));
+            s.push_str(&format!(
+                "{:>7} {:>10} {:>10} {:>10} {:>11} {:>10} {:>6} {:>10} {:>10}\n",
+                "users",
+                "X /s",
+                "R ms",
+                "tls_full",
+                "tls_resumed",
+                "plain",
+                "util",
+                "X max /s",
+                "R min ms"
+            ));
+            for (p, bd) in &curve.points {
+                let class =
+                    |c: RequestClass| self.class_response(p, c).map_or_else(|| "-".to_owned(), ms);
+                s.push_str(&format!(
+                    "{:>7} {:>10.3} {:>10} {:>10} {:>11} {:>10} {:>6.3} {:>10.3} {:>10}\n",
+                    p.users,
+                    p.throughput_per_s,
+                    ms(p.response_s),
+                    class(RequestClass::TlsFull),
+                    class(RequestClass::TlsResumed),
+                    class(RequestClass::Plain),
+                    p.utilisation,
+                    bd.throughput_max_per_s,
+                    ms(bd.response_min_s)
+                ));
+            }
+        }
+        s
+    }
+}

@@ -764,7 +764,11 @@ impl DelayProxy {
     /// connection that reached it.
     pub fn wait_for(&self, flight: u32) -> Option<Duration> {
         let waits = self.waits.lock().unwrap();
-        waits.iter().rev().find(|(f, _)| *f == flight).map(|(_, d)| *d)
+        waits
+            .iter()
+            .rev()
+            .find(|(f, _)| *f == flight)
+            .map(|(_, d)| *d)
     }
 }
 
@@ -814,8 +818,8 @@ fn recv_stamped(s: &TcpStream, buf: &mut [u8]) -> std::io::Result<(usize, System
         while !c.is_null() {
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_TIMESTAMPNS {
                 let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
-                arrived = SystemTime::UNIX_EPOCH
-                    + Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+                arrived =
+                    SystemTime::UNIX_EPOCH + Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }

@@ -48,7 +48,10 @@ fn delay_lands_in(flight: u32) {
         let (r, wire) = through_proxy(&nginx, flight, d);
         check_stages(&r);
         let held = wire[flight as usize - 2];
-        assert!(held >= d as f64, "the proxy held flight {flight} {held:.2} ms < {d} ms");
+        assert!(
+            held >= d as f64,
+            "the proxy held flight {flight} {held:.2} ms < {d} ms"
+        );
         for (stage, wire_ms) in [("wait_client_flight_2", wire[0]), ("wait_request", wire[1])] {
             let traced = stage_ms(&r, stage);
             eprintln!(

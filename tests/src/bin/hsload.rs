@@ -33,7 +33,8 @@ use openssl::ssl::{
 };
 use serde_json::{json, Map, Value};
 
-const USAGE: &str = "usage: hsload --tls-port PORT --plain-port PORT --users N --think-time SECONDS \
+const USAGE: &str =
+    "usage: hsload --tls-port PORT --plain-port PORT --users N --think-time SECONDS \
     --secure-fraction P --resume-fraction R --warmup SECONDS --duration SECONDS [--seed N] \
     [--host ADDR] [--server-name NAME]";
 
@@ -62,8 +63,7 @@ fn parse_args() -> Result<Opts, String> {
     };
     fn num<T: std::str::FromStr>(name: &str, v: Option<String>) -> Result<T, String> {
         let v = v.ok_or_else(|| format!("{name} is required"))?;
-        v.parse()
-            .map_err(|_| format!("{name} {v:?}: not a number"))
+        v.parse().map_err(|_| format!("{name} {v:?}: not a number"))
     }
     let host = get("--host").unwrap_or_else(|| "127.0.0.1".into());
     let tls_port: u16 = num("--tls-port", get("--tls-port"))?;
@@ -357,7 +357,11 @@ fn main() {
         .filter(|d| inside(&d.end))
         .collect();
     let mut error_kinds = Map::new();
-    for (_, what) in logs.iter().flat_map(|l| &l.errors).filter(|(t, _)| inside(t)) {
+    for (_, what) in logs
+        .iter()
+        .flat_map(|l| &l.errors)
+        .filter(|(t, _)| inside(t))
+    {
         let n = error_kinds.get(*what).and_then(Value::as_u64).unwrap_or(0);
         error_kinds.insert((*what).into(), json!(n + 1));
     }

@@ -162,7 +162,9 @@ enum Command {
         /// With --from-prometheus: the seconds the stage means and class shares cover
         #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
         window: f64,
-        /// The server (`comm:port`, e.g. nginx:443); default: the one with the most connections
+        /// The server (`comm:port`, e.g. nginx:443; default: the one with the most
+        /// connections). Ports of one server, comma-separated (nginx:443,nginx:80), are one
+        /// web server: their shares and stage means weighted by connections
         #[arg(long, value_name = "SERVER")]
         server: Option<String>,
         /// User counts: 1,10,50 or 1..400 (every integer) or 1..400:10 (every 10th, and

@@ -160,6 +160,19 @@ pub fn pick(servers: Vec<ServerInput>, want: Option<&str>, origin: &str) -> Resu
             .join(", ")
     };
     let chosen = match want {
+        Some(w) if w.contains(',') => {
+            let mut parts = Vec::new();
+            for name in w.split(',').map(str::trim) {
+                let i = servers.iter().position(|s| s.server == name).ok_or_else(|| {
+                    anyhow!(
+                        "{origin} has no server {name:?}: give --server one or more (comma-separated) of: {}",
+                        names()
+                    )
+                })?;
+                parts.push(servers[i].clone());
+            }
+            return check_shares(merge(parts, origin)?, origin);
+        }
         Some(w) => servers.iter().position(|s| s.server == w).ok_or_else(|| {
             anyhow!(
                 "{origin} has no server {w:?}: give --server one of: {}",
@@ -178,10 +191,78 @@ pub fn pick(servers: Vec<ServerInput>, want: Option<&str>, origin: &str) -> Resu
                 .expect("the maximum is one of them")
         }
     };
-    let mut s = servers
+    let s = servers
         .into_iter()
         .nth(chosen)
         .expect("an index of servers");
+    check_shares(s, origin)
+}
+
+/// Several listening ports of one server as one web server (nginx:443 and nginx:80 share
+/// the same workers' CPU): its connections summed, each class's share and stage means
+/// weighted by that class's connections on each port.
+pub fn merge(parts: Vec<ServerInput>, origin: &str) -> Result<ServerInput> {
+    if let Some(p) = parts.iter().find(|p| p.connections <= 0.0) {
+        bail!(
+            "{origin}: server {} gives no \"connections\": merging servers weighs each by its connections",
+            p.server
+        );
+    }
+    let connections: f64 = parts.iter().map(|p| p.connections).sum();
+    let server = parts
+        .iter()
+        .map(|p| p.server.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    let classes = RequestClass::ALL.map(|class| {
+        let i = class.index();
+        // (connections of this class, its stages) on each port
+        let of: Vec<(f64, &[StageMean])> = parts
+            .iter()
+            .map(|p| {
+                (
+                    p.connections * p.classes[i].share,
+                    p.classes[i].stages.as_slice(),
+                )
+            })
+            .filter(|(n, stages)| *n > 0.0 && !stages.is_empty())
+            .collect();
+        let mut stages: Vec<StageMean> = Vec::new();
+        for (_, ss) in &of {
+            for m in ss.iter() {
+                if stages.iter().all(|x| x.name != m.name) {
+                    stages.push(StageMean {
+                        mean_s: 0.0,
+                        ..m.clone()
+                    });
+                }
+            }
+        }
+        for m in &mut stages {
+            let (mut sum, mut weight) = (0.0, 0.0);
+            for (n, ss) in &of {
+                if let Some(x) = ss.iter().find(|x| x.name == m.name) {
+                    sum += n * x.mean_s;
+                    weight += n;
+                }
+            }
+            m.mean_s = sum / weight;
+        }
+        ClassInput {
+            class,
+            share: of.iter().map(|(n, _)| n).sum::<f64>() / connections,
+            stages,
+        }
+    });
+    Ok(ServerInput {
+        server,
+        connections,
+        classes,
+    })
+}
+
+/// The shares checked (they sum to 1) and made exact; a class with a share has stages.
+fn check_shares(mut s: ServerInput, origin: &str) -> Result<ServerInput> {
     let total: f64 = s.classes.iter().map(|c| c.share).sum();
     if total == 0.0 {
         bail!(
@@ -294,9 +375,9 @@ fn prom_query(base: &str, query: &str) -> Result<Vec<(BTreeMap<String, String>, 
 /// one with the most connections in the window).
 pub fn from_prometheus(base: &str, want: Option<&str>, window_s: u64) -> Result<ServerInput> {
     let w = format!("{window_s}s");
-    let server = match want {
-        Some(s) => s.to_owned(),
-        None => {
+    let names: Vec<String> = match want {
+        Some(s) => s.split(',').map(|n| n.trim().to_owned()).collect(),
+        None => vec![{
             let q = format!("sum by (server) (increase(hstrace_connections_total[{w}]))");
             let v = prom_query(base, &q)?;
             let most = v.iter().map(|(_, x)| *x).fold(0.0, f64::max);
@@ -304,8 +385,22 @@ pub fn from_prometheus(base: &str, want: Option<&str>, window_s: u64) -> Result<
                 .filter(|(_, x)| *x == most && most > 0.0)
                 .find_map(|(l, _)| l.get("server").cloned())
                 .ok_or_else(|| anyhow!("Prometheus at {base} has no hstrace_connections_total in the last {w}: is it scraping hstrace serve? (or a longer --window)"))?
-        }
+        }],
     };
+    let origin = format!("Prometheus at {base}");
+    let mut parts = names
+        .into_iter()
+        .map(|server| prom_server(base, server, &w))
+        .collect::<Result<Vec<_>>>()?;
+    let input = match parts.len() {
+        1 => parts.pop().expect("one"),
+        _ => merge(parts, &origin)?,
+    };
+    check_shares(input, &origin)
+}
+
+/// One server's shares and stage means, summed across hosts, over the window `w`.
+fn prom_server(base: &str, server: String, w: &str) -> Result<ServerInput> {
     let sel = format!("server={}", label_value(&server));
     let shares_q = format!("sum by (kind) (increase(hstrace_connections_total{{{sel}}}[{w}]))");
     let mut counts = [0.0; 3];
@@ -350,10 +445,9 @@ pub fn from_prometheus(base: &str, want: Option<&str>, window_s: u64) -> Result<
         // wire order, as the parameters JSON has them
         s.sort_by_key(|m| Stage::from_name(&m.name).map(Stage::index));
     }
-    let origin = format!("Prometheus at {base}");
     let [f, r, p] = stages;
     let [cf, cr, cp] = counts;
-    let input = ServerInput {
+    Ok(ServerInput {
         server,
         connections: total,
         classes: [
@@ -366,8 +460,7 @@ pub fn from_prometheus(base: &str, want: Option<&str>, window_s: u64) -> Result<
             share: n / total,
             stages,
         }),
-    };
-    pick(vec![input], None, &origin)
+    })
 }
 
 #[cfg(test)]
@@ -390,6 +483,22 @@ mod tests {
         assert!(!s.classes[0].measured());
         // queue stages are read (and later left out of the model)
         assert!(plain.stages.iter().any(|m| m.class == StageClass::Queue));
+    }
+
+    #[test]
+    fn two_ports_of_one_server_merge_by_connections() {
+        let text = include_str!("../../../examples/parameters.json");
+        let servers = parse_parameters(text, "f").unwrap();
+        let both = pick(servers.clone(), Some("nginx:28443, nginx:28080"), "f").unwrap();
+        assert_eq!(both.server, "nginx:28443,nginx:28080");
+        assert_eq!(both.connections, 20.0);
+        // 16 TLS connections, half resumed; 4 plain
+        let shares = both.classes.each_ref().map(|c| c.share);
+        assert_eq!(shares, [0.4, 0.4, 0.2]);
+        let alone = pick(servers.clone(), Some("nginx:28443"), "f").unwrap();
+        assert_eq!(both.classes[0].stages, alone.classes[0].stages);
+        let e = pick(servers, Some("nginx:28443,nginx:1"), "f").unwrap_err();
+        assert!(e.to_string().contains("no server \"nginx:1\""), "{e}");
     }
 
     #[test]

@@ -55,7 +55,8 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+/// Poll `ok` every 20 ms until it holds; panic after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
     let start = Instant::now();
     while !ok() {
         assert!(start.elapsed() < timeout, "timed out waiting for {what}");
@@ -621,6 +622,80 @@ pub fn curl(args: &[&str], urls: &[String]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What `drive_mix` made: connections by kind.
+pub struct Mix {
+    pub full: u64,
+    pub resumed: u64,
+    pub plain: u64,
+    pub failed: u64,
+}
+
+impl Mix {
+    pub fn tls(&self) -> u64 {
+        self.full + self.resumed
+    }
+}
+
+/// Full and resumed TLS 1.2 (session id, ticket) and 1.3 (PSK) handshakes, plain HTTP,
+/// and two failures, each on its own connection (`rounds` times the first three; the
+/// session files go to the server's directory).
+pub fn drive_mix(server: &TestServer, rounds: u32) -> Mix {
+    let port = server.port;
+    let sess = |f: &str| server.dir.join(f).display().to_string();
+    let mut mix = Mix {
+        full: 0,
+        resumed: 0,
+        plain: 0,
+        failed: 0,
+    };
+    for i in 0..rounds {
+        for (j, (base, extra)) in [
+            (&["-tls1_3"][..], &[][..]),
+            (&["-tls1_2"][..], &["-no_ticket"][..]),
+            (&["-tls1_2"][..], &[][..]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let file = sess(&format!("s{i}-{j}.sess"));
+            let mut args: Vec<&str> = base.iter().chain(extra).copied().collect();
+            let new = s_client(port, &[&args[..], &["-sess_out", &file]].concat());
+            assert!(new.contains("New, TLS"), "{args:?}: {new}");
+            args.extend(["-sess_in", &file]);
+            let again = s_client(port, &args);
+            assert!(again.contains("Reused, TLS"), "{args:?}: {again}");
+            mix.full += 1;
+            mix.resumed += 1;
+        }
+        curl(&[], &[format!("http://127.0.0.1:{}/", server.plain_port)]);
+        mix.plain += 1;
+    }
+    // TLS 1.1 is refused with an alert; plain HTTP on the TLS port is not TLS
+    assert!(!s_client(port, &["-tls1_1"]).contains("New, TLS"));
+    raw_exchange(port, b"GET / HTTP/1.0\r\n\r\n");
+    mix.failed += 2;
+    mix
+}
+
+/// A parameters document without its `rate_per_s` fields.
+pub fn without_rates(mut v: Value) -> Value {
+    match &mut v {
+        Value::Object(m) => {
+            m.remove("rate_per_s");
+            for x in m.values_mut() {
+                *x = without_rates(x.take());
+            }
+        }
+        Value::Array(a) => {
+            for x in a.iter_mut() {
+                *x = without_rates(x.take());
+            }
+        }
+        _ => {}
+    }
+    v
 }
 
 /// Connect, write `bytes`, read what comes back until close or 2 s, close.

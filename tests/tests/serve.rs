@@ -12,63 +12,9 @@ use std::{
 use hstrace_tests::{
     curl,
     daemon::{Daemon, Scrape},
-    hstrace_bin, hstrace_run, prometheus, raw_exchange, s_client, workspace, Nginx, TestServer,
+    drive_mix, hstrace_bin, hstrace_run, prometheus, s_client, without_rates, workspace, Nginx,
 };
 use serde_json::Value;
-
-/// What `drive_mix` made: connections by kind.
-struct Mix {
-    full: u64,
-    resumed: u64,
-    plain: u64,
-    failed: u64,
-}
-
-impl Mix {
-    fn tls(&self) -> u64 {
-        self.full + self.resumed
-    }
-}
-
-/// Full and resumed TLS 1.2 (session id, ticket) and 1.3 (PSK) handshakes, plain HTTP,
-/// and two failures, each on its own connection.
-fn drive_mix(server: &TestServer, rounds: u32) -> Mix {
-    let port = server.port;
-    let sess = |f: &str| server.dir.join(f).display().to_string();
-    let mut mix = Mix {
-        full: 0,
-        resumed: 0,
-        plain: 0,
-        failed: 0,
-    };
-    for i in 0..rounds {
-        for (j, (base, extra)) in [
-            (&["-tls1_3"][..], &[][..]),
-            (&["-tls1_2"][..], &["-no_ticket"][..]),
-            (&["-tls1_2"][..], &[][..]),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let file = sess(&format!("s{i}-{j}.sess"));
-            let mut args: Vec<&str> = base.iter().chain(extra).copied().collect();
-            let new = s_client(port, &[&args[..], &["-sess_out", &file]].concat());
-            assert!(new.contains("New, TLS"), "{args:?}: {new}");
-            args.extend(["-sess_in", &file]);
-            let again = s_client(port, &args);
-            assert!(again.contains("Reused, TLS"), "{args:?}: {again}");
-            mix.full += 1;
-            mix.resumed += 1;
-        }
-        curl(&[], &[format!("http://127.0.0.1:{}/", server.plain_port)]);
-        mix.plain += 1;
-    }
-    // TLS 1.1 is refused with an alert; plain HTTP on the TLS port is not TLS
-    assert!(!s_client(port, &["-tls1_1"]).contains("New, TLS"));
-    raw_exchange(port, b"GET / HTTP/1.0\r\n\r\n");
-    mix.failed += 2;
-    mix
-}
 
 /// Until `ok` holds or 15 s pass (records come when each response is complete).
 fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
@@ -318,25 +264,6 @@ fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
         stderr.contains("records lost (ring buffer full) 0,"),
         "{stderr}"
     );
-}
-
-/// A parameters document without its `rate_per_s` fields.
-fn without_rates(mut v: Value) -> Value {
-    match &mut v {
-        Value::Object(m) => {
-            m.remove("rate_per_s");
-            for x in m.values_mut() {
-                *x = without_rates(x.take());
-            }
-        }
-        Value::Array(a) => {
-            for x in a.iter_mut() {
-                *x = without_rates(x.take());
-            }
-        }
-        _ => {}
-    }
-    v
 }
 
 fn regex_escape(s: &str) -> String {

@@ -160,7 +160,12 @@ enum Command {
         #[arg(long, value_name = "URL")]
         from_prometheus: Option<String>,
         /// With --from-prometheus: the seconds the stage means and class shares cover
-        #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+        #[arg(
+            long,
+            default_value_t = 300.0,
+            value_name = "SECONDS",
+            allow_negative_numbers = true
+        )]
         window: f64,
         /// The server (`comm:port`, e.g. nginx:443; default: the one with the most
         /// connections). Ports of one server, comma-separated (nginx:443,nginx:80), are one
@@ -169,10 +174,15 @@ enum Command {
         server: Option<String>,
         /// User counts: 1,10,50 or 1..400 (every integer) or 1..400:10 (every 10th, and
         /// 400); default: 1 to twice N* in about 50 steps
-        #[arg(long, value_name = "LIST")]
+        #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
         users: Option<String>,
         /// Mean think time between a user's requests (2s, 500ms, or seconds)
-        #[arg(long, default_value = "2s", value_name = "TIME")]
+        #[arg(
+            long,
+            default_value = "2s",
+            value_name = "TIME",
+            allow_hyphen_values = true
+        )]
         think_time: String,
         /// The share of requests that are TLS (seed 002's p), full : resumed kept; a list
         /// (0.1,0.2,0.3) gives one curve each

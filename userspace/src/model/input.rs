@@ -46,7 +46,8 @@ impl ClassInput {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerInput {
     pub server: String,
-    /// connections in the window (picks the default server)
+    /// classified connections in the window (failed ones are in no class): weighs the
+    /// ports of a merged server, picks the default server
     pub connections: f64,
     /// `RequestClass::ALL` order
     pub classes: [ClassInput; 3],
@@ -84,10 +85,12 @@ fn parse_server(s: &Value, origin: &str) -> Result<ServerInput> {
         .and_then(Value::as_str)
         .ok_or_else(|| anyhow!("{origin}: a server has no \"server\" name"))?
         .to_owned();
-    let connections = match s.get("connections") {
-        None | Some(Value::Null) => 0.0,
-        Some(v) => number(v, &|| format!("{origin}: {server}'s \"connections\""))?,
+    let count = |key: &str| match s.get(key) {
+        None | Some(Value::Null) => Ok(0.0),
+        Some(v) => number(v, &|| format!("{origin}: {server}'s \"{key}\"")),
     };
+    // the shares are of the classified connections: without the failed ones
+    let connections = count("connections")? - count("failed")?;
     let classes = RequestClass::ALL.map(|class| parse_class(s, &server, class, origin));
     let [a, b, c] = classes;
     Ok(ServerInput {
@@ -159,6 +162,9 @@ pub fn pick(servers: Vec<ServerInput>, want: Option<&str>, origin: &str) -> Resu
             .collect::<Vec<_>>()
             .join(", ")
     };
+    if servers.is_empty() {
+        bail!("{origin} has no servers: the daemon has seen no connections in its window (drive some traffic, or a longer --window)");
+    }
     let chosen = match want {
         Some(w) if w.contains(',') => {
             let mut parts = Vec::new();
@@ -180,9 +186,6 @@ pub fn pick(servers: Vec<ServerInput>, want: Option<&str>, origin: &str) -> Resu
             )
         })?,
         None => {
-            if servers.is_empty() {
-                bail!("{origin} has no servers: the daemon has seen no connections in its window (drive some traffic, or a longer --window)");
-            }
             // the first of those with the most connections
             let most = servers.iter().map(|s| s.connections).fold(0.0, f64::max);
             servers
@@ -378,12 +381,11 @@ pub fn from_prometheus(base: &str, want: Option<&str>, window_s: u64) -> Result<
     let names: Vec<String> = match want {
         Some(s) => s.split(',').map(|n| n.trim().to_owned()).collect(),
         None => vec![{
-            let q = format!("sum by (server) (increase(hstrace_connections_total[{w}]))");
-            let v = prom_query(base, &q)?;
+            let v = prom_servers(base, &w)?;
             let most = v.iter().map(|(_, x)| *x).fold(0.0, f64::max);
             v.into_iter()
-                .filter(|(_, x)| *x == most && most > 0.0)
-                .find_map(|(l, _)| l.get("server").cloned())
+                .find(|(_, x)| *x == most)
+                .map(|(s, _)| s)
                 .ok_or_else(|| anyhow!("Prometheus at {base} has no hstrace_connections_total in the last {w}: is it scraping hstrace serve? (or a longer --window)"))?
         }],
     };
@@ -397,6 +399,16 @@ pub fn from_prometheus(base: &str, want: Option<&str>, window_s: u64) -> Result<
         _ => merge(parts, &origin)?,
     };
     check_shares(input, &origin)
+}
+
+/// The servers with connections in the window `w`, and how many (failed ones included).
+fn prom_servers(base: &str, w: &str) -> Result<Vec<(String, f64)>> {
+    let q = format!("sum by (server) (increase(hstrace_connections_total[{w}]))");
+    Ok(prom_query(base, &q)?
+        .into_iter()
+        .filter(|(_, x)| *x > 0.0)
+        .filter_map(|(l, x)| Some((l.get("server")?.clone(), x)))
+        .collect())
 }
 
 /// One server's shares and stage means, summed across hosts, over the window `w`.
@@ -416,7 +428,21 @@ fn prom_server(base: &str, server: String, w: &str) -> Result<ServerInput> {
     }
     let total: f64 = counts.iter().sum();
     if total <= 0.0 {
-        bail!("Prometheus at {base} has no connections of server {server:?} in the last {w}: check --server (a `server` label of hstrace_connections_total) or a longer --window");
+        // say which servers there are (or that this one only failed)
+        let mut names: Vec<String> = prom_servers(base, w)?.into_iter().map(|(s, _)| s).collect();
+        if names.contains(&server) {
+            bail!("Prometheus at {base}: server {server:?} has only failed connections in the last {w}: pick another with --server, or a longer --window");
+        }
+        names.sort_unstable();
+        let known = if names.is_empty() {
+            "none has any (is it scraping hstrace serve?)".to_owned()
+        } else {
+            format!(
+                "give --server one or more (comma-separated) of: {}",
+                names.join(", ")
+            )
+        };
+        bail!("Prometheus at {base} has no connections of server {server:?} in the last {w}: {known}, or a longer --window");
     }
     let by = "by (stage, stage_class, kind)";
     let means_q = format!(
@@ -499,6 +525,22 @@ mod tests {
         assert_eq!(both.classes[0].stages, alone.classes[0].stages);
         let e = pick(servers, Some("nginx:28443,nginx:1"), "f").unwrap_err();
         assert!(e.to_string().contains("no server \"nginx:1\""), "{e}");
+    }
+
+    #[test]
+    fn merging_weighs_ports_by_classified_connections() {
+        // 4 full, 2 failed on one port; 2 plain on the other: 4 : 2, not 6 : 2
+        let doc = r#"{"schema":"hstrace.parameters/v1","servers":[
+          {"server":"a:1","connections":6,"failed":2,"classes":{
+            "tls_full":{"share":1,"stages":{"response":{"class":"service","mean_s":0.002}}},
+            "tls_resumed":{"share":0,"stages":{}},"plain":{"share":0,"stages":{}}}},
+          {"server":"a:2","connections":2,"failed":0,"classes":{
+            "tls_full":{"share":0,"stages":{}},"tls_resumed":{"share":0,"stages":{}},
+            "plain":{"share":1,"stages":{"response":{"class":"service","mean_s":0.001}}}}}]}"#;
+        let servers = parse_parameters(doc, "f").unwrap();
+        let both = pick(servers, Some("a:1,a:2"), "f").unwrap();
+        let shares = both.classes.each_ref().map(|c| c.share);
+        assert_eq!(shares, [4.0 / 6.0, 0.0, 2.0 / 6.0]);
     }
 
     #[test]

@@ -137,6 +137,9 @@ pub fn run(opts: ModelOptions) -> Result<()> {
     if opts.measured.is_some() && opts.plot.is_none() {
         bail!("--measured draws points on the picture: give --plot FILE.svg too");
     }
+    if let Some(path) = &opts.plot {
+        plot::check_path(path)?;
+    }
     let measured = match &opts.measured {
         Some(path) => plot::read_measured(path)?,
         None => Vec::new(),

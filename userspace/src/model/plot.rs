@@ -97,6 +97,23 @@ fn name(class: Option<RequestClass>) -> &'static str {
     class.map_or("all", RequestClass::name)
 }
 
+/// Refuse, before any work, a `--plot` path whose directory does not exist (drawing would
+/// find out only at the end, in the SVG backend's words).
+pub fn check_path(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!(
+            "cannot write --plot {}: there is no directory {} (create it, or give another path)",
+            path.display(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 /// Draw the report (and the measured points) to `path` as SVG.
 pub fn draw(report: &Report, measured: &[Measured], path: &Path) -> Result<()> {
     let lines: Vec<Option<RequestClass>> = std::iter::once(None)

@@ -1,0 +1,737 @@
+//! `hstrace model` fed by each of its three sources from real parts: a real nginx traced
+//! by a real `hstrace serve` (selected by its master's pid, so the other tests' servers stay
+//! out), real openssl and curl clients, and a real Prometheus scraping that daemon. What
+//! the model takes (class mix, service and delay demand per class) must be the daemon's
+//! own numbers, and its answer at one user their mix-weighted sum. Also every way the
+//! command line can be wrong, and seed 002's Fig. 8 drawn and written as CSV.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs,
+    process::{Command, Stdio},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use hstrace_tests::{
+    curl,
+    daemon::{Daemon, Scrape},
+    drive_mix, free_port, hstrace_bin,
+    prometheus::Prometheus,
+    s_client, wait_for, without_rates, work_dir, workspace, Mix, Nginx, TestServer,
+};
+use serde_json::Value;
+
+/// The model's request classes, and each one's `kind` label in the metrics.
+const CLASSES: [(&str, &str); 3] = [
+    ("tls_full", "full"),
+    ("tls_resumed", "resumed"),
+    ("plain", "plain"),
+];
+
+/// Floating-point noise: sums of a few dozen means, weights that are exact integers.
+const EXACT: f64 = 1e-9;
+
+/// `hstrace model ARGS`: (exit code, stdout, stderr).
+fn model(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(hstrace_bin())
+        .arg("model")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `hstrace model ARGS --users 1,10 --format json`, which must succeed.
+fn model_json(args: &[&str]) -> Value {
+    let all = [args, &["--users", "1,10", "--format", "json"]].concat();
+    let (code, out, err) = model(&all);
+    assert_eq!(code, Some(0), "hstrace model {all:?} failed: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+/// `a` and `b` agree to `rel` of the larger (two zeros agree).
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * a.abs().max(b.abs())
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// One phase of traffic: `drive_mix`'s two rounds (full and resumed TLS 1.2 and 1.3, plain
+/// HTTP, two failures), then three more full handshakes and two more plain requests, so
+/// that no two classes have the same share.
+fn drive(nginx: &TestServer) -> Mix {
+    let mut mix = drive_mix(nginx, 2);
+    for _ in 0..3 {
+        assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
+        mix.full += 1;
+    }
+    for _ in 0..2 {
+        curl(&[], &[format!("http://127.0.0.1:{}/", nginx.plain_port)]);
+        mix.plain += 1;
+    }
+    mix
+}
+
+fn connections(m: &Mix) -> u64 {
+    m.tls() + m.plain + m.failed
+}
+
+/// Wait until the daemon has counted `n` connections, in its metrics and in its parameters.
+fn wait_counted(daemon: &Daemon, n: u64) {
+    wait_for(
+        &format!("the daemon to count {n} connections"),
+        Duration::from_secs(30),
+        || {
+            let params: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
+            let in_params: u64 = params["servers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["connections"].as_u64().unwrap())
+                .sum();
+            daemon.scrape().sum("hstrace_connections_total", &[]) as u64 == n && in_params == n
+        },
+    );
+}
+
+/// One server of a parameters document.
+fn server_of<'a>(params: &'a Value, server: &str) -> &'a Value {
+    params["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["server"] == server)
+        .unwrap_or_else(|| panic!("no server {server} in {params}"))
+}
+
+/// One class of one server in a parameters document: its connections, and each stage's
+/// stage class, count and total seconds.
+#[derive(Debug, Clone)]
+struct ClassData {
+    count: f64,
+    stages: BTreeMap<String, (String, f64, f64)>,
+}
+
+impl ClassData {
+    fn of(params: &Value, server: &str, class: &str) -> ClassData {
+        let c = &server_of(params, server)["classes"][class];
+        let stages = c["stages"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(name, st)| {
+                let count = num(&st["count"]);
+                let class = st["class"].as_str().unwrap().to_owned();
+                (name.clone(), (class, count, num(&st["mean_s"]) * count))
+            })
+            .collect();
+        ClassData {
+            count: num(&c["count"]),
+            stages,
+        }
+    }
+
+    /// What came after `before` (an earlier read of the same daemon).
+    fn since(&self, before: &ClassData) -> ClassData {
+        let stages = self
+            .stages
+            .iter()
+            .filter_map(|(name, (class, n, sum))| {
+                let (n0, sum0) = before.stages.get(name).map_or((0.0, 0.0), |s| (s.1, s.2));
+                (n - n0 > 0.0).then(|| (name.clone(), (class.clone(), n - n0, sum - sum0)))
+            })
+            .collect();
+        ClassData {
+            count: self.count - before.count,
+            stages,
+        }
+    }
+
+    /// The sum of the means of the stages of `stage_class` that `which` takes.
+    fn demand(&self, stage_class: &str, which: impl Fn(&str) -> bool) -> f64 {
+        self.stages
+            .iter()
+            .filter(|(name, (k, ..))| k == stage_class && which(name))
+            .map(|(_, (_, n, sum))| sum / n)
+            .sum()
+    }
+}
+
+/// What the model must take from the daemon for a set of servers (one web server): each
+/// class's share of their classified connections, and its service and delay demand (the
+/// means of each port weighted by the class's connections on it).
+#[derive(Debug)]
+struct Expected {
+    share: [f64; 3],
+    service: [f64; 3],
+    delay: [f64; 3],
+    /// how far off each class's (service, delay) demand may be beyond rounding: the sum
+    /// of the means of its stages that Prometheus may extrapolate by their own factor
+    slack: [[f64; 2]; 3],
+}
+
+/// (server, kind, stage): may Prometheus extrapolate that stage's series by a factor of
+/// its own?
+type Cut<'a> = &'a dyn Fn(&str, &str, &str) -> bool;
+
+impl Expected {
+    /// `servers`: (name, its classes); `cut` stages off by up to `off` (relative).
+    fn of(servers: &[(&str, [ClassData; 3])], cut: Cut, off: f64) -> Expected {
+        let count = |c: usize| servers.iter().map(|s| s.1[c].count).sum::<f64>();
+        let total: f64 = (0..3).map(count).sum();
+        let demand = |c: usize, k: &str, only_cut: bool| {
+            let n = count(c);
+            if n == 0.0 {
+                return 0.0;
+            }
+            let kind = CLASSES[c].1;
+            servers
+                .iter()
+                .map(|(name, classes)| {
+                    let which = |stage: &str| !only_cut || cut(name, kind, stage);
+                    classes[c].count * classes[c].demand(k, which)
+                })
+                .sum::<f64>()
+                / n
+        };
+        Expected {
+            share: [0, 1, 2].map(|c| count(c) / total),
+            service: [0, 1, 2].map(|c| demand(c, "service", false)),
+            delay: [0, 1, 2].map(|c| demand(c, "delay", false)),
+            slack: [0, 1, 2].map(|c| ["service", "delay"].map(|k| off * demand(c, k, true))),
+        }
+    }
+
+    fn from_params(params: &Value, servers: &[&str]) -> Expected {
+        let data: Vec<(&str, [ClassData; 3])> = servers
+            .iter()
+            .map(|s| (*s, CLASSES.map(|(c, _)| ClassData::of(params, s, c))))
+            .collect();
+        Expected::of(&data, &|_, _, _| false, 0.0)
+    }
+
+    /// Over what `after` has and `before` had not.
+    fn between(before: &Value, after: &Value, servers: &[&str], cut: Cut, off: f64) -> Expected {
+        let data: Vec<(&str, [ClassData; 3])> = servers
+            .iter()
+            .map(|s| {
+                let since = |c| ClassData::of(after, s, c).since(&ClassData::of(before, s, c));
+                (*s, CLASSES.map(|(c, _)| since(c)))
+            })
+            .collect();
+        Expected::of(&data, cut, off)
+    }
+}
+
+/// The model's JSON takes `exp`'s mix (to `share_tol`) and demands (to rounding and
+/// `exp.slack`), and says which classes were measured.
+fn check_input(m: &Value, server: &str, exp: &Expected, share_tol: f64) {
+    assert_eq!(m["schema"], "hstrace.model/v1", "{m}");
+    assert_eq!(m["server"], server, "{m}");
+    assert_eq!(m["think_time_s"], 2.0);
+    assert_eq!(m["servers"], 1);
+    for (i, (class, _)) in CLASSES.into_iter().enumerate() {
+        let share = num(&m["mix"][class]);
+        assert!(
+            close(share, exp.share[i], share_tol),
+            "{server} {class}: the model's share {share}, the daemon's {} (tolerance {share_tol})",
+            exp.share[i]
+        );
+        assert_eq!(m["measured"][class], exp.share[i] > 0.0, "{class}: {m}");
+        let d = &m["demand_s"][class];
+        for (j, (what, want)) in [("service", exp.service[i]), ("delay", exp.delay[i])]
+            .into_iter()
+            .enumerate()
+        {
+            let got = num(&d[what]);
+            let slack = exp.slack[i][j];
+            assert!(
+                (got - want).abs() <= EXACT * got.abs().max(want.abs()) + slack,
+                "{server} {class}: {what} demand {got}, the daemon's means add up to {want} (slack {slack})"
+            );
+        }
+    }
+}
+
+/// At one user nothing queues: the response time is the mix-weighted sum of each class's
+/// service and delay means (queue stages are an output, never an input); at ten users it
+/// is no shorter, and within the bottleneck bounds.
+fn check_solution(m: &Value, exp: &Expected) {
+    let points = m["curves"][0]["points"].as_array().unwrap();
+    let (one, ten) = (&points[0], &points[1]);
+    assert_eq!(
+        (one["users"].as_u64(), ten["users"].as_u64()),
+        (Some(1), Some(10))
+    );
+    let mut want = 0.0;
+    for (i, (class, _)) in CLASSES.into_iter().enumerate() {
+        let alone = exp.service[i] + exp.delay[i];
+        want += exp.share[i] * alone;
+        let r = &one["classes"][class]["response_s"];
+        if exp.share[i] > 0.0 {
+            assert!(
+                close(num(r), alone, EXACT),
+                "{class} at N=1: {r} vs {alone}"
+            );
+        } else {
+            assert!(r.is_null(), "{class} was not measured: {r}");
+        }
+    }
+    let r1 = num(&one["response_s"]);
+    assert!(
+        close(r1, want, EXACT),
+        "R(1) {r1}, the means add up to {want}"
+    );
+    let r10 = num(&ten["response_s"]);
+    assert!(r10 >= r1 * (1.0 - EXACT), "R(10) {r10} < R(1) {r1}");
+    for p in [one, ten] {
+        let b = &p["bounds"];
+        assert!(num(&p["throughput_per_s"]) <= num(&b["throughput_max_per_s"]) * (1.0 + EXACT));
+        assert!(num(&p["response_s"]) >= num(&b["response_min_s"]) * (1.0 - EXACT));
+    }
+}
+
+/// The samples (time, value) Prometheus has of the daemon's connection-record counter:
+/// every scrape of the daemon, with how many connections it had counted by then.
+fn scrapes(prom: &Prometheus) -> Vec<(f64, f64)> {
+    let v = prom.query("hstrace_records_total{record=\"connection\"}[30m]");
+    let Some(series) = v["data"]["result"].as_array().and_then(|r| r.first()) else {
+        return Vec::new();
+    };
+    series["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (num(&s[0]), s[1].as_str().unwrap().parse().unwrap()))
+        .collect()
+}
+
+/// A series: its name and labels.
+type Series = (String, BTreeMap<String, String>);
+
+/// The series `increase()` and `rate()` read for `servers`, and their values.
+fn counter_series(m: &Scrape, servers: &[&str]) -> BTreeMap<Series, f64> {
+    let names = [
+        "hstrace_connections_total",
+        "hstrace_stage_duration_seconds_sum",
+        "hstrace_stage_duration_seconds_count",
+    ];
+    m.samples
+        .iter()
+        .filter(|(n, l, _)| {
+            names.contains(&n.as_str())
+                && l.get("server")
+                    .is_some_and(|s| servers.contains(&s.as_str()))
+        })
+        .map(|(n, l, v)| ((n.clone(), l.clone()), *v))
+        .collect()
+}
+
+#[test]
+fn daemon_and_prometheus_give_the_model_the_daemons_numbers() {
+    let nginx = Nginx::start("model-sources", 1);
+    // this nginx only: the other tests' servers run at the same time. A window far longer
+    // than the test: nothing leaves it, so two reads with no traffic between are the same.
+    let master = nginx.master_pid().to_string();
+    let daemon = Daemon::start(&["--pid", &master, "--window", "3600"]);
+    let url = daemon.url();
+    let tls = format!("nginx:{}", nginx.port);
+    let plain = format!("nginx:{}", nginx.plain_port);
+    // the two ports of one nginx: one web server, all three classes
+    let both = format!("{tls},{plain}");
+
+    // before any connection there is nothing to model, whichever server is asked for
+    for server in [&[][..], &["--server", "nginx:1"][..]] {
+        let (code, _, err) = model(&[&["--from", &url][..], server].concat());
+        assert_eq!(code, Some(1), "{server:?}: {err}");
+        assert!(
+            err.contains("has no servers: the daemon has seen no connections"),
+            "{server:?}: {err}"
+        );
+    }
+
+    let prom = Prometheus::start(std::slice::from_ref(&daemon.addr), &[], "1s");
+    let prom_url = format!("http://{}", prom.addr);
+
+    // Warm-up: every series the traffic makes (each kind, TLS version, cipher and stage of
+    // each port). Prometheus cannot know what a series counted before its first scrape;
+    // with every series scraped before the measured traffic, increase() over a window that
+    // starts while the daemon is idle counts exactly that traffic.
+    let warm = drive(&nginx);
+    let warm_total = connections(&warm);
+    wait_counted(&daemon, warm_total);
+    let t_idle = now_s();
+    let idle_metrics = daemon.scrape();
+    let idle_params: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
+    wait_for(
+        "6 scrapes of the idle daemon",
+        Duration::from_secs(60),
+        || scrapes(&prom).iter().filter(|(t, _)| *t > t_idle).count() >= 6,
+    );
+    let t_busy = now_s();
+
+    // the measured traffic
+    let main = drive(&nginx);
+    let total = warm_total + connections(&main);
+    wait_counted(&daemon, total);
+    let t_done = now_s();
+
+    // 1. --from the daemon: its parameters read just before and just after the model;
+    // the same numbers (no traffic, nothing leaving the window), so the model read them
+    let params: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
+    let merged = model_json(&["--from", &url, "--server", &both]);
+    let single = model_json(&["--from", &url, "--server", &tls]);
+    let default = model_json(&["--from", &url]);
+    let again: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
+    assert_eq!(
+        without_rates(params["servers"].clone()),
+        without_rates(again["servers"].clone()),
+        "the daemon's parameters moved while the model read them"
+    );
+    let exp = Expected::from_params(&params, &[&tls, &plain]);
+    eprintln!("the daemon's {total} connections on {both}: {exp:?}");
+    assert!(
+        exp.share.iter().all(|&s| s > 0.0),
+        "every class on {both}: {exp:?}"
+    );
+    // the shares the daemon gives, from the connections it counted
+    let whole = warm.full + main.full + warm.resumed + main.resumed + warm.plain + main.plain;
+    for (i, n) in [
+        warm.full + main.full,
+        warm.resumed + main.resumed,
+        warm.plain + main.plain,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        assert!(
+            close(exp.share[i], n as f64 / whole as f64, EXACT),
+            "{exp:?}"
+        );
+    }
+    check_input(&merged, &both, &exp, EXACT);
+    check_solution(&merged, &exp);
+    // the TLS port alone: its own shares (failed connections are in no class)
+    let exp_tls = Expected::from_params(&params, &[&tls]);
+    for (i, (class, _)) in CLASSES.into_iter().enumerate() {
+        let c = &server_of(&params, &tls)["classes"][class];
+        assert!(close(exp_tls.share[i], num(&c["share"]), EXACT), "{class}");
+        // and the means added up are the daemon's own demands
+        for (want, what) in [(exp_tls.service[i], "service"), (exp_tls.delay[i], "delay")] {
+            let own = num(&c["demand_s"][what]);
+            assert!(close(want, own, EXACT), "{class} {what}: {want} vs {own}");
+        }
+    }
+    check_input(&single, &tls, &exp_tls, EXACT);
+    check_solution(&single, &exp_tls);
+    // no --server: the one with the most connections
+    assert_eq!(default, single, "the default server is {tls}");
+    // a server that is not there: the message lists those that are
+    let (code, _, err) = model(&["--from", &url, "--server", "nginx:1"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("has no server \"nginx:1\"") && err.contains(&tls) && err.contains(&plain),
+        "{err}"
+    );
+
+    // 2. --from-prometheus over a window from the idle stretch to now: the measured traffic.
+    // (a scrape begun just before the traffic may have been answered after it began)
+    let idle: Vec<f64> = scrapes(&prom)
+        .into_iter()
+        .filter(|(t, v)| *t > t_idle && *t < t_busy && *v == warm_total as f64)
+        .map(|(t, _)| t)
+        .collect();
+    let m = idle.len();
+    assert!(m >= 5, "{idle:?}");
+    // the window starts after the first idle scrape and before the last but one: its first
+    // sample is one of the idle scrapes in between
+    let (lo, hi) = (idle[0] + 0.1, idle[m - 2] - 0.1);
+    // increase() extrapolates each series' increase from its first and last samples in the
+    // window to the window's ends by one factor, the same for every series scraped together
+    // (the ratios the model takes are exact), unless a series' first value is so small
+    // against its increase that Prometheus would extrapolate it below zero: it then cuts
+    // the start at zero, a factor of its own (off by at most the start gap over the sampled
+    // time). The warm-up and the measured traffic are the same, so only an outlier stage
+    // time can do that: such stages (if any) are checked to that bound instead. The longer
+    // the sampled time, the larger an outlier that takes.
+    wait_for(
+        "8 scrapes after the last connection",
+        Duration::from_secs(60),
+        || scrapes(&prom).iter().filter(|(t, _)| *t > t_done).count() >= 8,
+    );
+    let done_metrics = daemon.scrape();
+    let times: Vec<f64> = scrapes(&prom)
+        .into_iter()
+        .map(|(t, _)| t)
+        .filter(|t| *t >= idle[0])
+        .collect();
+    let last = *times.last().unwrap();
+    let sampled = last - idle[m - 2];
+    // bounds both the gap to the window's first sample and half the mean gap
+    let gap = times.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
+    let servers = [tls.as_str(), plain.as_str()];
+    let (p0, p1) = (
+        counter_series(&idle_metrics, &servers),
+        counter_series(&done_metrics, &servers),
+    );
+    assert_eq!(
+        p0.keys().collect::<BTreeSet<_>>(),
+        p1.keys().collect::<BTreeSet<_>>(),
+        "the measured traffic made series the warm-up did not"
+    );
+    let may_cut = |key: &Series| {
+        let (first, increase) = (p0[key], p1[key] - p0[key]);
+        increase > 0.0 && sampled * first / increase < gap
+    };
+    let cut: Vec<&Series> = p1.keys().filter(|k| may_cut(k)).collect();
+    eprintln!(
+        "Prometheus: scrapes {gap:.1} s apart at most, {sampled:.1} s sampled after the window's first; series that may be cut at zero: {cut:?}"
+    );
+    // a cut series is off by at most the gap before its first sample over the time sampled
+    let off = gap / sampled;
+    let label = |l: &BTreeMap<String, String>, k: &str| l.get(k).cloned().unwrap_or_default();
+    let share_tol = if cut
+        .iter()
+        .any(|(n, l)| n == "hstrace_connections_total" && label(l, "kind") != "failed")
+    {
+        EXACT + 2.0 * off
+    } else {
+        EXACT
+    };
+    let stage_cut = |server: &str, kind: &str, stage: &str| {
+        cut.iter().any(|(n, l)| {
+            n.starts_with("hstrace_stage_duration_seconds")
+                && [("server", server), ("kind", kind), ("stage", stage)]
+                    .iter()
+                    .all(|(k, v)| label(l, k) == *v)
+        })
+    };
+    let exp_main = Expected::between(&idle_params, &params, &servers, &stage_cut, off);
+    let (from_prom, window) = (1..=5)
+        .find_map(|_| {
+            let w = (now_s() + 0.3 - (lo + hi) / 2.0).round().max(1.0);
+            let before = now_s();
+            let out = model_json(&[
+                "--from-prometheus",
+                &prom_url,
+                "--server",
+                &both,
+                "--window",
+                &w.to_string(),
+            ]);
+            let after = now_s();
+            // the window began at (query time − w): inside the idle stretch, or try again
+            (before - w > lo && after - w < hi).then_some((out, w))
+        })
+        .expect("a window that starts while the daemon was idle, in 5 tries");
+    eprintln!("--window {window}: {exp_main:?}, share tolerance {share_tol}");
+    check_input(&from_prom, &both, &exp_main, share_tol);
+    // the --server a Prometheus does not know: the message lists those it does
+    let (code, _, err) = model(&[
+        "--from-prometheus",
+        &prom_url,
+        "--server",
+        "nginx:1",
+        "--window",
+        "3600",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("no connections of server \"nginx:1\"")
+            && err.contains(&tls)
+            && err.contains(&plain),
+        "{err}"
+    );
+    drop(prom);
+    daemon.stop();
+}
+
+#[test]
+fn bad_command_lines_get_one_clear_line() {
+    let dir = work_dir("model-cli");
+    let seed = workspace().join("examples/seed002-parameters.json");
+    let seed = seed.to_str().unwrap();
+    let two = workspace().join("examples/parameters.json");
+    let two = two.to_str().unwrap();
+    let wrong = dir.join("wrong-schema.json");
+    fs::write(&wrong, r#"{"schema": "hstrace.model/v1", "servers": []}"#).unwrap();
+    let wrong = wrong.to_str().unwrap();
+    let missing = dir.join("no-such.json");
+    let missing = missing.to_str().unwrap();
+    let plot = dir.join("no-such-dir/fig.svg");
+    let plot = plot.to_str().unwrap();
+    // nobody listens there
+    let nobody = format!("http://127.0.0.1:{}", free_port());
+    let one_source = "give exactly one of --params FILE, --from";
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (vec![], vec![one_source]),
+        (vec!["--params", seed, "--from", &nobody], vec![one_source]),
+        (
+            vec!["--from", &nobody, "--from-prometheus", &nobody],
+            vec![one_source],
+        ),
+        (
+            vec!["--params", missing],
+            vec!["cannot read --params", "no-such.json", "No such file"],
+        ),
+        (
+            vec!["--params", wrong],
+            vec![
+                "schema \"hstrace.model/v1\"",
+                "not \"hstrace.parameters/v1\"",
+            ],
+        ),
+        (
+            vec!["--from", &nobody],
+            vec!["no hstrace daemon answered at", &nobody],
+        ),
+        (
+            vec!["--from-prometheus", &nobody],
+            vec!["Prometheus at", "did not answer", "--from-prometheus"],
+        ),
+        (
+            vec!["--params", two, "--server", "apache2:443"],
+            vec![
+                "has no server \"apache2:443\"",
+                "give --server one of: nginx:28080, nginx:28443",
+            ],
+        ),
+        (
+            vec!["--params", seed, "--users", "0"],
+            vec!["--users \"0\" is not a list of user counts", "1..400"],
+        ),
+        (
+            vec!["--params", seed, "--users", "5..1"],
+            vec!["--users \"5..1\" is not a list of user counts"],
+        ),
+        (
+            vec!["--params", seed, "--think-time", "-1s"],
+            vec!["--think-time \"-1s\" is not a time", "500ms"],
+        ),
+        (
+            vec!["--params", seed, "--secure-fraction", "1.5"],
+            vec!["--secure-fraction 1.5 is not a fraction", "between 0 and 1"],
+        ),
+        (
+            vec!["--params", seed, "--servers", "0"],
+            vec!["--servers 0 is not a number of processors", "1 to 1024"],
+        ),
+        (
+            vec!["--params", seed, "--hit-ratio", "nan"],
+            vec!["--hit-ratio NaN is not a fraction"],
+        ),
+        (
+            vec!["--params", seed, "--plot", plot],
+            vec!["cannot write --plot", "no-such-dir"],
+        ),
+    ];
+    for (args, says) in cases {
+        let (code, out, err) = model(&args);
+        assert!(code.is_some_and(|c| c != 0), "{args:?} succeeded: {out}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: not one line: {err}");
+        assert!(lines[0].starts_with("hstrace: "), "{args:?}: {err}");
+        for s in says {
+            assert!(lines[0].contains(s), "{args:?}: {err} does not say {s:?}");
+        }
+        assert!(out.is_empty(), "{args:?} printed {out}");
+    }
+    assert!(!dir.join("no-such-dir").exists());
+}
+
+/// Seed 002's Fig. 8: p = 0.1, 0.2, 0.3 from the seed's own stage means, as SVG and CSV.
+#[test]
+fn seed_figure_8_as_svg_and_csv() {
+    let dir = work_dir("model-fig8");
+    let svg = dir.join("fig8.svg");
+    let seed = workspace().join("examples/seed002-parameters.json");
+    let (code, out, err) = model(&[
+        "--params",
+        seed.to_str().unwrap(),
+        "--secure-fraction",
+        "0.1,0.2,0.3",
+        "--plot",
+        svg.to_str().unwrap(),
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let picture = fs::read_to_string(&svg).unwrap();
+    assert!(
+        picture.starts_with("<svg"),
+        "{}",
+        &picture[..80.min(picture.len())]
+    );
+    assert!(picture.trim_end().ends_with("</svg>"));
+    for p in ["0.1", "0.2", "0.3"] {
+        for class in ["all", "tls_full", "plain"] {
+            let label = format!("p = {p}: {class}");
+            assert!(picture.contains(&label), "no line {label:?} in the SVG");
+        }
+    }
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next(),
+        Some("secure_fraction,users,class,share,throughput_per_s,response_s,utilisation,throughput_max_per_s,response_min_s")
+    );
+    // (p, users) -> class -> (share, response)
+    let mut rows: BTreeMap<(String, u32), BTreeMap<String, (f64, String)>> = BTreeMap::new();
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!(f.len(), 9, "{line}");
+        let users: u32 = f[1].parse().unwrap();
+        let fresh = rows
+            .entry((f[0].to_owned(), users))
+            .or_default()
+            .insert(f[2].to_owned(), (f[3].parse().unwrap(), f[5].to_owned()));
+        assert!(fresh.is_none(), "twice: {line}");
+    }
+    let curves: BTreeSet<&str> = rows.keys().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(curves, BTreeSet::from(["0.1", "0.2", "0.3"]));
+    let users = |p: &str| -> Vec<u32> {
+        rows.keys()
+            .filter(|(q, _)| q == p)
+            .map(|(_, n)| *n)
+            .collect()
+    };
+    assert_eq!(users("0.1")[0], 1);
+    assert!(users("0.1").len() > 10, "{:?}", users("0.1"));
+    assert_eq!(users("0.1"), users("0.2"));
+    assert_eq!(users("0.1"), users("0.3"));
+    for ((p, n), classes) in &rows {
+        let names: Vec<&str> = classes.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            ["all", "plain", "tls_full", "tls_resumed"],
+            "{p} {n}"
+        );
+        let p: f64 = p.parse().unwrap();
+        assert!((classes["tls_full"].0 - p).abs() < 1e-12);
+        assert!((classes["plain"].0 - (1.0 - p)).abs() < 1e-12);
+        assert_eq!(classes["tls_resumed"], (0.0, String::new()), "not measured");
+        // the mix's response time is the share-weighted classes' (the mix's, per request)
+        let r = |c: &str| classes[c].1.parse::<f64>().unwrap();
+        let mixed = p * r("tls_full") + (1.0 - p) * r("plain");
+        assert!(
+            close(r("all"), mixed, 1e-9),
+            "{p} {n}: {} vs {mixed}",
+            r("all")
+        );
+    }
+}

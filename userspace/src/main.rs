@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hstrace::{
     export::{self, ExportFormat},
-    model::{self, knobs, ModelFormat, ModelOptions},
+    model::{self, knobs, mva::Discipline, ModelFormat, ModelOptions},
     print::Format,
     probes::Uprobes,
     serve::{self, ServeOptions},
@@ -46,6 +46,14 @@ enum ExportFormatArg {
     Json,
     Csv,
     Table,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DisciplineArg {
+    /// seed 002's: requests share the processor (threads, processes)
+    ProcessorSharing,
+    /// one event loop (an nginx worker): each flight is answered to completion, in turn
+    EventLoop,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -211,6 +219,10 @@ enum Command {
             allow_negative_numbers = true
         )]
         servers: i64,
+        /// How the web server shares its processor (event-loop: approximate MVA, one
+        /// processor)
+        #[arg(long, value_enum, default_value = "processor-sharing")]
+        discipline: DisciplineArg,
         /// text (a table), json (hstrace.model/v1), csv (a row per curve, N and class)
         #[arg(long, value_enum, default_value = "text")]
         format: ModelFormatArg,
@@ -367,6 +379,7 @@ fn run(cli: Cli) -> Result<()> {
             cpu_speedup,
             scale_stage,
             servers,
+            discipline,
             format,
             plot,
             measured,
@@ -399,6 +412,10 @@ fn run(cli: Cli) -> Result<()> {
                     .iter()
                     .map(|s| knobs::parse_scale(s))
                     .collect::<Result<_>>()?,
+                discipline: match discipline {
+                    DisciplineArg::ProcessorSharing => Discipline::ProcessorSharing,
+                    DisciplineArg::EventLoop => Discipline::EventLoop,
+                },
             };
             model::run(ModelOptions {
                 source,

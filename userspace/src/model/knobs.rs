@@ -4,7 +4,10 @@
 
 use anyhow::{anyhow, bail, Result};
 
-use super::{input::ServerInput, mva::Network};
+use super::{
+    input::{ClassInput, ServerInput, StageMean},
+    mva::{Discipline, Network},
+};
 use crate::stage::{RequestClass, Stage, StageClass};
 
 /// Users beyond this are refused (the solver is O(N · c), the output a row per N).
@@ -27,6 +30,8 @@ pub struct Knobs {
     pub cpu_speedup: f64,
     /// (stage, factor): multiplies that stage's mean in every class that has it
     pub scale_stages: Vec<(String, f64)>,
+    /// how the web server shares its processor
+    pub discipline: Discipline,
 }
 
 impl Default for Knobs {
@@ -37,6 +42,7 @@ impl Default for Knobs {
             hit_ratio: None,
             cpu_speedup: 1.0,
             scale_stages: Vec::new(),
+            discipline: Discipline::ProcessorSharing,
         }
     }
 }
@@ -185,12 +191,7 @@ pub fn demands(server: &ServerInput, knobs: &Knobs) -> Result<([f64; 3], [f64; 3
     for c in &server.classes {
         let i = c.class.index();
         for m in &c.stages {
-            let k: f64 = knobs
-                .scale_stages
-                .iter()
-                .filter(|(n, _)| *n == m.name)
-                .map(|(_, k)| k)
-                .product();
+            let k = scale(knobs, &m.name);
             match m.class {
                 StageClass::Service => service[i] += m.mean_s * k / knobs.cpu_speedup,
                 StageClass::Delay => delay[i] += m.mean_s * k,
@@ -199,6 +200,47 @@ pub fn demands(server: &ServerInput, knobs: &Knobs) -> Result<([f64; 3], [f64; 3
         }
     }
     Ok((service, delay))
+}
+
+/// A class's visits to the web server, each its service time (knobs applied): each queue
+/// stage is a visit (the server picks the connection up), served by the service stage
+/// that follows it in the stage table (none for `accept_queue`); a service stage with no
+/// queue stage before it (a hand-written file, seed 002's) is a visit of its own.
+fn visits(class: &ClassInput, knobs: &Knobs) -> Vec<f64> {
+    let mut stages: Vec<&StageMean> = class.stages.iter().collect();
+    // hstrace's stages in wire order, others (hand-written names) after, each its own visit
+    stages.sort_by_key(|m| Stage::from_name(&m.name).map_or(usize::MAX, Stage::index));
+    let mut out = Vec::new();
+    let mut open = false;
+    for m in stages {
+        let known = Stage::from_name(&m.name).is_some();
+        match m.class {
+            StageClass::Queue => {
+                out.push(0.0);
+                open = true;
+            }
+            StageClass::Service => {
+                let s = m.mean_s * scale(knobs, &m.name) / knobs.cpu_speedup;
+                match (open && known, out.last_mut()) {
+                    (true, Some(last)) => *last += s,
+                    _ => out.push(s),
+                }
+                open = false;
+            }
+            StageClass::Delay => open = false,
+        }
+    }
+    out
+}
+
+/// The product of the --scale-stage factors naming `stage`.
+fn scale(knobs: &Knobs, stage: &str) -> f64 {
+    knobs
+        .scale_stages
+        .iter()
+        .filter(|(n, _)| n == stage)
+        .map(|(_, k)| k)
+        .product()
 }
 
 /// The class mix: the measured shares, the TLS part re-mixed by `--hit-ratio` (resumed /
@@ -240,13 +282,20 @@ pub fn network(
     secure_fraction: Option<f64>,
 ) -> Result<Network> {
     let (service_s, delay_s) = demands(server, knobs)?;
+    let visits = server.classes.each_ref().map(|c| visits(c, knobs));
     let net = Network {
         think_s: knobs.think_s,
         servers: knobs.servers,
         mix: mix(server, knobs, secure_fraction)?,
         service_s,
         delay_s,
+        discipline: knobs.discipline,
+        visits: visits.each_ref().map(|v| v.len() as f64),
+        visit_sq_s: visits.map(|v| v.iter().map(|s| s * s).sum()),
     };
+    if knobs.discipline == Discipline::EventLoop && knobs.servers > 1 {
+        bail!("--discipline event-loop models one event loop: give --servers 1 (for several workers, model one with its share of the users)");
+    }
     if net.service_demand() <= 0.0 {
         bail!(
             "server {} has no service stages in the mix (its web server would do no work): nothing to model",

@@ -13,6 +13,32 @@
 //! p(j | n) for j < c − 1 are carried along, as in multi-server MVA:
 //! R_c,ws(n) = D_c,ws / c · (1 + Q_ws(n − 1) + Σ_{j=0}^{c−2} (c − 1 − j) p(j | n − 1)).
 
+/// How the web server shares its processor among the requests at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Discipline {
+    /// seed 002's: every request present progresses at once (threads or processes, a
+    /// preemptive scheduler). Product form: solved exactly.
+    #[default]
+    ProcessorSharing,
+    /// one event loop (an nginx worker): each visit (a flight read and answered) runs to
+    /// completion, in arrival order. Not product form: approximate MVA (below).
+    EventLoop,
+}
+
+impl Discipline {
+    pub fn name(self) -> &'static str {
+        match self {
+            Discipline::ProcessorSharing => "processor_sharing",
+            Discipline::EventLoop => "event_loop",
+        }
+    }
+}
+
+/// Mean residual service of the visit in progress, as a share of its mean: ½ for the
+/// constant service times of a handshake's steps (the same signature, the same key
+/// schedule every time), where an exponential would be 1.
+const RESIDUAL: f64 = 0.5;
+
 /// The network: demands per request of each class (`RequestClass::ALL` order).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Network {
@@ -26,6 +52,11 @@ pub struct Network {
     pub service_s: [f64; 3],
     /// each class's total delay (client and network), seconds
     pub delay_s: [f64; 3],
+    pub discipline: Discipline,
+    /// each class's visits to the web server (with an event loop, each waits its turn)
+    pub visits: [f64; 3],
+    /// each class's sum over its visits of the visit's service time squared, s²
+    pub visit_sq_s: [f64; 3],
 }
 
 /// The network's means at one user count.
@@ -119,6 +150,49 @@ impl Network {
     /// The exact solution at each of `users` (sorted, each once), in that order. MVA runs
     /// through every user count up to the largest; only the asked ones are kept.
     pub fn solve_at(&self, users: &[u32]) -> Vec<Solution> {
+        match self.discipline {
+            Discipline::ProcessorSharing => self.solve_ps(users),
+            Discipline::EventLoop => self.solve_event_loop(users),
+        }
+    }
+
+    /// One event loop, FCFS per visit, by the arrival-theorem approximation (Reiser's
+    /// for FCFS with class-dependent service): a visit arriving with N users waits for the
+    /// visits the N − 1 network has at the server, the one in progress only for its
+    /// residual: W(N) = X(N−1) · (W(N−1) · D_ws + RESIDUAL · Σ_c mix_c Σ_v S_cv²).
+    /// A request of class c waits V_c times: R_c = D_c,ws + V_c · W + D_c,delay.
+    /// Exact at N = 1 and at the saturation asymptotes; one processor only.
+    fn solve_event_loop(&self, users: &[u32]) -> Vec<Solution> {
+        let max_users = users.last().copied().unwrap_or(0);
+        let mut wanted = users.iter().peekable();
+        let (d_ws, d_delay, z) = (self.service_demand(), self.delay_demand(), self.think_s);
+        let sq = mixed(&self.mix, &self.visit_sq_s);
+        let (mut wait, mut x) = (0.0, 0.0);
+        let mut out = Vec::with_capacity(users.len());
+        for n in 1..=max_users {
+            wait = x * (wait * d_ws + RESIDUAL * sq);
+            let class_web_server_s: [f64; 3] =
+                std::array::from_fn(|k| self.service_s[k] + self.visits[k] * wait);
+            let r_ws = mixed(&self.mix, &class_web_server_s);
+            x = f64::from(n) / (z + r_ws + d_delay);
+            if wanted.next_if_eq(&&n).is_none() {
+                continue;
+            }
+            out.push(Solution {
+                users: n,
+                throughput_per_s: x,
+                response_s: r_ws + d_delay,
+                class_response_s: std::array::from_fn(|k| class_web_server_s[k] + self.delay_s[k]),
+                class_web_server_s,
+                utilisation: x * d_ws,
+                web_server_users: x * r_ws,
+            });
+        }
+        out
+    }
+
+    /// Processor sharing, exact (the module's recursion).
+    fn solve_ps(&self, users: &[u32]) -> Vec<Solution> {
         let max_users = users.last().copied().unwrap_or(0);
         let mut wanted = users.iter().peekable();
         let c = self.servers.max(1) as usize;
@@ -206,12 +280,73 @@ mod tests {
                 .sum()
         };
         let pick = |ws: bool| [0, 1, 2].map(|c| sum(&routes[c], ws));
+        let ws_phases = |c: usize| routes[c].phases.iter().filter(|p| p.at_web_server);
         Network {
             think_s,
             servers,
             mix: [0, 1, 2].map(|c| routes[c].share),
             service_s: pick(true),
             delay_s: pick(false),
+            discipline: Discipline::ProcessorSharing,
+            visits: [0, 1, 2].map(|c| ws_phases(c).count() as f64),
+            visit_sq_s: [0, 1, 2].map(|c| ws_phases(c).map(|p| p.mean_s * p.mean_s).sum()),
+        }
+    }
+
+    #[test]
+    fn event_loop_bounds_and_one_user() {
+        let ps = network(&routes(), 0.05, 1);
+        let el = Network {
+            discipline: Discipline::EventLoop,
+            ..ps.clone()
+        };
+        let n = (100.0 * el.n_star()).ceil() as u32;
+        let sol = el.solve(n);
+        // one user: no one to wait for
+        assert_eq!(sol[0].response_s, el.demand());
+        assert_eq!(sol[0].class_response_s, ps.solve(1)[0].class_response_s);
+        // far past N*: the same asymptotes as any work-conserving server (approached
+        // as 1/N, more slowly than with sharing)
+        let last = sol.last().unwrap();
+        let dmax = el.bottleneck_demand();
+        assert!(close(last.throughput_per_s, 1.0 / dmax, 1e-3), "{last:?}");
+        assert!(close(
+            last.response_s,
+            f64::from(n) * dmax - el.think_s,
+            1e-3
+        ));
+        for s in &sol {
+            let b = el.bounds(s.users);
+            assert!(s.throughput_per_s <= b.throughput_max_per_s * (1.0 + 1e-12));
+            assert!(s.response_s >= b.response_min_s * (1.0 - 1e-12));
+        }
+        // a short request waits behind a long one: worse than sharing for the class with
+        // the most visits and the least work, at mid load
+        let mid = (el.n_star() / 2.0).round() as usize;
+        let (e, p) = (&sol[mid], &ps.solve(mid as u32 + 1)[mid]);
+        assert!(e.class_response_s[1] > p.class_response_s[1], "{e:?} {p:?}");
+    }
+
+    /// One class, one visit, exponential service: FCFS is product form and equals PS;
+    /// with constant service the approximation must wait less (half the residual).
+    #[test]
+    fn event_loop_with_one_visit_is_near_ps() {
+        let one = Network {
+            think_s: 0.02,
+            servers: 1,
+            mix: [1.0, 0.0, 0.0],
+            service_s: [0.004, 0.0, 0.0],
+            delay_s: [0.001, 0.0, 0.0],
+            discipline: Discipline::EventLoop,
+            visits: [1.0, 0.0, 0.0],
+            visit_sq_s: [0.004 * 0.004, 0.0, 0.0],
+        };
+        let ps = Network {
+            discipline: Discipline::ProcessorSharing,
+            ..one.clone()
+        };
+        for (e, p) in one.solve(30).iter().zip(&ps.solve(30)) {
+            assert!(e.response_s <= p.response_s * (1.0 + 1e-12), "{e:?} {p:?}");
         }
     }
 

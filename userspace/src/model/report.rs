@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     knobs::Knobs,
-    mva::{Bounds, Network, Solution},
+    mva::{Bounds, Discipline, Network, Solution},
 };
 use crate::stage::RequestClass;
 
@@ -90,6 +90,7 @@ impl Report {
             "source": self.source,
             "think_time_s": self.knobs.think_s,
             "servers": self.knobs.servers,
+            "discipline": self.knobs.discipline.name(),
             "knobs": {
                 "hit_ratio": self.knobs.hit_ratio,
                 "cpu_speedup": self.knobs.cpu_speedup,
@@ -169,12 +170,16 @@ impl Report {
         let ms = |v: f64| format!("{:.3}", v * 1e3);
         let k = &self.knobs;
         let mut s = format!(
-            "server {} ({})\nthink time {} s; web server: {} processor{} shared by all requests\n",
+            "server {} ({})\nthink time {} s; web server: {}\n",
             self.server,
             self.source,
             k.think_s,
-            k.servers,
-            if k.servers == 1 { "" } else { "s" }
+            match (k.discipline, k.servers) {
+                (Discipline::EventLoop, _) =>
+                    "one event loop, each flight answered in turn".to_owned(),
+                (_, 1) => "1 processor shared by all requests".to_owned(),
+                (_, c) => format!("{c} processors shared by all requests"),
+            }
         );
         let mut what_if = Vec::new();
         if let Some(r) = k.hit_ratio {

@@ -4,6 +4,9 @@
 //!                                throwaway TLS nginx on loopback driven by real clients
 //!   cargo xtask test             setup, build, then every test (unit, verifier, integration)
 //!   cargo xtask vmlinux          regenerate ebpf/vmlinux/<arch>/vmlinux.h from this kernel
+//!   cargo xtask bench            with/without hstrace side by side: docs/benchmarks.md
+//!   cargo xtask validate-model   the model's predictions against a loaded nginx:
+//!                                docs/model-validation.md (--quick: a short run, printed)
 
 use std::{
     env, fs,
@@ -17,6 +20,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 mod bench;
+mod validate;
 
 /// Debian packages: build (clang, libbpf headers, bpftool), servers and clients for the
 /// demo and the tests (gcc and libssl-dev build the statically linked test server).
@@ -53,6 +57,7 @@ fn xtask() -> Result<()> {
             bench_serve_memory()
         }
         Some("bench") => bench(),
+        Some("validate-model") => validate_model(&args[1..]),
         _ => {
             eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench | vmlinux");
             std::process::exit(2);
@@ -292,6 +297,34 @@ fn bench() -> Result<()> {
     fs::write(root().join("docs/benchmarks.md"), doc)?;
     eprintln!("xtask: wrote docs/benchmarks.md");
     Ok(())
+}
+
+/// Seed 002's model against a loaded nginx: docs/model-validation.md (`--quick`: a short
+/// run that only prints).
+fn validate_model(args: &[String]) -> Result<()> {
+    require_root("validate-model")?;
+    setup()?;
+    let bin = build()?;
+    run(Command::new("cargo")
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "hstrace-tests",
+            "--features",
+            "load",
+            "--bin",
+            "hsload",
+        ])
+        .current_dir(root()))?;
+    let hsload = root().join("target/release/hsload");
+    let quick = args.iter().any(|a| a == "--quick");
+    let plan = if quick {
+        validate::Plan::quick()
+    } else {
+        validate::Plan::full()
+    };
+    validate::run(&bin, &hsload, &root(), &plan, !quick)
 }
 
 /// One client connection of the demo mix; session files are named relative to `dir`.

@@ -202,11 +202,23 @@ pub fn demands(server: &ServerInput, knobs: &Knobs) -> Result<([f64; 3], [f64; 3
     Ok((service, delay))
 }
 
+/// A queue stage whose mean stays under this share of the class's longest is not a visit
+/// of its own but the server going on in the same handler: a resumed TLS 1.2 client's
+/// request comes in the same read as its Finished, and nginx answers it at once
+/// (`wait_request` and `request_queue` ≈ 0 while the other queue stages grow with load).
+const CONTINUATION: f64 = 0.1;
+
 /// A class's visits to the web server, each its service time (knobs applied): each queue
 /// stage is a visit (the server picks the connection up), served by the service stage
 /// that follows it in the stage table (none for `accept_queue`); a service stage with no
 /// queue stage before it (a hand-written file, seed 002's) is a visit of its own.
-fn visits(class: &ClassInput, knobs: &Knobs) -> Vec<f64> {
+pub fn visits(class: &ClassInput, knobs: &Knobs) -> Vec<f64> {
+    let longest_queue = class
+        .stages
+        .iter()
+        .filter(|m| m.class == StageClass::Queue)
+        .map(|m| m.mean_s)
+        .fold(0.0, f64::max);
     let mut stages: Vec<&StageMean> = class.stages.iter().collect();
     // hstrace's stages in wire order, others (hand-written names) after, each its own visit
     stages.sort_by_key(|m| Stage::from_name(&m.name).map_or(usize::MAX, Stage::index));
@@ -216,7 +228,10 @@ fn visits(class: &ClassInput, knobs: &Knobs) -> Vec<f64> {
         let known = Stage::from_name(&m.name).is_some();
         match m.class {
             StageClass::Queue => {
-                out.push(0.0);
+                // a continuation (see CONTINUATION): what follows joins the last visit
+                if out.is_empty() || m.mean_s >= CONTINUATION * longest_queue {
+                    out.push(0.0);
+                }
                 open = true;
             }
             StageClass::Service => {
@@ -313,6 +328,49 @@ mod tests {
     fn seed() -> ServerInput {
         let text = include_str!("../../../examples/seed002-parameters.json");
         pick(parse_parameters(text, "seed").unwrap(), None, "seed").unwrap()
+    }
+
+    #[test]
+    fn visits_from_the_queue_stages() {
+        let stage = |name: &str, ms: f64| StageMean {
+            name: name.into(),
+            class: Stage::from_name(name).unwrap().class(),
+            mean_s: ms * 1e-3,
+        };
+        let class = |stages: Vec<StageMean>| ClassInput {
+            class: RequestClass::TlsResumed,
+            share: 1.0,
+            stages,
+        };
+        // a full handshake under load: accept, ClientHello, client flight 2, request
+        let full = class(vec![
+            stage("accept_queue", 2.0),
+            stage("wait_client_hello", 0.05),
+            stage("client_hello_queue", 0.9),
+            stage("server_flight_1", 6.0),
+            stage("wait_client_flight_2", 1.1),
+            stage("client_flight_2_queue", 3.5),
+            stage("server_flight_2", 0.25),
+            stage("wait_request", 0.4),
+            stage("request_queue", 2.0),
+            stage("response", 0.1),
+        ]);
+        let v = visits(&full, &Knobs::default());
+        let want = [0.0, 6.0e-3, 0.25e-3, 0.1e-3];
+        assert_eq!(v.len(), 4);
+        assert!(
+            v.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-15),
+            "{v:?}"
+        );
+        // resumed TLS 1.2: the request came with the Finished, answered in the same visit
+        let mut resumed = full.stages.clone();
+        resumed[8].mean_s = 0.00001e-3;
+        let v = visits(&class(resumed), &Knobs::default());
+        assert_eq!(v.len(), 3, "{v:?}");
+        assert!((v[2] - 0.35e-3).abs() < 1e-15);
+        // no queue stages (seed 002's file): each service stage is a visit
+        let s = seed();
+        assert_eq!(visits(&s.classes[0], &Knobs::default()).len(), 5);
     }
 
     #[test]

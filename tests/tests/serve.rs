@@ -443,6 +443,31 @@ fn bad_options_get_one_clear_line() {
             "no hstrace daemon answered at http://127.0.0.1:1",
         ),
         (vec!["export"], "say where the parameters come from"),
+        // the values that once panicked or printed a loader error
+        (
+            vec!["trace", "--duration=-1"],
+            "--duration -1 is not a number of seconds",
+        ),
+        (
+            vec!["trace", "--idle-timeout=-1"],
+            "--idle-timeout -1 is not a number of seconds",
+        ),
+        (
+            vec!["trace", "--duration=nan"],
+            "--duration NaN is not a number of seconds",
+        ),
+        (
+            vec!["trace", "--duration=1e300"],
+            "--duration 1e300 is not a number of seconds",
+        ),
+        (
+            vec!["trace", "--max-conns", "0"],
+            "--max-conns 0 is out of range",
+        ),
+        (
+            vec!["serve", "--max-conns", "4294967295"],
+            "--max-conns 4294967295 is out of range",
+        ),
     ] {
         let (ok, stderr) = hstrace_run(&args);
         assert!(!ok, "{args:?} succeeded");

@@ -257,6 +257,12 @@ fn main() {
 /// Seconds from the command line, checked: finite, positive, at most a year.
 fn seconds(flag: &str, v: f64) -> Result<Duration> {
     if !v.is_finite() || v <= 0.0 || v > 365.0 * 86400.0 {
+        // 1e300 as 1e300, not three hundred digits
+        let v = if v.abs() >= 1e9 {
+            format!("{v:e}")
+        } else {
+            v.to_string()
+        };
         bail!("{flag} {v} is not a number of seconds between 0 and one year: give e.g. {flag} 60");
     }
     Ok(Duration::from_secs_f64(v))

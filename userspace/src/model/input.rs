@@ -489,6 +489,14 @@ fn prom_server(base: &str, server: String, w: &str) -> Result<ServerInput> {
     })
 }
 
+/// examples/seed002-parameters.json: seed 002's Figs. 4–7 (Lin, Wong, Kou: one user,
+/// Sun Ultra 10, SSLeay 0.6.6b SSLv2, RSA-512, RC4, a 1 KB page); the tests' fixture.
+#[cfg(test)]
+pub fn seed_parameters() -> ServerInput {
+    let text = include_str!("../../../examples/seed002-parameters.json");
+    pick(parse_parameters(text, "seed").unwrap(), None, "seed").unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

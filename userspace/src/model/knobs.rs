@@ -323,12 +323,7 @@ pub fn network(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::input::{parse_parameters, pick};
-
-    fn seed() -> ServerInput {
-        let text = include_str!("../../../examples/seed002-parameters.json");
-        pick(parse_parameters(text, "seed").unwrap(), None, "seed").unwrap()
-    }
+    use crate::model::input::seed_parameters as seed;
 
     #[test]
     fn visits_from_the_queue_stages() {

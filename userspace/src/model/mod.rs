@@ -177,15 +177,8 @@ pub fn run(opts: ModelOptions) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::input::{parse_parameters, pick};
+    use crate::model::input::seed_parameters as seed;
     use serde_json::Value;
-
-    /// examples/seed002-parameters.json: seed 002's Figs. 4–7 (Lin, Wong, Kou: one user,
-    /// Sun Ultra 10, SSLeay 0.6.6b SSLv2, RSA-512, RC4, a 1 KB page).
-    fn seed() -> ServerInput {
-        let text = include_str!("../../../examples/seed002-parameters.json");
-        pick(parse_parameters(text, "seed").unwrap(), None, "seed").unwrap()
-    }
 
     /// Fig. 8's setting: h = 2 s, p = 0.1, 0.2, 0.3, mean response time over all requests.
     #[test]

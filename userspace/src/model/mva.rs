@@ -178,15 +178,7 @@ impl Network {
             if wanted.next_if_eq(&&n).is_none() {
                 continue;
             }
-            out.push(Solution {
-                users: n,
-                throughput_per_s: x,
-                response_s: r_ws + d_delay,
-                class_response_s: std::array::from_fn(|k| class_web_server_s[k] + self.delay_s[k]),
-                class_web_server_s,
-                utilisation: x * d_ws,
-                web_server_users: x * r_ws,
-            });
+            out.push(self.solution(n, x, class_web_server_s));
         }
         out
     }
@@ -218,25 +210,27 @@ impl Network {
             }
             let busy: f64 = (1..c).map(|j| (c - j) as f64 * p[j]).sum();
             p[0] = ((cf - x * d_ws - busy) / cf).max(0.0);
-            let class_web_server_s = self.service_s.map(|d| d * stretch);
-            let mut class_response_s = [0.0; 3];
-            for k in 0..3 {
-                class_response_s[k] = class_web_server_s[k] + self.delay_s[k];
-            }
             if wanted.next_if_eq(&&n).is_none() {
                 continue;
             }
-            out.push(Solution {
-                users: n,
-                throughput_per_s: x,
-                response_s: r_ws + d_delay,
-                class_response_s,
-                class_web_server_s,
-                utilisation: x * d_ws / cf,
-                web_server_users: queue,
-            });
+            out.push(self.solution(n, x, self.service_s.map(|d| d * stretch)));
         }
         out
+    }
+
+    /// The means at `users` users from the throughput and each class's time at the web
+    /// server (its service and its waiting).
+    fn solution(&self, users: u32, x: f64, class_web_server_s: [f64; 3]) -> Solution {
+        let r_ws = mixed(&self.mix, &class_web_server_s);
+        Solution {
+            users,
+            throughput_per_s: x,
+            response_s: r_ws + self.delay_demand(),
+            class_response_s: std::array::from_fn(|k| class_web_server_s[k] + self.delay_s[k]),
+            class_web_server_s,
+            utilisation: x * self.service_demand() / f64::from(self.servers.max(1)),
+            web_server_users: x * r_ws,
+        }
     }
 }
 

@@ -234,6 +234,19 @@ fn point(answer: &Value) -> Value {
     answer["curves"][0]["points"][0].clone()
 }
 
+/// Every server of a parameters document, as `--server`'s comma list.
+fn servers_from(params: &Value) -> String {
+    params["servers"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s["server"].as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
 /// The daemon's servers among nginx's two ports (a mix without plain HTTP has no plain
 /// server), as `--server`'s comma list.
 fn servers_in(params: &Value, nginx: &TestServer) -> String {
@@ -468,6 +481,13 @@ fn report(mixes: &[(&Mix, Vec<Point>)], plan: &Plan, header: &str) -> (String, u
         if !reasons.is_empty() {
             let _ = write!(doc, "\nMisses:\n\n{reasons}");
         }
+        let _ = write!(
+            doc,
+            "\n![mix {n}](model-validation-mix{n}.svg)\n\n*Mix {n}: the event-loop model's R \
+             against N, per class, from the parameters measured at N = {PLOT_FROM_USERS}; the \
+             points are hsload's measurements at every N.*\n",
+            n = i + 1
+        );
         doc.push('\n');
     }
     let _ = write!(
@@ -510,6 +530,73 @@ fn report(mixes: &[(&Mix, Vec<Point>)], plan: &Plan, header: &str) -> (String, u
     (doc, misses)
 }
 
+/// The user count whose parameters draw the curve of the picture: below the knee, where
+/// both the model and the measurement are steady.
+const PLOT_FROM_USERS: u32 = 16;
+
+/// One mix's picture: the event-loop model's R against N per class from the parameters
+/// measured at `PLOT_FROM_USERS` users, every measured point (overall and per class) on it.
+fn plot(
+    bin: &Path,
+    dir: &Path,
+    index: usize,
+    plan: &Plan,
+    points: &[Point],
+    svg: &Path,
+) -> Result<()> {
+    let mut measured = String::from("users,response_s,class\n");
+    for p in points {
+        let _ = writeln!(
+            measured,
+            "{},{},all",
+            p.users,
+            f(&p.load["response_s"]["mean"])
+        );
+        for c in CLASSES {
+            if let Some(r) = p.load["classes"][c]["response_s"]["mean"].as_f64() {
+                let _ = writeln!(measured, "{},{r},{c}", p.users);
+            }
+        }
+    }
+    let csv = dir.join(format!("mix{}-measured.csv", index + 1));
+    fs::write(&csv, measured)?;
+    let from = points
+        .iter()
+        .find(|p| p.users == PLOT_FROM_USERS)
+        .or_else(|| points.first())
+        .context("no points to draw")?;
+    let params = dir.join(format!("mix{}-users{}.json", index + 1, from.users));
+    let text = fs::read_to_string(&params)?;
+    let server = servers_from(&serde_json::from_str(&text)?);
+    let top = plan.users.last().copied().unwrap_or(1);
+    let think = from.load["think_time_measured_s"]
+        .as_f64()
+        .unwrap_or(THINK_S);
+    let out = Command::new(bin)
+        .args(["model", "--params"])
+        .arg(&params)
+        .args(["--server", &server, "--users", &format!("1..{top}")])
+        .args([
+            "--think-time",
+            &think.to_string(),
+            "--discipline",
+            "event-loop",
+        ])
+        .arg("--plot")
+        .arg(svg)
+        .arg("--measured")
+        .arg(&csv)
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "drawing {}: {}",
+            svg.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
 /// The whole validation; writes docs/model-validation.md (or, with a quick plan, only
 /// prints). Fails when a counted point misses.
 pub fn run(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, write_doc: bool) -> Result<()> {
@@ -550,6 +637,10 @@ pub fn run(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, write_doc: bool)
     );
     let (doc, misses) = report(&mixes, plan, &header);
     if write_doc {
+        for (i, (_, points)) in mixes.iter().enumerate() {
+            let svg = root.join(format!("docs/model-validation-mix{}.svg", i + 1));
+            plot(bin, &dir, i, plan, points, &svg)?;
+        }
         fs::write(root.join("docs/model-validation.md"), &doc)?;
         eprintln!("xtask: wrote docs/model-validation.md");
     } else {

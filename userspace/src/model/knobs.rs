@@ -47,6 +47,23 @@ impl Default for Knobs {
     }
 }
 
+impl Knobs {
+    /// The think time for people: 0.196 s, 2 s.
+    pub fn think_time(&self) -> String {
+        let s = format!("{:.3}", self.think_s);
+        format!("{} s", s.trim_end_matches('0').trim_end_matches('.'))
+    }
+
+    /// How the web server serves, in words.
+    pub fn web_server(&self) -> String {
+        match (self.discipline, self.servers) {
+            (Discipline::EventLoop, _) => "one event loop, each flight answered in turn".into(),
+            (_, 1) => "1 processor shared by all requests".into(),
+            (_, c) => format!("{c} processors shared by all requests"),
+        }
+    }
+}
+
 /// `1,10,50`, `1..400` (every integer), `1..400:10` (1, 11, …, 391 and 400), or a mix of
 /// these; sorted, each once.
 pub fn parse_users(s: &str) -> Result<Vec<u32>> {

@@ -150,11 +150,10 @@ pub fn draw(report: &Report, measured: &[Measured], path: &Path) -> Result<()> {
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
-                "{}: mean response time (think time {} s, {} processor{})",
+                "{}: mean response time (think time {}; {})",
                 report.server,
-                report.knobs.think_s,
-                report.knobs.servers,
-                if report.knobs.servers == 1 { "" } else { "s" }
+                report.knobs.think_time(),
+                report.knobs.web_server()
             ),
             ("sans-serif", 18),
         )

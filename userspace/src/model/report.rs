@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     knobs::Knobs,
-    mva::{Bounds, Discipline, Network, Solution},
+    mva::{Bounds, Network, Solution},
 };
 use crate::stage::RequestClass;
 
@@ -170,16 +170,11 @@ impl Report {
         let ms = |v: f64| format!("{:.3}", v * 1e3);
         let k = &self.knobs;
         let mut s = format!(
-            "server {} ({})\nthink time {} s; web server: {}\n",
+            "server {} ({})\nthink time {}; web server: {}\n",
             self.server,
             self.source,
-            k.think_s,
-            match (k.discipline, k.servers) {
-                (Discipline::EventLoop, _) =>
-                    "one event loop, each flight answered in turn".to_owned(),
-                (_, 1) => "1 processor shared by all requests".to_owned(),
-                (_, c) => format!("{c} processors shared by all requests"),
-            }
+            k.think_time(),
+            k.web_server()
         );
         let mut what_if = Vec::new();
         if let Some(r) = k.hit_ratio {

@@ -896,4 +896,12 @@ fn errors_say_what_to_do() {
         out.stderr
     );
     assert!(out.stderr.contains("from the wire only"), "{}", out.stderr);
+    // and it listens on nothing: said, not traced silently
+    assert!(
+        out.stderr.contains(&format!(
+            "pid {pid} (sleep) and its children listen on no TCP port"
+        )),
+        "{}",
+        out.stderr
+    );
 }

@@ -60,6 +60,9 @@ impl Source {
         preflight::tracefs()?;
         preflight::memlock();
         targets::check(&opts.selector)?;
+        for w in targets::warnings(&opts.selector) {
+            eprintln!("hstrace: {w}");
+        }
 
         // accept is hooked at the syscall where the kernel has that tracepoint; otherwise
         // in the kernel, and each connection's fd is learned at its first read or write

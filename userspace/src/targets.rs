@@ -59,8 +59,13 @@ pub fn exists(pid: u32) -> bool {
 
 /// Inodes of listening TCP sockets (IPv4 and IPv6), with their local port.
 fn listening_inodes() -> HashMap<u64, u16> {
+    listening_inodes_in("/proc/net")
+}
+
+/// The same in the network namespace whose /proc/…/net is `net`.
+fn listening_inodes_in(net: &str) -> HashMap<u64, u16> {
     let mut out = HashMap::new();
-    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+    for file in [format!("{net}/tcp"), format!("{net}/tcp6")] {
         let Ok(text) = fs::read_to_string(file) else {
             continue;
         };
@@ -81,28 +86,60 @@ fn listening_inodes() -> HashMap<u64, u16> {
     out
 }
 
+/// The ports of `inodes` that `pid` holds a socket of.
+fn ports_held(pid: u32, inodes: &HashMap<u64, u16>) -> BTreeSet<u16> {
+    let mut out = BTreeSet::new();
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return out;
+    };
+    for fd in dir.flatten() {
+        let Ok(link) = fs::read_link(fd.path()) else {
+            continue;
+        };
+        let link = link.to_string_lossy();
+        let inode = link
+            .strip_prefix("socket:[")
+            .and_then(|s| s.strip_suffix(']'));
+        if let Some(port) = inode
+            .and_then(|i| i.parse().ok())
+            .and_then(|i: u64| inodes.get(&i))
+        {
+            out.insert(*port);
+        }
+    }
+    out
+}
+
 /// Processes holding a listening TCP socket, with the ports they listen on.
 pub fn listeners() -> HashMap<u32, BTreeSet<u16>> {
     let inodes = listening_inodes();
-    let mut out: HashMap<u32, BTreeSet<u16>> = HashMap::new();
-    for pid in all_pids() {
-        let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
-            continue;
-        };
-        for fd in dir.flatten() {
-            let Ok(link) = fs::read_link(fd.path()) else {
-                continue;
-            };
-            let link = link.to_string_lossy();
-            let inode = link
-                .strip_prefix("socket:[")
-                .and_then(|s| s.strip_suffix(']'));
-            if let Some(port) = inode
-                .and_then(|i| i.parse().ok())
-                .and_then(|i: u64| inodes.get(&i))
-            {
-                out.entry(pid).or_default().insert(*port);
-            }
+    all_pids()
+        .into_iter()
+        .map(|pid| (pid, ports_held(pid, &inodes)))
+        .filter(|(_, ports)| !ports.is_empty())
+        .collect()
+}
+
+/// What the selector will likely miss, one line each: a `--pid` whose process and
+/// children listen on no TCP port (hstrace sees the connections a server accepts; a
+/// server still starting is traced once it listens, so this warns, not fails).
+pub fn warnings(sel: &Selector) -> Vec<String> {
+    let mut out = Vec::new();
+    for &pid in &sel.pids {
+        let tree = resolve(&Selector {
+            pids: vec![pid],
+            ..Selector::default()
+        });
+        // each process's own network namespace (a server in a container)
+        let listens = tree.iter().any(|&p| {
+            let inodes = listening_inodes_in(&format!("/proc/{p}/net"));
+            !ports_held(p, &inodes).is_empty()
+        });
+        if !listens {
+            out.push(format!(
+                "pid {pid} ({}) and its children listen on no TCP port: nothing is traced until they do. A server's pid is its master's (`pgrep -o nginx`), or select by --port",
+                comm(pid).unwrap_or_default()
+            ));
         }
     }
     out

@@ -842,6 +842,21 @@ fn ssl_in_the_executable_itself() {
     check_stages(r);
 }
 
+/// `--pid` of a process that exits ends `trace`, saying why (the --duration is only a
+/// bound: reaching it would not print the line).
+#[test]
+fn trace_ends_when_its_pid_exits() {
+    let mut short = Command::new("sleep").arg("2").spawn().unwrap();
+    let pid = short.id().to_string();
+    let (ok, err) = hstrace_run(&["trace", "--pid", &pid, "--duration", "60"]);
+    let _ = short.wait();
+    assert!(ok, "{err}");
+    assert!(
+        err.contains(&format!("pid {pid} exited, and every process it started")),
+        "{err}"
+    );
+}
+
 #[test]
 fn errors_say_what_to_do() {
     let (ok, err) = hstrace_run(&["trace", "--pid", "999999999"]);

@@ -292,6 +292,7 @@ impl SourceArgs {
             max_conns: self.max_conns,
             idle_timeout: seconds("--idle-timeout", self.idle_timeout)?,
             avoid_hooks: self.avoid_hook,
+            end_when_selection_exits: true,
         })
     }
 }
@@ -331,7 +332,10 @@ fn run(cli: Cli) -> Result<()> {
             window,
             max_sni,
         } => {
-            let opts = source.options()?;
+            let opts = Options {
+                end_when_selection_exits: false,
+                ..source.options()?
+            };
             let listen: SocketAddr = listen.parse().map_err(|_| {
                 anyhow::anyhow!(
                     "--listen {listen:?} is not an address:port (e.g. 127.0.0.1:9725 or [::1]:9725)"

@@ -37,6 +37,9 @@ pub struct Options {
     pub idle_timeout: Duration,
     /// Probe-table alternatives using these hooks are passed over (`--avoid-hook`).
     pub avoid_hooks: Vec<String>,
+    /// End `run` when every process `--pid` selected (and every one it started) has
+    /// exited (trace, export); a daemon keeps running and says so in its health.
+    pub end_when_selection_exits: bool,
 }
 
 pub struct Source {
@@ -143,7 +146,7 @@ impl Source {
         // the kernel adds processes too (forks of traced ones; every acceptor with no selector)
         let traced: BTreeSet<u32> = self.tgids.keys().filter_map(|k| k.ok()).collect();
         for pid in &traced {
-            if !targets::exists(*pid) {
+            if !targets::alive(*pid) {
                 let _ = self.tgids.remove(pid);
                 self.ssl.detach(&mut self.bpf, *pid);
                 self.warned.remove(pid);
@@ -156,6 +159,16 @@ impl Source {
             }
         }
         gone
+    }
+
+    /// Selected by `--pid` alone, and none of those processes or their children is left.
+    fn selection_exited(&self) -> bool {
+        let sel = &self.opts.selector;
+        !sel.pids.is_empty()
+            && sel.comm.is_none()
+            && sel.port.is_none()
+            && targets::resolve(sel).is_empty()
+            && self.tgids.keys().next().is_none()
     }
 
     fn attach_ssl(&mut self, pid: u32) {
@@ -269,6 +282,15 @@ impl Source {
                 _ = drain.tick() => drain_ring(ring.get_mut(), &mut pipe, sink),
                 _ = tick.tick() => {
                     let gone = self.rescan();
+                    if self.opts.end_when_selection_exits && self.selection_exited() {
+                        let pids: Vec<String> =
+                            self.opts.selector.pids.iter().map(u32::to_string).collect();
+                        eprintln!(
+                            "hstrace: pid {} exited, and every process it started: nothing left to trace (--comm or --port follows a server across restarts)",
+                            pids.join(", ")
+                        );
+                        break Ok(());
+                    }
                     self.sweep(&gone, &mut pipe, sink)
                         .and_then(|_| sink.tick(&self.health(&pipe)))
                 }

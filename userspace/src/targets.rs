@@ -57,6 +57,23 @@ pub fn exists(pid: u32) -> bool {
     PathBuf::from(format!("/proc/{pid}")).exists()
 }
 
+/// Exists and is not a zombie (an exited process its parent has not reaped yet accepts
+/// nothing).
+pub fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .next()?
+                .to_owned();
+            Some(state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
+}
+
 /// Inodes of listening TCP sockets (IPv4 and IPv6), with their local port.
 fn listening_inodes() -> HashMap<u64, u16> {
     listening_inodes_in("/proc/net")
@@ -153,10 +170,15 @@ pub fn resolve(sel: &Selector) -> BTreeSet<u32> {
             .into_iter()
             .filter_map(|p| Some((p, ppid(p)?)))
             .collect();
-        let mut frontier: Vec<u32> = sel.pids.iter().copied().filter(|p| exists(*p)).collect();
+        let mut frontier: Vec<u32> = sel.pids.iter().copied().filter(|p| alive(*p)).collect();
         while let Some(p) = frontier.pop() {
             if set.insert(p) {
-                frontier.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+                frontier.extend(
+                    parents
+                        .iter()
+                        .filter(|(c, pp)| *pp == p && alive(*c))
+                        .map(|(c, _)| *c),
+                );
             }
         }
     }

@@ -491,3 +491,32 @@ fn scrape_parser_sums_by_label() {
     assert_eq!(s.sum("b", &[]), 1.0);
     assert_eq!(s.series(), 3);
 }
+
+/// `serve --pid` of a process that exits keeps serving and says so: once on stderr, on
+/// /healthz, and in `hstrace_traced_processes` (the shipped alert fires on 0).
+#[test]
+fn serve_says_when_its_pid_has_exited() {
+    let mut short = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = short.id().to_string();
+    let daemon = Daemon::start(&["--pid", &pid]);
+    let exited = |d: &Daemon| -> bool {
+        let h: Value = serde_json::from_str(&d.get("/healthz")).unwrap();
+        h["selection_exited"]
+            .as_bool()
+            .expect("selection_exited in /healthz")
+    };
+    assert!(!exited(&daemon));
+    short.kill().unwrap();
+    short.wait().unwrap();
+    hstrace_tests::wait_for(
+        "the daemon to see the exit",
+        Duration::from_secs(10),
+        || exited(&daemon),
+    );
+    assert_eq!(daemon.scrape().sum("hstrace_traced_processes", &[]), 0.0);
+    let err = daemon.stop();
+    assert!(
+        err.contains(&format!("pid {pid} exited")) && err.contains("serving on"),
+        "{err}"
+    );
+}

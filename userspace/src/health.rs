@@ -45,6 +45,9 @@ pub struct Health {
     pub undecodable: u64,
     /// processes traced now
     pub traced_processes: u64,
+    /// every process `--pid` selected has exited (and the ones it started): nothing
+    /// left to trace (`trace` and `export` end; `serve` says so here)
+    pub selection_exited: bool,
     /// processes whose libssl could not be hooked (traced from the wire only)
     pub uprobe_attach_failures: u64,
     pub probes: Vec<ProbeChoice>,
@@ -128,6 +131,7 @@ impl Health {
             .u64("duplicates", self.duplicates)
             .u64("undecodable", self.undecodable)
             .u64("traced_processes", self.traced_processes)
+            .bool("selection_exited", self.selection_exited)
             .u64("uprobe_attach_failures", self.uprobe_attach_failures);
         o.object("probes", |m| {
             for p in &self.probes {

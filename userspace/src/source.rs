@@ -53,6 +53,8 @@ pub struct Source {
     uprobe_attach_failures: u64,
     pub choices: Vec<probes::Choice>,
     census: Census,
+    /// what `selection_exited` found at the last rescan
+    exited: bool,
 }
 
 impl Source {
@@ -118,6 +120,7 @@ impl Source {
             uprobe_attach_failures: 0,
             choices,
             census: Census::default(),
+            exited: false,
         };
         s.rescan();
         // loaded and attached: keep only what following new processes needs
@@ -238,6 +241,7 @@ impl Source {
             duplicates: pipe.counts.duplicates,
             undecodable: pipe.counts.undecodable,
             traced_processes: self.tgids.keys().filter(|k| k.is_ok()).count() as u64,
+            selection_exited: self.exited,
             uprobe_attach_failures: self.uprobe_attach_failures,
             probes: self
                 .choices
@@ -282,13 +286,18 @@ impl Source {
                 _ = drain.tick() => drain_ring(ring.get_mut(), &mut pipe, sink),
                 _ = tick.tick() => {
                     let gone = self.rescan();
-                    if self.opts.end_when_selection_exits && self.selection_exited() {
+                    let exited = self.selection_exited();
+                    if exited && !self.exited {
                         let pids: Vec<String> =
                             self.opts.selector.pids.iter().map(u32::to_string).collect();
                         eprintln!(
-                            "hstrace: pid {} exited, and every process it started: nothing left to trace (--comm or --port follows a server across restarts)",
-                            pids.join(", ")
+                            "hstrace: pid {} exited, and every process it started: nothing left to trace{} (--comm or --port follows a server across restarts)",
+                            pids.join(", "),
+                            if self.opts.end_when_selection_exits { "" } else { "; serving on" }
                         );
+                    }
+                    self.exited = exited;
+                    if exited && self.opts.end_when_selection_exits {
                         break Ok(());
                     }
                     self.sweep(&gone, &mut pipe, sink)

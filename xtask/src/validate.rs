@@ -519,8 +519,10 @@ fn report(mixes: &[(&Mix, Vec<Point>)], plan: &Plan, header: &str) -> (String, u
          - **Near and past the knee** (nginx busy ≥ {:.0} %), R → N·D_max − Z: an error of \
          e in D_max becomes N·e in R, and the event-loop approximation is at its weakest, so \
          these points are listed but not counted.\n\
-         - **One user** sees the sum of the stage means plus what no stage holds: the TCP \
-         handshake (connect), and the client waking up to read the response.\n\
+         - **One user** sees the sum of the stage means plus the server waking up: with \
+         nobody to queue behind, the queue stages still hold 0.3–0.5 ms per request on this \
+         VM (an idle CPU's wake-up), and queue stages are not an input. The TCP connect is in \
+         no stage.\n\
          - **The client shares a CPU.** hsload's users, the daemon and the loopback's kernel \
          work share CPU 1, so the delay stages (waiting for the client) grow with N. The model \
          takes them as measured at the point (an infinite-server delay), which is why *from \

@@ -557,13 +557,18 @@ pub fn spawn_until_ready(
     }
 }
 
-/// Run hstrace to completion (for argument and error checks).
-pub fn hstrace_run(args: &[&str]) -> (bool, String) {
-    let out = Command::new(hstrace_bin())
+/// Run hstrace to completion, no input: its exit status and output.
+pub fn hstrace_output(args: &[&str]) -> std::process::Output {
+    Command::new(hstrace_bin())
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// Run hstrace to completion (for argument and error checks).
+pub fn hstrace_run(args: &[&str]) -> (bool, String) {
+    let out = hstrace_output(args);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stderr).into_owned(),

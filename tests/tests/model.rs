@@ -8,14 +8,13 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs,
-    process::{Command, Stdio},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use hstrace_tests::{
     curl,
     daemon::{Daemon, Scrape},
-    drive_mix, free_port, hstrace_bin,
+    drive_mix, free_port, hstrace_output,
     prometheus::Prometheus,
     s_client, wait_for, without_rates, work_dir, workspace, Mix, Nginx, TestServer,
 };
@@ -33,12 +32,7 @@ const EXACT: f64 = 1e-9;
 
 /// `hstrace model ARGS`: (exit code, stdout, stderr).
 fn model(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(hstrace_bin())
-        .arg("model")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = hstrace_output(&[&["model"], args].concat());
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

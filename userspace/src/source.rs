@@ -164,13 +164,13 @@ impl Source {
         gone
     }
 
-    /// Selected by `--pid` alone, and none of those processes or their children is left.
+    /// Selected by `--pid` alone, and none of those processes or their children is left:
+    /// the last rescan traced every live one, so nothing traced means none.
     fn selection_exited(&self) -> bool {
         let sel = &self.opts.selector;
         !sel.pids.is_empty()
             && sel.comm.is_none()
             && sel.port.is_none()
-            && targets::resolve(sel).is_empty()
             && self.tgids.keys().next().is_none()
     }
 

@@ -42,36 +42,26 @@ pub fn comm(pid: u32) -> Option<String> {
     )
 }
 
-fn ppid(pid: u32) -> Option<u32> {
+/// A process's parent, if it is alive: exists and is not a zombie (an exited process
+/// its parent has not reaped yet accepts nothing). One read of /proc/PID/stat.
+fn alive_with_parent(pid: u32) -> Option<u32> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // the comm field may hold spaces and parentheses: fields resume after the last ')'
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    fields.next()?.parse().ok()
 }
 
 pub fn exists(pid: u32) -> bool {
     PathBuf::from(format!("/proc/{pid}")).exists()
 }
 
-/// Exists and is not a zombie (an exited process its parent has not reaped yet accepts
-/// nothing).
+/// Exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let state = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .next()?
-                .to_owned();
-            Some(state != "Z" && state != "X")
-        })
-        .unwrap_or(false)
+    alive_with_parent(pid).is_some()
 }
 
 /// Inodes of listening TCP sockets (IPv4 and IPv6), with their local port.
@@ -166,19 +156,20 @@ pub fn warnings(sel: &Selector) -> Vec<String> {
 pub fn resolve(sel: &Selector) -> BTreeSet<u32> {
     let mut set = BTreeSet::new();
     if !sel.pids.is_empty() {
+        // every live process with its parent: zombies are neither selected nor descended
         let parents: Vec<(u32, u32)> = all_pids()
             .into_iter()
-            .filter_map(|p| Some((p, ppid(p)?)))
+            .filter_map(|p| Some((p, alive_with_parent(p)?)))
             .collect();
-        let mut frontier: Vec<u32> = sel.pids.iter().copied().filter(|p| alive(*p)).collect();
+        let mut frontier: Vec<u32> = sel
+            .pids
+            .iter()
+            .copied()
+            .filter(|p| parents.iter().any(|(c, _)| c == p))
+            .collect();
         while let Some(p) = frontier.pop() {
             if set.insert(p) {
-                frontier.extend(
-                    parents
-                        .iter()
-                        .filter(|(c, pp)| *pp == p && alive(*c))
-                        .map(|(c, _)| *c),
-                );
+                frontier.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
             }
         }
     }

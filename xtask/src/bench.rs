@@ -174,6 +174,26 @@ fn bpf_run_time_ns() -> Result<u64> {
         .sum())
 }
 
+/// CPU seconds (user + system) a process has used so far, from /proc/PID/stat.
+pub fn process_cpu_secs(pid: u32) -> Result<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("/proc/{pid}/stat"))?;
+    // the comm field may hold spaces and parentheses: fields resume after the last ')'
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .context("a /proc stat line")?
+        .1
+        .split_whitespace()
+        .collect();
+    // utime, stime: fields 14 and 15 of stat, 12 and 13 after the comm
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| f.get(*i)?.parse::<f64>().ok())
+        .sum();
+    // SAFETY: sysconf has no preconditions
+    Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+}
+
 /// CPU seconds the whole machine has spent busy (user, system, interrupts; not idle, not
 /// stolen by the hypervisor), from /proc/stat.
 fn machine_busy_secs() -> Result<f64> {
@@ -321,25 +341,13 @@ impl Tracer {
     /// CPU seconds used and peak RSS (KiB) so far.
     fn usage(&self) -> (f64, u64) {
         let pid = self.child.id();
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let f: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, r)| r.split_whitespace().collect())
-            .unwrap_or_default();
-        // utime, stime: fields 14 and 15 of stat, 12 and 13 after the comm
-        let ticks: f64 = [11, 12]
-            .iter()
-            .filter_map(|i| f.get(*i)?.parse::<f64>().ok())
-            .sum();
         let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         let hwm = status
             .lines()
             .find(|l| l.starts_with("VmHWM:"))
             .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
             .unwrap_or(0);
-        // SAFETY: sysconf has no preconditions
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        (ticks / hz, hwm)
+        (process_cpu_secs(pid).unwrap_or(0.0), hwm)
     }
 
     /// Kernel memory of hstrace's maps (bytes), from bpftool.

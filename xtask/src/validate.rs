@@ -20,6 +20,8 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
+
+use crate::bench::process_cpu_secs;
 use hstrace_tests::{daemon::Daemon, Nginx, TestServer};
 use serde_json::Value;
 
@@ -126,35 +128,29 @@ fn rel(predicted: f64, measured: f64) -> f64 {
     (predicted - measured) / measured
 }
 
-/// Run every process thread of `pid` on `cpu` only.
+/// Run thread `tid` (0: the caller) on `cpu` only; false if the kernel refused.
+fn set_cpu(tid: i32, cpu: usize) -> bool {
+    // SAFETY: a zeroed cpu_set_t is the empty set, CPU_SET stays inside it, and
+    // sched_setaffinity only reads it (async-signal-safe: usable between fork and exec)
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// Run every thread of process `pid` on `cpu` only.
 fn pin(pid: u32, cpu: usize) -> Result<()> {
     for task in fs::read_dir(format!("/proc/{pid}/task"))? {
         let tid: i32 = task?.file_name().to_string_lossy().parse()?;
-        // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET stays inside it
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            if libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                bail!(
-                    "cannot pin {pid} to CPU {cpu}: {}",
-                    std::io::Error::last_os_error()
-                );
-            }
+        if !set_cpu(tid, cpu) {
+            bail!(
+                "cannot pin {pid} to CPU {cpu}: {}",
+                std::io::Error::last_os_error()
+            );
         }
     }
     Ok(())
-}
-
-/// CPU time (user + system) a process has used, seconds.
-fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // the fields after the command name, which ends at the last ')'
-    let rest = &stat[stat.rfind(')').context("a /proc stat line")? + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
-    // SAFETY: sysconf has no preconditions
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Ok(ticks / hz)
 }
 
 /// hsload with `users` users of `mix` on CPU 1; returns its output and nginx's worker's
@@ -182,9 +178,7 @@ fn drive(
     // SAFETY: only sched_setaffinity (async-signal-safe) between fork and exec
     unsafe {
         cmd.pre_exec(|| {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(1, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            set_cpu(0, 1);
             Ok(())
         });
     }
@@ -195,8 +189,8 @@ fn drive(
     for line in stderr.lines() {
         let line = line?;
         match line.as_str() {
-            "hsload: measuring" => from = Some((Instant::now(), cpu_seconds(worker)?)),
-            "hsload: measured" => to = Some((Instant::now(), cpu_seconds(worker)?)),
+            "hsload: measuring" => from = Some((Instant::now(), process_cpu_secs(worker)?)),
+            "hsload: measured" => to = Some((Instant::now(), process_cpu_secs(worker)?)),
             _ => said.push_str(&line),
         }
     }
@@ -234,7 +228,8 @@ fn point(answer: &Value) -> Value {
     answer["curves"][0]["points"][0].clone()
 }
 
-/// Every server of a parameters document, as `--server`'s comma list.
+/// Every server of a parameters document, as `--server`'s comma list: the daemon follows
+/// nginx's master only, so these are its TLS port and (with plain requests) its plain one.
 fn servers_from(params: &Value) -> String {
     params["servers"]
         .as_array()
@@ -245,21 +240,6 @@ fn servers_from(params: &Value) -> String {
                 .join(",")
         })
         .unwrap_or_default()
-}
-
-/// The daemon's servers among nginx's two ports (a mix without plain HTTP has no plain
-/// server), as `--server`'s comma list.
-fn servers_in(params: &Value, nginx: &TestServer) -> String {
-    let listed: Vec<&str> = params["servers"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|s| s["server"].as_str()).collect())
-        .unwrap_or_default();
-    [nginx.port, nginx.plain_port]
-        .map(|p| format!("nginx:{p}"))
-        .into_iter()
-        .filter(|s| listed.contains(&s.as_str()))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// What every point runs against.
@@ -297,7 +277,7 @@ fn run_mix(rig: &Rig, mix: &Mix, index: usize, plan: &Plan) -> Result<Vec<Point>
         let file = dir.join(format!("mix{}-users{users}.json", index + 1));
         fs::write(&file, &params_text)?;
         let think = load["think_time_measured_s"].as_f64().unwrap_or(THINK_S);
-        let server = servers_in(&params, nginx);
+        let server = servers_from(&params);
         let common = |params: &Path| -> Vec<String> {
             vec![
                 "--params".into(),

@@ -5,6 +5,7 @@
 use std::{
     collections::{BTreeSet, HashMap},
     fs,
+    io::{BufRead, BufReader},
     path::PathBuf,
 };
 
@@ -73,10 +74,12 @@ fn listening_inodes() -> HashMap<u64, u16> {
 fn listening_inodes_in(net: &str) -> HashMap<u64, u16> {
     let mut out = HashMap::new();
     for file in [format!("{net}/tcp"), format!("{net}/tcp6")] {
-        let Ok(text) = fs::read_to_string(file) else {
+        // line by line: the table lists every socket on the host (a busy one: tens of MB)
+        let Ok(file) = fs::File::open(file) else {
             continue;
         };
-        for line in text.lines().skip(1) {
+        for line in BufReader::new(file).lines().skip(1) {
+            let Ok(line) = line else { break };
             let f: Vec<&str> = line.split_whitespace().collect();
             // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
             if f.len() < 10 || f[3] != "0A" {

@@ -56,6 +56,7 @@ fn xtask() -> Result<()> {
         Some("bench") if args.get(1).map(String::as_str) == Some("serve-memory") => {
             bench_serve_memory()
         }
+        Some("hold-connections") => bench::hold_connections(&args[1..]),
         Some("bench") => bench(),
         Some("validate-model") => validate_model(&args[1..]),
         _ => {
@@ -203,11 +204,27 @@ impl DemoNginx {
     /// nginx in `target/NAME` with `workers` workers, TLS on `port` and plain HTTP on
     /// `plain_port`, access log off (it would be the bottleneck of a benchmark).
     fn start(name: &str, workers: u32, port: u16, plain_port: u16) -> Result<DemoNginx> {
+        DemoNginx::start_with(name, workers, port, &[plain_port], "")
+    }
+
+    /// The same with plain HTTP on each of `plain_ports`, each `listen` followed by
+    /// `listen_options` (e.g. "reuseport": the kernel spreads connections over the workers).
+    fn start_with(
+        name: &str,
+        workers: u32,
+        port: u16,
+        plain_ports: &[u16],
+        listen_options: &str,
+    ) -> Result<DemoNginx> {
         let dir = root().join("target").join(name);
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("tmp"))?;
         hstrace_tests::make_cert(&dir, 2048);
         let d = dir.display();
+        let plain_listens: String = plain_ports
+            .iter()
+            .map(|p| format!("    listen 127.0.0.1:{p} {listen_options};\n"))
+            .collect();
         fs::write(
             dir.join("nginx.conf"),
             format!(
@@ -218,7 +235,7 @@ impl DemoNginx {
                  ssl_session_cache shared:SSL:1m;\n  ssl_session_tickets on;\n  server {{\n    \
                  listen 127.0.0.1:{port} ssl;\n    server_name demo.test;\n    ssl_certificate {d}/cert.pem;\n    \
                  ssl_certificate_key {d}/key.pem;\n    location / {{ return 200 \"hello from hstrace\\n\"; }}\n  }}\n  \
-                 server {{\n    listen 127.0.0.1:{plain_port};\n    location / {{ return 200 \"hello\\n\"; }}\n  }}\n}}\n"
+                 server {{\n{plain_listens}    location / {{ return 200 \"hello\\n\"; }}\n  }}\n}}\n"
             ),
         )?;
         run(Command::new("nginx")
@@ -254,14 +271,14 @@ impl Drop for DemoNginx {
 fn bench_serve_memory() -> Result<()> {
     setup()?;
     let bin = build()?;
-    let nginx = DemoNginx::start("bench", 1, 18443, 18080)?;
-    let (idle, live, counted) =
-        bench::serve_rss_with_live_connections(&bin, nginx.pid, 18080, bench::LIVE_CONNS)?;
+    let m = bench::serve_rss_with_live_connections(&bin)?;
     println!(
-        "serve's peak RSS: {:.1} MiB with {} idle connections open ({counted:.0} counted in progress), {:.1} MiB with none",
-        live as f64 / 1024.0,
+        "serve's peak RSS: {:.1} MiB with {} idle connections open (tracked {}, {} in the map), {:.1} MiB with none",
+        m.live_kib as f64 / 1024.0,
         bench::LIVE_CONNS,
-        idle as f64 / 1024.0
+        m.tracked,
+        m.open,
+        m.idle_kib as f64 / 1024.0
     );
     Ok(())
 }

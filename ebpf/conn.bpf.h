@@ -22,10 +22,13 @@
 #define ECONNRESET 104
 
 /* Settings, written by userspace before load (EbpfLoader::set_global). */
-const volatile __u8 targ_all = 0;     /* no selector: trace every process that accepts */
+const volatile __u8 targ_all = 0;     /* trace every process that accepts (no selector, or
+					 --port alone: followed from its first accept) */
 const volatile __u16 targ_port = 0;   /* only connections to this local port (0: any) */
 const volatile __u8 targ_lazy_fd = 0; /* accept is hooked in the kernel, not at the syscall:
 					 find a connection's fd at its first read/write */
+const volatile char targ_comm[16] = {}; /* --comm: a process is traced from its exec under
+					   this name (NUL-padded; empty: none) */
 
 /* Unique id of each traced connection (socket addresses are reused). */
 __u64 next_conn_id = 0;
@@ -112,6 +115,9 @@ struct {
 	__type(value, __u8);
 } traced_tgids SEC(".maps");
 
+/* Server-side sockets between the three-way handshake and accept, of every server on the
+ * host (the one that will accept is not known yet): an LRU, so that other servers' sockets
+ * never fill it. Freed at accept or when the socket closes. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, HS_MAX_CONNS);
@@ -119,15 +125,18 @@ struct {
 	__type(value, struct est);
 } est_socks SEC(".maps");
 
+/* The traced connections, from accept until they close: a plain hash, never evicted by
+ * the kernel. When it is full, a new connection is counted (HS_C_TABLE_FULL), not
+ * tracked; userspace's sweep keeps room by evicting the longest idle ones, counting each. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, HS_MAX_CONNS);
 	__type(key, __u64); /* struct sock * */
 	__type(value, struct hs_conn_state);
 } conns SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, HS_MAX_CONNS);
 	__type(key, __u64);   /* tgid << 32 | fd */
 	__type(value, __u64); /* struct sock *, 0: not a traced connection */
@@ -158,7 +167,7 @@ struct {
 } ssl_io_in_flight SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, HS_MAX_CONNS);
 	__type(key, struct ssl_key);
 	__type(value, __u64); /* struct sock * */
@@ -323,13 +332,18 @@ static __always_inline void finish_conn(struct hs_conn_state *c, __u64 now)
 	emit_close(c, now);
 }
 
-/* Forget a connection: its state and its fd (unless a later connection has that fd). */
+/* Forget a connection: its state, its fd and its SSL object (unless a later connection
+ * has that fd or object). Userspace's sweep forgets one the same way (sweep.rs). */
 static __always_inline void drop_conn(struct hs_conn_state *c, __u64 skey)
 {
 	__u64 *fd_sk = c->fkey ? bpf_map_lookup_elem(&fds, &c->fkey) : NULL;
+	struct ssl_key k = { .tgid = c->r.tgid, .ssl = c->ssl };
+	__u64 *ssl_sk = c->ssl ? bpf_map_lookup_elem(&ssl_socks, &k) : NULL;
 
 	if (fd_sk && *fd_sk == skey)
 		bpf_map_delete_elem(&fds, &c->fkey);
+	if (ssl_sk && *ssl_sk == skey)
+		bpf_map_delete_elem(&ssl_socks, &k);
 	bpf_map_delete_elem(&conns, &skey);
 }
 

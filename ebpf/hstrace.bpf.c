@@ -106,6 +106,7 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 	if (!targ_all && !tgid_traced(tgid))
 		return;
 	if (!sk) {
+		count(HS_C_ACCEPTED);
 		count(HS_C_NO_SOCK);
 		return;
 	}
@@ -116,6 +117,7 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 		return;
 	if (targ_port && BPF_CORE_READ(sk, __sk_common.skc_num) != targ_port)
 		return;
+	count(HS_C_ACCEPTED);
 
 	/* build the connection in per-CPU scratch, then store it */
 	c = bpf_map_lookup_elem(&conn_scratch, &zero);
@@ -149,12 +151,18 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 		c->r.flags |= e->flags;
 		bpf_map_delete_elem(&est_socks, &skey);
 	}
+	if (fd >= 0)
+		c->fkey = fd_key(tgid, fd);
+	/* a full table (userspace's sweep keeps room by evicting idle connections): counted,
+	 * not tracked */
+	if (bpf_map_update_elem(&conns, &skey, c, BPF_ANY)) {
+		count(HS_C_TABLE_FULL);
+		return;
+	}
 	if (fd >= 0) {
-		fkey = fd_key(tgid, fd);
-		c->fkey = fkey;
+		fkey = c->fkey;
 		bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
 	}
-	bpf_map_update_elem(&conns, &skey, c, BPF_ANY);
 	if (targ_all && !tgid_traced(tgid)) {
 		__u8 one = 1;
 		bpf_map_update_elem(&traced_tgids, &tgid, &one, BPF_ANY);
@@ -388,17 +396,14 @@ static __always_inline void on_conn_io(struct hs_conn_state *c, __u64 skey, __u3
 	on_exchange(c, dir, new_flight, ptr, iovcnt, now);
 }
 
-/* The same, for socket `skey` (its state may be gone: the LRU evicted it). */
+/* The same, for socket `skey` (its state may be gone: the connection ended). */
 static __always_inline void on_io(__u64 skey, __u32 dir, long ret, __u64 ptr, __u32 iovcnt,
 				  __u32 peek, __u64 now)
 {
 	struct hs_conn_state *c = bpf_map_lookup_elem(&conns, &skey);
 
-	if (!c) {
-		count(HS_C_CONN_EVICTED);
-		return;
-	}
-	on_conn_io(c, skey, dir, ret, ptr, iovcnt, peek, now);
+	if (c)
+		on_conn_io(c, skey, dir, ret, ptr, iovcnt, peek, now);
 }
 
 /* ---- reads and writes at the socket layer ---------------------------------------- */
@@ -690,6 +695,29 @@ int BPF_PROG(process_fork, struct task_struct *parent, struct task_struct *child
 	return 0;
 }
 
+/* A process selected by name (--comm) is traced from its exec, not from the next /proc
+ * scan: a server started again accepts its first connections within that second. */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(process_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	char comm[16];
+	__u32 tgid = p->tgid;
+	__u8 one = 1;
+
+	if (!targ_comm[0])
+		return 0;
+	/* the new program's name is already set */
+	bpf_get_current_comm(comm, sizeof(comm));
+	for (int i = 0; i < sizeof(comm); i++) {
+		if (comm[i] != targ_comm[i])
+			return 0;
+		if (!comm[i])
+			break;
+	}
+	bpf_map_update_elem(&traced_tgids, &tgid, &one, BPF_ANY);
+	return 0;
+}
+
 /* ---- on-CPU time ------------------------------------------------------------------ */
 
 static __always_inline void on_switch(__u32 prev, __u32 next)
@@ -752,14 +780,18 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 	sc = *scp;
 	bpf_map_delete_elem(&ssl_in_flight, &tid);
 	k.ssl = sc.ssl;
-	/* a call that touched no socket belongs to the connection this SSL had before */
-	if (sc.sk)
-		bpf_map_update_elem(&ssl_socks, &k, &sc.sk, BPF_ANY);
-	else if ((skp = bpf_map_lookup_elem(&ssl_socks, &k)))
-		sc.sk = *skp;
-	if (!sc.sk)
-		return 0;
-	c = bpf_map_lookup_elem(&conns, &sc.sk);
+	/* a call that touched no socket belongs to the connection this SSL had before; the
+	 * pair is kept while the connection is (drop_conn forgets it) */
+	if (sc.sk) {
+		c = bpf_map_lookup_elem(&conns, &sc.sk);
+		if (c && !c->ssl && c->r.tgid == k.tgid) {
+			c->ssl = sc.ssl;
+			bpf_map_update_elem(&ssl_socks, &k, &sc.sk, BPF_ANY);
+		}
+	} else {
+		skp = bpf_map_lookup_elem(&ssl_socks, &k);
+		c = skp ? bpf_map_lookup_elem(&conns, skp) : NULL;
+	}
 	if (!c || c->r.phase != HS_PH_HANDSHAKE)
 		return 0;
 	c->r.flags |= HS_F_UPROBE;
@@ -778,8 +810,9 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 _Static_assert(sizeof(struct hs_conn) == 432, "hs_conn layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_close) == 56, "hs_close layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_hello) == 24 + HS_HELLO_CAP, "hs_hello layout changed: update abi.rs");
-_Static_assert(sizeof(struct hs_conn_state) == 544, "hs_conn_state layout changed: update abi.rs");
-_Static_assert(__builtin_offsetof(struct hs_conn_state, emitted) == 529, "hs_conn_state layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_conn_state) == 552, "hs_conn_state layout changed: update abi.rs");
+_Static_assert(__builtin_offsetof(struct hs_conn_state, emitted) == 537, "hs_conn_state layout changed: update abi.rs");
+_Static_assert(sizeof(struct ssl_key) == 16, "ssl_key layout changed: update abi.rs");
 
 /* ---- OpenSSL: SSL_read / SSL_write and _ex (--uprobes all) ------------------------ */
 

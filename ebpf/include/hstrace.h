@@ -185,6 +185,7 @@ struct hs_conn_state {
 	__u64 last_arrive;      /* the latest arrival the server has read in this flight */
 	__u64 done_at;          /* TLS 1.3: client Finished read; tickets may still follow */
 	__u64 fkey;             /* tgid << 32 | fd, once known */
+	__u64 ssl;              /* the SSL object whose calls map to it (ssl_socks), once known */
 	__s8 flight;            /* index of the current flight, -1 before any bytes */
 	__u8 emitted;           /* the record was sent: the connection is no longer parsed */
 	__u8 wire_done;         /* the wire says the handshake completed at r.t_hs_done */
@@ -196,15 +197,17 @@ struct hs_conn_state {
 };
 
 /* Counters (index into the per-CPU array `counters`). */
-#define HS_C_CONNS 0          /* connections accepted and tracked */
+#define HS_C_CONNS 0          /* connections accepted and tracked (in the table `conns`) */
 #define HS_C_RECORDS 1        /* connection records sent */
 #define HS_C_RECORDS_DROPPED 2 /* connection records the ring buffer had no room for */
 #define HS_C_HELLOS_DROPPED 3 /* hello captures the ring buffer had no room for */
 #define HS_C_DESYNC 4         /* connections whose record stream stopped parsing */
-#define HS_C_CONN_EVICTED 5   /* connection state missing when needed (LRU evicted it) */
+#define HS_C_TABLE_FULL 5     /* connections accepted while the table was full: untracked */
 #define HS_C_NO_SOCK 6        /* accepted fd whose socket could not be resolved */
 #define HS_C_CLOSES_DROPPED 7 /* close records the ring buffer had no room for */
 #define HS_C_IO_SLOT_TAKEN 8  /* a traced read/write found its thread slot held by another */
-#define HS_C_MAX 9
+#define HS_C_ACCEPTED 9       /* connections the selected servers accepted: tracked, table
+			       * full or no socket */
+#define HS_C_MAX 10
 
 #endif

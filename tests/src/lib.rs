@@ -629,6 +629,43 @@ pub fn curl(args: &[&str], urls: &[String]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The accounting of a `health` line (trace's exit totals): every accepted connection is
+/// reported, in progress or lost with its cause counted; every tracked one's close line is
+/// reported, still to come or lost with its cause; and (`closed`: every connection has
+/// closed) every per-connection table in the kernel is empty again.
+pub fn assert_accounted(h: &Value, closed: bool) {
+    let n = |path: &[&str]| {
+        path.iter()
+            .fold(h, |v, k| &v[*k])
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {path:?} in {h}"))
+    };
+    assert_eq!(
+        n(&["accepted"]),
+        n(&["reported"])
+            + n(&["in_progress"])
+            + n(&["lost", "ring_buffer_full"])
+            + n(&["lost", "state_evicted"])
+            + n(&["lost", "table_full"])
+            + n(&["accepted_without_socket"]),
+        "accepted = reported + in progress + lost: {h}"
+    );
+    assert_eq!(
+        n(&["tracked"]),
+        n(&["closes"])
+            + n(&["open"])
+            + n(&["lost", "close_ring_buffer_full"])
+            + n(&["lost", "close_evicted"]),
+        "tracked = close lines + open + lost: {h}"
+    );
+    if closed {
+        assert_eq!(n(&["open"]), 0, "{h}");
+        for (table, entries) in h["tables"].as_object().expect("table entries at exit") {
+            assert_eq!(entries.as_u64(), Some(0), "entries left in {table}: {h}");
+        }
+    }
+}
+
 /// What `drive_mix` made: connections by kind.
 pub struct Mix {
     pub full: u64,

@@ -468,6 +468,10 @@ fn bad_options_get_one_clear_line() {
             vec!["serve", "--max-conns", "4294967295"],
             "--max-conns 4294967295 is out of range",
         ),
+        (
+            vec!["trace", "--comm", "a-name-of-16-byt"],
+            "--comm 'a-name-of-16-byt' cannot be a process name",
+        ),
     ] {
         let (ok, stderr) = hstrace_run(&args);
         assert!(!ok, "{args:?} succeeded");

@@ -134,26 +134,28 @@ pub struct Close {
 }
 
 /// Counters kept by the BPF side, by index into the per-CPU `counters` map.
-pub const COUNTERS: [(u32, &str); 9] = [
+pub const COUNTERS: [(u32, &str); 10] = [
     (0, "connections_tracked"),
     (1, "records_sent"),
     (2, "records_dropped"),
     (3, "hellos_dropped"),
     (4, "record_stream_desync"),
-    (5, "connection_state_evicted"),
+    (5, "accepted_while_table_full"),
     (6, "accepted_fd_without_socket"),
     (7, "close_records_dropped"),
     (8, "io_slot_taken"),
+    (9, "connections_accepted"),
 ];
 pub const C_CONNS: u32 = 0;
 pub const C_RECORDS_DROPPED: u32 = 2;
 pub const C_HELLOS_DROPPED: u32 = 3;
 pub const C_DESYNC: u32 = 4;
-pub const C_CONN_EVICTED: u32 = 5;
+pub const C_TABLE_FULL: u32 = 5;
 pub const C_NO_SOCK: u32 = 6;
 pub const C_CLOSES_DROPPED: u32 = 7;
 pub const C_IO_SLOT_TAKEN: u32 = 8;
-pub const C_MAX: u32 = 9;
+pub const C_ACCEPTED: u32 = 9;
+pub const C_MAX: u32 = 10;
 
 /// One direction of a connection's TLS record stream (`struct hs_stream`).
 #[repr(C)]
@@ -181,6 +183,8 @@ pub struct ConnState {
     pub last_arrive: u64,
     pub done_at: u64,
     pub fkey: u64,
+    /// the SSL object whose calls map to this connection (`ssl_socks`), 0 until known
+    pub ssl: u64,
     pub flight: i8,
     /// the record was sent: from here on only bytes and exchanges are counted
     pub emitted: u8,
@@ -194,6 +198,18 @@ pub struct ConnState {
 
 // SAFETY: plain old data, every bit pattern valid, layout fixed by repr(C).
 unsafe impl aya::Pod for ConnState {}
+
+/// The key of `ssl_socks`: an SSL object of a process (`struct ssl_key`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SslKey {
+    pub tgid: u32,
+    pub pad: u32,
+    pub ssl: u64,
+}
+
+// SAFETY: plain old data, every bit pattern valid, layout fixed by repr(C).
+unsafe impl aya::Pod for SslKey {}
 
 impl Hello {
     /// The captured bytes of the message (handshake header included).
@@ -233,11 +249,13 @@ const _: () = {
     assert!(offset_of!(Conn, ssl_calls) == 240);
     assert!(offset_of!(Conn, bytes_out) == 264);
     assert!(size_of::<Stream>() == 32);
-    assert!(size_of::<ConnState>() == 544);
+    assert!(size_of::<ConnState>() == 552);
     assert!(offset_of!(ConnState, st) == 432);
     assert!(offset_of!(ConnState, fkey) == 520);
-    assert!(offset_of!(ConnState, emitted) == 529);
-    assert!(offset_of!(ConnState, exchanges) == 536);
+    assert!(offset_of!(ConnState, ssl) == 528);
+    assert!(offset_of!(ConnState, emitted) == 537);
+    assert!(offset_of!(ConnState, exchanges) == 544);
+    assert!(size_of::<SslKey>() == 16);
 };
 
 /// A completed TLS handshake's record with every flight timed (for unit tests).

@@ -278,6 +278,13 @@ impl SourceArgs {
                 hstrace::abi::MAX_CONNS
             );
         }
+        if let Some(name) = &self.comm {
+            if name.is_empty() || name.len() > 15 {
+                bail!(
+                    "--comm '{name}' cannot be a process name: the kernel keeps at most 15 bytes of one (see `ps -eo comm`)"
+                );
+            }
+        }
         Ok(Options {
             selector: Selector {
                 pids: self.pids,

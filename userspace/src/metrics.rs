@@ -119,8 +119,10 @@ pub struct Metrics {
     handshakes: Family<HandshakeSniLabels, Counter>,
     records: Family<RecordLabels, Counter>,
     lost: Family<CauseLabels, Counter>,
+    accepted_conns: Counter,
     tracked: Counter,
     in_progress: Gauge,
+    open: Gauge,
     traced: Gauge,
     probes: Family<ProbeLabels, Gauge>,
     uprobe_failures: Counter,
@@ -149,8 +151,10 @@ impl Metrics {
             handshakes: Family::default(),
             records: Family::default(),
             lost: Family::default(),
+            accepted_conns: Counter::default(),
             tracked: Counter::default(),
             in_progress: Gauge::default(),
+            open: Gauge::default(),
             traced: Gauge::default(),
             probes: Family::default(),
             uprobe_failures: Counter::default(),
@@ -225,6 +229,11 @@ impl Metrics {
             m.lost.clone(),
         );
         r.register(
+            "connections_accepted",
+            "Connections the selected servers accepted (reported + in progress + lost)",
+            m.accepted_conns.clone(),
+        );
+        r.register(
             "connections_tracked",
             "Connections the kernel side accepted and tracked",
             m.tracked.clone(),
@@ -233,6 +242,11 @@ impl Metrics {
             "connections_in_progress",
             "Connections whose record has not been made yet",
             m.in_progress.clone(),
+        );
+        r.register(
+            "connections_open",
+            "Tracked connections not closed yet (in the kernel's table; at most --max-conns)",
+            m.open.clone(),
         );
         r.register("traced_processes", "Processes traced now", m.traced.clone());
         r.register(
@@ -407,12 +421,15 @@ impl Metrics {
                 .get_or_create(&CauseLabels { cause })
                 .inc_by(now.saturating_sub(before));
         }
+        self.accepted_conns
+            .inc_by(h.accepted.saturating_sub(last.accepted));
         self.tracked.inc_by(h.tracked.saturating_sub(last.tracked));
         self.uprobe_failures.inc_by(
             h.uprobe_attach_failures
                 .saturating_sub(last.uprobe_attach_failures),
         );
         self.in_progress.set(h.in_progress as i64);
+        self.open.set(h.open as i64);
         self.traced.set(h.traced_processes as i64);
         for p in &h.probes {
             self.probes

@@ -166,6 +166,12 @@ pub const GROUPS: &[Group] = &[
         without: "new workers are found by the once-a-second /proc scan instead of at fork",
         alternatives: &[&[p("process_fork", Hook::BtfTracepoint("sched_process_fork"))]],
     },
+    Group {
+        name: "exec",
+        required: false,
+        without: "a server selected by --comm and started again is found by the once-a-second /proc scan instead of at exec: its first connections may be missed",
+        alternatives: &[&[p("process_exec", Hook::BtfTracepoint("sched_process_exec"))]],
+    },
 ];
 
 /// OpenSSL probes, attached per traced process to its libssl (or to an executable that

@@ -22,7 +22,7 @@ use crate::{
     health::{Health, ProbeChoice},
     preflight, probes,
     sink::Sink,
-    sweep::{self, Census},
+    sweep::{self, Census, Evicted, Tables},
     targets::{self, Selector},
 };
 
@@ -52,7 +52,12 @@ pub struct Source {
     warned: HashSet<u32>,
     uprobe_attach_failures: u64,
     pub choices: Vec<probes::Choice>,
+    tables: Tables,
     census: Census,
+    /// every connection the sweep evicted so far
+    evicted: Evicted,
+    /// entries left in each per-connection table, counted at the end of `run`
+    table_entries: Vec<(&'static str, u64)>,
     /// what `selection_exited` found at the last rescan
     exited: bool,
 }
@@ -72,11 +77,19 @@ impl Source {
         // accept is hooked at the syscall where the kernel has that tracepoint; otherwise
         // in the kernel, and each connection's fd is learned at its first read or write
         let lazy_fd = !probes::tracepoint_exists("syscalls", "sys_exit_accept4");
-        let all = opts.selector.is_all();
-        let port = opts.selector.port.unwrap_or(0);
+        // no selector, or --port alone: every process that accepts (on that port) is
+        // traced from its first accept, whoever it is
+        let sel = &opts.selector;
+        let all = sel.is_all() || (sel.pids.is_empty() && sel.comm.is_none());
+        let port = sel.port.unwrap_or(0);
+        let mut comm = [0u8; 16];
+        if let Some(name) = &sel.comm {
+            comm[..name.len()].copy_from_slice(name.as_bytes());
+        }
         let mut bpf = EbpfLoader::new()
             .override_global("targ_all", &(all as u8), true)
             .override_global("targ_port", &port, true)
+            .override_global("targ_comm", &comm, true)
             .override_global("targ_lazy_fd", &(lazy_fd as u8), true)
             .map_max_entries("conns", opts.max_conns)
             .map_max_entries("fds", opts.max_conns)
@@ -110,6 +123,7 @@ impl Source {
         let tgids =
             BpfHashMap::try_from(bpf.take_map("traced_tgids").context("map traced_tgids")?)?;
         let counters = PerCpuArray::try_from(bpf.take_map("counters").context("map counters")?)?;
+        let tables = Tables::take(&mut bpf)?;
         let mut s = Source {
             bpf,
             ssl,
@@ -119,7 +133,10 @@ impl Source {
             warned: HashSet::new(),
             uprobe_attach_failures: 0,
             choices,
+            tables,
             census: Census::default(),
+            evicted: Evicted::default(),
+            table_entries: Vec::new(),
             exited: false,
         };
         s.rescan();
@@ -197,18 +214,17 @@ impl Source {
         log::debug!("pid {pid}: {}", errors.join("; "));
     }
 
-    fn conns(&mut self) -> Option<BpfHashMap<&mut MapData, u64, abi::ConnState>> {
-        BpfHashMap::try_from(self.bpf.map_mut("conns")?).ok()
-    }
-
     /// One pass of the sweep (see `sweep::sweep`).
     fn sweep(&mut self, gone: &[u32], pipe: &mut Pipeline, sink: &mut dyn Sink) -> io::Result<()> {
-        let idle_timeout = self.opts.idle_timeout;
-        let Some(mut conns) = self.conns() else {
-            return Ok(());
-        };
-        let found = sweep::sweep(&mut conns, gone, idle_timeout);
+        let found = sweep::sweep(
+            &mut self.tables,
+            gone,
+            self.opts.idle_timeout,
+            self.opts.max_conns,
+        );
         self.census = found.census;
+        self.evicted.unreported += found.evicted.unreported;
+        self.evicted.closes += found.evicted.closes;
         found
             .records
             .into_iter()
@@ -227,14 +243,18 @@ impl Source {
         Health {
             connections: pipe.counts.by_kind,
             closes: pipe.counts.closes,
+            accepted: self.counter(abi::C_ACCEPTED),
             tracked: self.counter(abi::C_CONNS),
+            table_full: self.counter(abi::C_TABLE_FULL),
             in_progress: self.census.in_progress,
             open: self.census.open,
             records_lost: self.counter(abi::C_RECORDS_DROPPED),
             hellos_lost: self.counter(abi::C_HELLOS_DROPPED),
             hellos_unmatched: pipe.hellos_unmatched(),
             closes_lost: self.counter(abi::C_CLOSES_DROPPED),
-            state_evicted: self.counter(abi::C_CONN_EVICTED),
+            state_evicted: self.evicted.unreported,
+            closes_evicted: self.evicted.closes,
+            table_entries: self.table_entries.clone(),
             io_slot_taken: self.counter(abi::C_IO_SLOT_TAKEN),
             record_stream_desync: self.counter(abi::C_DESYNC),
             accepted_without_socket: self.counter(abi::C_NO_SOCK),
@@ -311,11 +331,8 @@ impl Source {
         };
         // the records already in the ring buffer
         let last = drain_ring(ring.get_mut(), &mut pipe, sink);
-        if let Some(conns) = self.bpf.map("conns") {
-            if let Ok(conns) = BpfHashMap::<_, u64, abi::ConnState>::try_from(conns) {
-                self.census = sweep::census(&conns);
-            }
-        }
+        self.census = self.tables.census();
+        self.table_entries = self.tables.entries();
         let health = self.health(&pipe);
         for (idx, name) in abi::COUNTERS {
             log::debug!("counter {name} = {}", self.counter(idx));

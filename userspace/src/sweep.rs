@@ -1,28 +1,99 @@
-//! The once-a-second sweep over the kernel's connection map: the connections the kernel
+//! The once-a-second sweep over the kernel's connection table: the connections the kernel
 //! will not report on its own, because their server exited without closing them or they
-//! went idle. The kernel keeps each connection's outcome current (`r.outcome`); the sweep
-//! adds only why it ended one (timeout, server exited).
+//! went idle, and room for new ones when the table fills. The kernel keeps each
+//! connection's outcome current (`r.outcome`); the sweep adds only why it ended one
+//! (timeout, server exited).
 
 use std::time::Duration;
 
-use aya::maps::{HashMap as BpfHashMap, MapData};
+use anyhow::{Context, Result};
+use aya::{
+    maps::{HashMap as BpfHashMap, MapData},
+    Ebpf,
+};
 
 use crate::{
-    abi::{self, ConnState},
+    abi::{self, ConnState, SslKey},
     assemble::Swept,
     clock::monotonic_ns,
 };
 
+/// bpf_map_update_elem's flag: only an entry that still exists (the kernel may have
+/// forgotten the connection since the sweep read it: do not bring it back).
+const BPF_EXIST: u64 = 2;
+
+/// The kernel's per-connection tables: the connection (`conns`), its fd (`fds`), its SSL
+/// object (`ssl_socks`), and sockets not yet accepted (`est_socks`, an LRU the kernel
+/// keeps). The sweep reads `conns` and forgets a connection from all three, as the
+/// kernel's `drop_conn` does.
+pub struct Tables {
+    pub(crate) conns: BpfHashMap<MapData, u64, ConnState>,
+    fds: BpfHashMap<MapData, u64, u64>,
+    ssl_socks: BpfHashMap<MapData, SslKey, u64>,
+    est_socks: BpfHashMap<MapData, u64, [u64; 3]>,
+}
+
+impl Tables {
+    pub fn take(bpf: &mut Ebpf) -> Result<Tables> {
+        let mut take = |name: &str| bpf.take_map(name).with_context(|| format!("map {name}"));
+        Ok(Tables {
+            conns: BpfHashMap::try_from(take("conns")?)?,
+            fds: BpfHashMap::try_from(take("fds")?)?,
+            ssl_socks: BpfHashMap::try_from(take("ssl_socks")?)?,
+            est_socks: BpfHashMap::try_from(take("est_socks")?)?,
+        })
+    }
+
+    /// Forget connection `sk`: its state, its fd and its SSL object (unless a later
+    /// connection has them).
+    fn forget(&mut self, sk: u64, state: &ConnState) {
+        if state.fkey != 0 && self.fds.get(&state.fkey, 0).ok() == Some(sk) {
+            let _ = self.fds.remove(&state.fkey);
+        }
+        let k = SslKey {
+            tgid: state.r.tgid,
+            pad: 0,
+            ssl: state.ssl,
+        };
+        if state.ssl != 0 && self.ssl_socks.get(&k, 0).ok() == Some(sk) {
+            let _ = self.ssl_socks.remove(&k);
+        }
+        let _ = self.conns.remove(&sk);
+    }
+
+    /// Count the connections in the table, changing nothing.
+    pub fn census(&self) -> Census {
+        let mut c = Census::default();
+        for (_, state) in self.conns.iter().filter_map(|e| e.ok()) {
+            c.open += 1;
+            c.in_progress += u64::from(state.emitted == 0);
+        }
+        c
+    }
+
+    /// Entries in each table now, by name (all 0 once every connection has closed).
+    pub fn entries(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("conns", self.conns.keys().count() as u64),
+            ("fds", self.fds.keys().count() as u64),
+            ("ssl_socks", self.ssl_socks.keys().count() as u64),
+            ("est_socks", self.est_socks.keys().count() as u64),
+        ]
+    }
+}
+
 /// A response is complete when the server reads again, or after this long without.
 pub const RESPONSE_IDLE: Duration = Duration::from_secs(1);
 
-/// What one pass found: records to report, and how many connections are in progress.
+/// What one pass found: records to report, how many connections are in progress, and
+/// how many it evicted to keep room.
 pub struct Sweep {
     pub records: Vec<Swept>,
     pub census: Census,
+    pub evicted: Evicted,
 }
 
-/// Connections in the kernel's map.
+/// Connections in the kernel's table.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Census {
     /// whose record has not been made yet
@@ -31,34 +102,48 @@ pub struct Census {
     pub open: u64,
 }
 
-/// Count the connections in the map, changing nothing.
-pub fn census(conns: &BpfHashMap<&MapData, u64, ConnState>) -> Census {
-    let mut c = Census::default();
-    for (_, state) in conns.iter().filter_map(|e| e.ok()) {
-        c.open += 1;
-        c.in_progress += u64::from(state.emitted == 0);
-    }
-    c
+/// Connections the sweep forgot to make room, each counted once.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Evicted {
+    /// before their record was made (handshakes in flight, idle longest): records lost
+    pub unreported: u64,
+    /// every evicted connection: their close lines are lost
+    pub closes: u64,
+}
+
+/// When the table holds more than 7/8 of its capacity, the sweep evicts down to 3/4:
+/// room for a second's worth of new connections (more in one second are counted by the
+/// kernel as accepted while the table was full).
+fn eviction_bounds(capacity: u64) -> (u64, u64) {
+    (capacity - capacity / 8, capacity - capacity / 4)
+}
+
+/// Which connections go first when the table is too full: those already reported (only
+/// their byte counts and close line are still owed) before handshakes in flight, and
+/// within each, the one idle longest. Returns the keys to evict.
+fn eviction_order(mut live: Vec<(bool, u64, u64)>, excess: usize) -> Vec<u64> {
+    // (unreported, last activity, key): false < true, older < newer
+    live.sort_unstable();
+    live.into_iter().take(excess).map(|(_, _, sk)| sk).collect()
 }
 
 /// Connections whose server exited (`gone`: reported and forgotten, with their close),
 /// and those idle past `idle_timeout` (reported, then only counted by the kernel until
 /// they close). A response is complete when the server reads again; one whose server
 /// does not (it handed the connection back to an event loop) is reported once it has been
-/// idle for RESPONSE_IDLE.
-pub fn sweep(
-    conns: &mut BpfHashMap<&mut MapData, u64, ConnState>,
-    gone: &[u32],
-    idle_timeout: Duration,
-) -> Sweep {
+/// idle for RESPONSE_IDLE. Then, if the table is nearly full (`capacity`: its size,
+/// --max-conns), the connections `eviction_order` picks are forgotten and counted.
+pub fn sweep(t: &mut Tables, gone: &[u32], idle_timeout: Duration, capacity: u32) -> Sweep {
     let now = monotonic_ns();
     let idle_limit = idle_timeout.as_nanos() as u64;
     let response_idle = RESPONSE_IDLE.min(idle_timeout).as_nanos() as u64;
     let mut records = Vec::new();
     let mut exited = Vec::new();
     let mut idle = Vec::new();
+    // (unreported, last activity, key) of every connection that stays
+    let mut live = Vec::new();
     let mut census = Census::default();
-    for (sk, state) in conns.iter().filter_map(|e| e.ok()) {
+    for (sk, state) in t.conns.iter().filter_map(|e| e.ok()) {
         let c = &state.r;
         let unreported = state.emitted == 0;
         census.open += 1;
@@ -72,6 +157,9 @@ pub fn sweep(
         let exit = gone.contains(&c.tgid);
         let expired = unreported
             && (quiet >= idle_limit || (c.phase == abi::PH_RESPONSE && quiet >= response_idle));
+        if !exit {
+            live.push((unreported && !expired, last, sk));
+        }
         if !exit && !expired {
             continue;
         }
@@ -90,7 +178,7 @@ pub fn sweep(
         }
         if exit {
             census.open -= 1;
-            exited.push(sk);
+            exited.push((sk, state));
             records.push(Swept::Close(abi::Close {
                 rec: abi::REC_CLOSE,
                 tgid: c.tgid,
@@ -105,14 +193,63 @@ pub fn sweep(
             idle.push((sk, state));
         }
     }
-    for sk in exited {
-        let _ = conns.remove(&sk);
+    for (sk, state) in &exited {
+        t.forget(*sk, state);
     }
     // reported here: the kernel only counts bytes and exchanges from now on
     for (sk, mut state) in idle {
         state.emitted = 1;
         state.r.phase = abi::PH_DONE;
-        let _ = conns.insert(sk, state, 0);
+        let _ = t.conns.insert(sk, state, BPF_EXIST);
     }
-    Sweep { records, census }
+    let mut evicted = Evicted::default();
+    let (high, low) = eviction_bounds(u64::from(capacity));
+    if census.open > high {
+        for sk in eviction_order(live, (census.open - low) as usize) {
+            // read again: the kernel may have ended it meanwhile (then it is not evicted)
+            let Ok(state) = t.conns.get(&sk, 0) else {
+                continue;
+            };
+            t.forget(sk, &state);
+            census.open -= 1;
+            evicted.closes += 1;
+            if state.emitted == 0 {
+                census.in_progress = census.in_progress.saturating_sub(1);
+                evicted.unreported += 1;
+            }
+        }
+    }
+    Sweep {
+        records,
+        census,
+        evicted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reported_connections_go_before_handshakes_in_flight_oldest_first() {
+        // (unreported, last activity, key)
+        let live = vec![
+            (true, 10, 1),  // a handshake idle since t=10
+            (false, 50, 2), // reported, idle since t=50
+            (true, 5, 3),   // the oldest handshake
+            (false, 20, 4), // reported, idle longest
+            (true, 90, 5),
+        ];
+        assert_eq!(eviction_order(live.clone(), 3), vec![4, 2, 3]);
+        assert_eq!(eviction_order(live.clone(), 0), Vec::<u64>::new());
+        assert_eq!(eviction_order(live, 9), vec![4, 2, 3, 1, 5]);
+    }
+
+    #[test]
+    fn eviction_keeps_an_eighth_free_and_makes_a_quarter() {
+        assert_eq!(eviction_bounds(65536), (57344, 49152));
+        assert_eq!(eviction_bounds(64), (56, 48));
+        // the smallest --max-conns
+        assert_eq!(eviction_bounds(16), (14, 12));
+    }
 }

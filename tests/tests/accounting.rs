@@ -1,0 +1,97 @@
+//! Every connection accounted for, under load and under pressure, and no kernel state
+//! left behind: the `health` line's sums, checked against real nginx and real clients.
+//! Root only; run with `cargo xtask test`.
+
+use std::{net::TcpStream, thread, time::Duration};
+
+use hstrace_tests::*;
+
+/// A mix of full, resumed, plain and failed connections through two workers, with the
+/// SSL_do_handshake uprobes (which keep an SSL object → connection table): every one
+/// reported, none lost, and every table empty once they have closed.
+#[test]
+fn a_mix_leaves_every_table_empty() {
+    let nginx = Nginx::start("acct-mix", 2);
+    let master = nginx.master_pid().to_string();
+    let tracer = Hstrace::start(&["--pid", &master]);
+    let mix = drive_mix(&nginx, 4);
+    let made = mix.tls() + mix.plain + mix.failed;
+    let out = tracer.stop();
+    let h = &out.health;
+    assert_accounted(h, true);
+    assert_eq!(h["accepted"].as_u64(), Some(made), "{h}");
+    assert_eq!(h["reported"].as_u64(), Some(made), "{h}");
+    for (cause, n) in h["lost"].as_object().expect("lost by cause") {
+        assert_eq!(n.as_u64(), Some(0), "lost to {cause}: {h}");
+    }
+}
+
+/// More live connections than --max-conns (a slowloris-style flood of idle connections):
+/// the ones the full table could not take are counted, the sweep evicts the longest idle
+/// ones and counts each, handshakes made during the flood are reported right, and the
+/// sums hold.
+#[test]
+fn a_flood_past_max_conns_is_counted_and_survived() {
+    const MAX_CONNS: usize = 64;
+    const IDLE: usize = 200;
+    const HANDSHAKES: usize = 10;
+    let nginx = Nginx::start("acct-flood", 1);
+    let master = nginx.master_pid().to_string();
+    let tracer = Hstrace::start(&["--pid", &master, "--max-conns", &MAX_CONNS.to_string()]);
+    let held: Vec<TcpStream> = (0..IDLE)
+        .map(|_| TcpStream::connect(("127.0.0.1", nginx.plain_port)).unwrap())
+        .collect();
+    // a sweep (once a second) finds the table over 7/8 full and makes room
+    thread::sleep(Duration::from_millis(2500));
+    let url = format!("https://127.0.0.1:{}/", nginx.port);
+    for _ in 0..HANDSHAKES {
+        curl(&["--tlsv1.3"], std::slice::from_ref(&url));
+    }
+    drop(held);
+    thread::sleep(Duration::from_millis(1500));
+    let out = tracer.stop();
+    let h = &out.health;
+    assert_accounted(h, true);
+    assert_eq!(h["accepted"].as_u64(), Some((IDLE + HANDSHAKES) as u64), "{h}");
+    assert!(h["lost"]["table_full"].as_u64() > Some(0), "{h}");
+    assert!(h["lost"]["state_evicted"].as_u64() > Some(0), "{h}");
+    assert!(
+        out.stderr.contains("raise it to trace them all"),
+        "{}",
+        out.stderr
+    );
+    // the handshakes made while the table was full of idle connections
+    let tls: Vec<_> = out
+        .records
+        .iter()
+        .filter(|r| r["local"].as_str() == Some(&format!("127.0.0.1:{}", nginx.port)))
+        .collect();
+    assert_eq!(tls.len(), HANDSHAKES, "{tls:?}");
+    for r in tls {
+        assert_eq!(r["kind"], "full", "{r}");
+        assert_eq!(r["tls_version"], "1.3", "{r}");
+        check_stages(r);
+    }
+}
+
+/// A server selected by name or by port and started again is traced from its first
+/// connection: by name from its exec, by port from its first accept, not from the next
+/// once-a-second /proc scan. Handshakes made at once after the restart are all reported.
+#[test]
+fn a_restarted_server_is_traced_from_its_first_connection() {
+    const HANDSHAKES: usize = 30;
+    let mut nginx = Nginx::start("acct-restart", 2);
+    let port = nginx.port.to_string();
+    for args in [["--comm", "nginx"], ["--port", port.as_str()]] {
+        let tracer = Hstrace::start(&args);
+        nginx.restart();
+        let url = format!("https://127.0.0.1:{}/", nginx.port);
+        for _ in 0..HANDSHAKES {
+            curl(&["--tlsv1.2"], std::slice::from_ref(&url));
+        }
+        let out = tracer.stop();
+        let full = out.records.iter().filter(|r| r["kind"] == "full").count();
+        assert_eq!(full, HANDSHAKES, "{args:?}: {}", out.stderr);
+        assert_accounted(&out.health, true);
+    }
+}

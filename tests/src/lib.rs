@@ -17,6 +17,7 @@ use serde_json::Value;
 
 pub mod daemon;
 pub mod prometheus;
+pub mod wire_fuzz;
 
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -467,9 +468,14 @@ impl Hstrace {
     /// Start and wait until it says it is tracing.
     pub fn start(args: &[&str]) -> Hstrace {
         let mut cmd = Command::new(hstrace_bin());
-        cmd.args(["trace", "--format", "json"])
-            .args(args)
-            .stdout(Stdio::piped());
+        cmd.args(["trace", "--format", "json"]).args(args);
+        Hstrace::start_command(cmd)
+    }
+
+    /// The same, started by `cmd` (e.g. under `setpriv`), which must run
+    /// `hstrace trace --format json …` in the end.
+    pub fn start_command(mut cmd: Command) -> Hstrace {
+        cmd.stdout(Stdio::piped());
         let (mut child, stderr, stderr_seen) = spawn_until_ready(&mut cmd, "hstrace: tracing");
         let out = child.stdout.take().unwrap();
         let stdout =
@@ -480,6 +486,10 @@ impl Hstrace {
             stderr,
             stderr_seen,
         }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Ctrl-C, then every record it printed and what it said at exit.

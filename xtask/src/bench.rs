@@ -404,6 +404,16 @@ impl Tracer {
     }
 }
 
+/// A process's resident memory now (KiB), 0 if it is gone.
+pub fn process_rss_kib(pid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The number one of hstrace's hidden bench commands prints.
 /// Live connections held for the memory row: the default --max-conns.
 pub const LIVE_CONNS: usize = 65_536;

@@ -20,6 +20,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 mod bench;
+mod soak;
 mod validate;
 
 /// Debian packages: build (clang, libbpf headers, bpftool), servers and clients for the
@@ -59,8 +60,10 @@ fn xtask() -> Result<()> {
         Some("hold-connections") => bench::hold_connections(&args[1..]),
         Some("bench") => bench(),
         Some("validate-model") => validate_model(&args[1..]),
+        Some("fuzz-wire") => fuzz_wire(&args[1..]),
+        Some("soak") => soak(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench | vmlinux");
+            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | soak [--minutes M] | vmlinux");
             std::process::exit(2);
         }
     }
@@ -311,8 +314,108 @@ fn bench() -> Result<()> {
         thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     );
     fs::create_dir_all(root().join("docs"))?;
+    // the soak's section (`cargo xtask soak`) stays until the soak runs again
+    let old = fs::read_to_string(root().join("docs/benchmarks.md")).unwrap_or_default();
+    let doc = format!("{doc}{}", soak::section(&old).unwrap_or(""));
     fs::write(root().join("docs/benchmarks.md"), doc)?;
     eprintln!("xtask: wrote docs/benchmarks.md");
+    Ok(())
+}
+
+/// `hstrace serve` under mixed load for a while: the "Soak" section of docs/benchmarks.md.
+fn soak(args: &[String]) -> Result<()> {
+    require_root("soak")?;
+    let minutes: f64 = match args.iter().position(|a| a == "--minutes") {
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .filter(|m: &f64| *m > 0.0 && *m <= 24.0 * 60.0)
+            .context("--minutes takes a number of minutes, e.g. --minutes 10")?,
+        None => 10.0,
+    };
+    setup()?;
+    let bin = build()?;
+    let section = soak::soak(&bin, minutes)?;
+    print!("{section}");
+    soak::write_section(&root().join("docs/benchmarks.md"), &section)?;
+    eprintln!("xtask: wrote the Soak section of docs/benchmarks.md");
+    Ok(())
+}
+
+/// The kernel side fuzzed end to end: mutated real handshakes (tests/src/wire_fuzz.rs) to
+/// a real nginx under `hstrace trace`, in rounds of 1,000. After each round hstrace must
+/// still run and nginx still serve; at the end hstrace must exit within 30 s with every
+/// connection accounted for and every kernel table empty.
+fn fuzz_wire(args: &[String]) -> Result<()> {
+    require_root("fuzz-wire")?;
+    let flag = |name: &str, default: u64| -> Result<u64> {
+        match args.iter().position(|a| a == name) {
+            Some(i) => args
+                .get(i + 1)
+                .and_then(|v| v.parse().ok())
+                .with_context(|| format!("{name} takes a whole number")),
+            None => Ok(default),
+        }
+    };
+    let cases = flag("--cases", 20_000)? as usize;
+    let seed = flag("--seed", 1)?;
+    setup()?;
+    let bin = build()?;
+    let nginx = DemoNginx::start("fuzz-wire", 2, 18543, 18580)?;
+    let mut tracer = Command::new(&bin)
+        .args(["trace", "--format", "json", "--pid", &nginx.pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = BufReader::new(tracer.stderr.take().expect("piped"));
+    thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let ready = rx
+        .recv_timeout(Duration::from_secs(30))
+        .context("hstrace did not start")?;
+    anyhow::ensure!(ready.contains("tracing"), "hstrace: {ready}");
+    let start = Instant::now();
+    let mut made = std::collections::BTreeMap::new();
+    let url = format!("https://127.0.0.1:{}/", 18543);
+    for first in (0..cases).step_by(1000) {
+        let round = hstrace_tests::wire_fuzz::run(18543, seed, first, 1000.min(cases - first), 16);
+        for (k, v) in round {
+            *made.entry(k).or_insert(0usize) += v;
+        }
+        anyhow::ensure!(tracer.try_wait()?.is_none(), "hstrace exited mid-run");
+        hstrace_tests::curl(&[], std::slice::from_ref(&url));
+        eprintln!("xtask: fuzz-wire: {} cases, {:.0} s", first + 1000.min(cases - first), start.elapsed().as_secs_f64());
+    }
+    let secs = start.elapsed().as_secs_f64();
+    thread::sleep(Duration::from_secs(1));
+    // SAFETY: plain kill(2) on our own child
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+    let stop = Instant::now();
+    while tracer.try_wait()?.is_none() {
+        anyhow::ensure!(stop.elapsed() < Duration::from_secs(30), "hstrace hangs at exit");
+        thread::sleep(Duration::from_millis(100));
+    }
+    let health: serde_json::Value = rx
+        .try_iter()
+        .find(|l| l.starts_with("{\"record\":\"health\""))
+        .context("hstrace printed no health line")
+        .and_then(|l| Ok(serde_json::from_str(&l)?))?;
+    let sent: usize = made.values().sum();
+    println!("fuzz-wire: seed {seed}, {sent} connections in {secs:.0} s, by mutation: {made:?}");
+    println!("hstrace's health: {health}");
+    hstrace_tests::assert_accounted(&health, true);
+    // the rounds' curls are connections too
+    let expected = sent + cases.div_ceil(1000);
+    anyhow::ensure!(
+        health["accepted"].as_u64() == Some(expected as u64),
+        "hstrace counted {} accepted connections, {expected} were made",
+        health["accepted"]
+    );
+    println!("fuzz-wire: every connection accounted for, every table empty, nginx still serving");
     Ok(())
 }
 

@@ -32,6 +32,8 @@ pub mod assemble;
 pub mod bench;
 pub mod clock;
 pub mod export;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod health;
 pub mod json;
 pub mod metrics;

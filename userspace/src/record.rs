@@ -276,7 +276,7 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         handshake_ns: done.then(|| stage::span(c.t_accept, c.t_hs_done)).flatten(),
         cpu_ns: stage::cpu(c, &stages_ns),
         stages_ns,
-        library: (c.lib_req_ns + c.lib_resp_ns > 0).then_some(Library {
+        library: (c.lib_req_ns > 0 || c.lib_resp_ns > 0).then_some(Library {
             request_bytes: c.lib_req_bytes,
             request_ns: c.lib_req_ns,
             response_bytes: c.lib_resp_bytes,

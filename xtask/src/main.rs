@@ -62,8 +62,9 @@ fn xtask() -> Result<()> {
         Some("validate-model") => validate_model(&args[1..]),
         Some("fuzz-wire") => fuzz_wire(&args[1..]),
         Some("soak") => soak(&args[1..]),
+        Some("fuzz-parsers") => fuzz_parsers(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | soak [--minutes M] | vmlinux");
+            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | fuzz-parsers [--runs N] | soak [--minutes M] | vmlinux");
             std::process::exit(2);
         }
     }
@@ -339,6 +340,71 @@ fn soak(args: &[String]) -> Result<()> {
     print!("{section}");
     soak::write_section(&root().join("docs/benchmarks.md"), &section)?;
     eprintln!("xtask: wrote the Soak section of docs/benchmarks.md");
+    Ok(())
+}
+
+/// libFuzzer's coverage instrumentation, as cargo-fuzz passes it, on the stable toolchain;
+/// with overflow checks and debug assertions, so an arithmetic overflow is a crash too.
+const FUZZ_RUSTFLAGS: &str = "--cfg fuzzing -Cpasses=sancov-module \
+    -Cllvm-args=-sanitizer-coverage-level=4 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters \
+    -Cllvm-args=-sanitizer-coverage-pc-table -Cllvm-args=-sanitizer-coverage-trace-compares \
+    -Cdebug-assertions -Coverflow-checks";
+
+/// The userspace parsers under libFuzzer (fuzz/, hstrace::fuzz::one), from the captured
+/// hellos: N executions (default 10 M), failing on any crash, hang or overflow.
+fn fuzz_parsers(args: &[String]) -> Result<()> {
+    let runs: u64 = match args.iter().position(|a| a == "--runs") {
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .context("--runs takes a whole number, e.g. --runs 10000000")?,
+        None => 10_000_000,
+    };
+    setup()?;
+    let target = format!("{}-unknown-linux-gnu", env::consts::ARCH);
+    let out = root().join("target/fuzz");
+    // --target keeps the instrumentation out of build scripts
+    run(Command::new("cargo")
+        .args(["build", "--release", "--target", &target])
+        .current_dir(root().join("fuzz"))
+        .env("RUSTFLAGS", FUZZ_RUSTFLAGS.split_whitespace().collect::<Vec<_>>().join(" "))
+        .env("CARGO_TARGET_DIR", &out))?;
+    let bin = out.join(&target).join("release");
+    let corpus = root().join("target/fuzz-corpus");
+    let artifacts = root().join("target/fuzz-artifacts");
+    fs::create_dir_all(&artifacts)?;
+    // the fuzzer seeds an empty corpus itself (fuzz/fuzz_targets/parsers.rs)
+    fs::create_dir_all(&corpus)?;
+    let start = Instant::now();
+    let res = Command::new(bin.join("parsers"))
+        .arg(&corpus)
+        .arg(format!("-runs={runs}"))
+        .args(["-max_len=4096", "-timeout=5", "-rss_limit_mb=2048", "-print_final_stats=1"])
+        .arg(format!("-artifact_prefix={}/", artifacts.display()))
+        .output()?;
+    let log = String::from_utf8_lossy(&res.stderr);
+    let stat = |k: &str| {
+        log.lines()
+            .find_map(|l| l.strip_prefix(&format!("stat::{k}:")))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    println!(
+        "fuzz-parsers: {} executions in {:.0} s ({} per s), {} corpus units added, peak RSS {} MB",
+        stat("number_of_executed_units"),
+        start.elapsed().as_secs_f64(),
+        stat("average_exec_per_sec"),
+        stat("new_units_added"),
+        stat("peak_rss_mb"),
+    );
+    if !res.status.success() {
+        let why: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("panicked") || l.contains("ERROR") || l.contains("Test unit written"))
+            .collect();
+        bail!("the fuzzer found an input that fails:\n{}", why.join("\n"));
+    }
+    println!("fuzz-parsers: 0 crashes, 0 hangs (corpus in {})", corpus.display());
     Ok(())
 }
 

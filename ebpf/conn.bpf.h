@@ -198,6 +198,15 @@ struct {
 	__type(value, struct oncpu);
 } thread_cpu SEC(".maps");
 
+/* Scratch space for a hello being captured: copied here, then only its captured bytes
+ * go to the ring buffer. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hs_hello);
+} hello_scratch SEC(".maps");
+
 /* Scratch space for a new connection (too big for the BPF stack). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -86,27 +86,26 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
  * within the verifier's budget. User pointers are passed to them as plain numbers.) */
 __noinline int capture_hello(struct hs_conn_state *c, __u32 dir, __u64 msg, __u32 msg_len, __u32 avail)
 {
-	struct hs_hello *h;
-	__u32 cap = msg_len < avail ? msg_len : avail;
+	__u32 zero = 0, cap = msg_len < avail ? msg_len : avail;
+	struct hs_hello *h = bpf_map_lookup_elem(&hello_scratch, &zero);
+	__u64 waiting;
 
-	if (!c)
+	if (!c || !h)
 		return 0;
 	if (cap > HS_HELLO_CAP)
 		cap = HS_HELLO_CAP;
-	/* reserve the record in the ring buffer; count it if there is no room */
-	h = bpf_ringbuf_reserve(&events, sizeof(*h), 0);
-	if (!h) {
-		count(HS_C_HELLOS_DROPPED);
-		return 0;
-	}
 	h->rec = HS_REC_HELLO;
 	h->dir = dir;
 	h->conn_id = c->r.conn_id;
 	h->msg_len = msg_len;
-	h->cap_len = cap;
 	if (bpf_probe_read_user(h->data, cap, (const void *)msg))
-		h->cap_len = 0;
-	submit(h);
+		cap = 0;
+	h->cap_len = cap;
+	/* only the captured bytes; count it if the ring buffer has no room */
+	waiting = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	if (bpf_ringbuf_output(&events, h, __builtin_offsetof(struct hs_hello, data) + cap,
+			       waiting >= HS_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
+		count(HS_C_HELLOS_DROPPED);
 	return 0;
 }
 

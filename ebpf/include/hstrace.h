@@ -9,7 +9,8 @@
 
 /* Bytes of a ClientHello/ServerHello message (handshake header included) copied out for
  * userspace to parse. Larger hellos are cut here and flagged as truncated. */
-#define HS_HELLO_CAP 1536
+#define HS_HELLO_CAP 16384 /* one whole record's plaintext: post-quantum key shares and any
+			    * extension order fit */
 
 /* Default map sizes; userspace may override them at load time. */
 #define HS_MAX_CONNS 65536   /* connections tracked at once (LRU) */
@@ -78,7 +79,7 @@ struct hs_hello {
 	__u64 conn_id;
 	__u32 msg_len;  /* full handshake message length, 4-byte header included */
 	__u32 cap_len;  /* bytes captured in data (<= msg_len, <= HS_HELLO_CAP) */
-	__u8 data[HS_HELLO_CAP];
+	__u8 data[HS_HELLO_CAP]; /* the ring buffer carries only the first cap_len */
 };
 
 /* One per connection, sent when its handshake completes or fails. Times are

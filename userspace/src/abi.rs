@@ -3,7 +3,9 @@
 
 use std::mem::{offset_of, size_of};
 
-pub const HELLO_CAP: usize = 1536;
+/// The most of a hello the kernel copies: one whole TLS record's plaintext (2^14), enough
+/// for post-quantum key shares with the extensions in any order.
+pub const HELLO_CAP: usize = 16384;
 pub const MAX_CONNS: u32 = 65536;
 pub const MAX_TGIDS: u32 = 4096;
 pub const RINGBUF_BYTES: u32 = 8 << 20;
@@ -55,15 +57,39 @@ pub const FL_S2: usize = 3;
 /// Handshake message type of Certificate, as a bit of `hs_types`.
 pub const HT_CERTIFICATE: u32 = 11;
 
+/// The fixed start of a captured hello (`struct hs_hello`); its `cap_len` bytes follow.
 #[repr(C)]
-#[derive(Clone, Copy)]
-pub struct Hello {
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HelloHeader {
     pub rec: u32,
     pub dir: u32,
     pub conn_id: u64,
+    /// the whole handshake message's length, its 4-byte header included
     pub msg_len: u32,
     pub cap_len: u32,
-    pub data: [u8; HELLO_CAP],
+}
+
+/// A captured ClientHello or ServerHello: the ring buffer carries only the bytes captured.
+#[derive(Clone, Debug, Default)]
+pub struct Hello {
+    pub dir: u32,
+    pub conn_id: u64,
+    pub msg_len: u32,
+    /// the captured bytes of the message (handshake header included)
+    pub data: Vec<u8>,
+}
+
+/// A hello ring-buffer item: its header, then `cap_len` bytes (at most HELLO_CAP).
+pub fn read_hello(item: &[u8]) -> Option<Hello> {
+    let h: HelloHeader = read_record(item)?;
+    let data = item.get(size_of::<HelloHeader>()..)?;
+    let cap = (h.cap_len as usize).min(HELLO_CAP);
+    Some(Hello {
+        dir: h.dir,
+        conn_id: h.conn_id,
+        msg_len: h.msg_len,
+        data: data.get(..cap)?.to_vec(),
+    })
 }
 
 #[repr(C)]
@@ -214,7 +240,7 @@ unsafe impl aya::Pod for SslKey {}
 impl Hello {
     /// The captured bytes of the message (handshake header included).
     pub fn bytes(&self) -> &[u8] {
-        &self.data[..(self.cap_len as usize).min(HELLO_CAP)]
+        &self.data
     }
 }
 
@@ -232,8 +258,8 @@ pub fn record_kind(bytes: &[u8]) -> Option<u32> {
 
 // The C layout, checked at compile time (offsets from ebpf/include/hstrace.h).
 const _: () = {
-    assert!(size_of::<Hello>() == 24 + HELLO_CAP);
-    assert!(offset_of!(Hello, data) == 24);
+    assert!(size_of::<HelloHeader>() == 24);
+    assert!(offset_of!(HelloHeader, cap_len) == 20);
     assert!(size_of::<Conn>() == 432);
     assert!(offset_of!(Conn, cpu_first) == 312);
     assert!(offset_of!(Conn, t_req_arrive) == 272);

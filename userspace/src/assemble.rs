@@ -61,7 +61,7 @@ impl Pipeline {
     /// One ring-buffer item.
     pub fn item(&mut self, item: &[u8], sink: &mut dyn Sink) -> io::Result<()> {
         match abi::record_kind(item) {
-            Some(abi::REC_HELLO) => match abi::read_record::<Hello>(item) {
+            Some(abi::REC_HELLO) => match abi::read_hello(item) {
                 Some(h) => self.asm.hello(&h),
                 None => self.counts.undecodable += 1,
             },
@@ -205,12 +205,8 @@ mod tests {
         let clock = Clock::new();
         for id in 1..=5u64 {
             let h = Hello {
-                rec: 1,
-                dir: 0,
                 conn_id: id,
-                msg_len: 0,
-                cap_len: 0,
-                data: [0; abi::HELLO_CAP],
+                ..Default::default()
             };
             a.hello(&h);
         }

@@ -28,18 +28,12 @@ pub fn pipeline_connections_per_sec(n: u64, sink: Option<&mut dyn Sink>) -> Resu
     let sink = sink.unwrap_or(&mut printer);
     let hello = |dir: u32, hex: &str| -> Hello {
         let bytes = tls::unhex(hex).expect("fixture is hex");
-        let mut h = Hello {
-            rec: abi::REC_HELLO,
+        Hello {
             dir,
             conn_id: 0,
             msg_len: bytes.len() as u32,
-            cap_len: 0,
-            data: [0; abi::HELLO_CAP],
-        };
-        let len = bytes.len().min(abi::HELLO_CAP);
-        h.data[..len].copy_from_slice(&bytes[..len]);
-        h.cap_len = len as u32;
-        h
+            data: bytes,
+        }
     };
     let mut ch = hello(
         abi::DIR_IN,

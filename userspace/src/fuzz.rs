@@ -72,24 +72,21 @@ const HELLOS: [(&str, &str); 5] = [
 /// The fuzzer's seeds: each captured hello for its parser, and each pair as the ring
 /// buffer hands it over (both hellos, the connection record, its close line).
 pub fn seeds() -> Vec<Vec<u8>> {
-    use crate::abi::{self, Close, Conn, Hello, HELLO_CAP};
+    use crate::abi::{self, Close, Conn, HelloHeader};
     fn bytes<T: Copy>(v: &T) -> Vec<u8> {
         // SAFETY: plain-old-data ABI structs, read as the bytes they are
         unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
             .to_vec()
     }
     let hello = |dir: u32, msg: &[u8]| {
-        let mut h = Hello {
+        let h = HelloHeader {
             rec: abi::REC_HELLO,
             dir,
             conn_id: 1,
             msg_len: msg.len() as u32,
-            cap_len: msg.len().min(HELLO_CAP) as u32,
-            data: [0; HELLO_CAP],
+            cap_len: msg.len() as u32,
         };
-        let n = msg.len().min(HELLO_CAP);
-        h.data[..n].copy_from_slice(&msg[..n]);
-        bytes(&h)
+        [bytes(&h), msg.to_vec()].concat()
     };
     let mut out = Vec::new();
     for (ch, sh) in HELLOS {

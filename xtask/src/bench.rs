@@ -369,6 +369,7 @@ impl Tracer {
             "events",
             "counters",
             "conn_scratch",
+            "hello_scratch",
             "thread_cpu",
         ];
         let mut total = 0;

@@ -1,0 +1,118 @@
+//! Hellos as real clients send them today, against a real nginx in the real kernel.
+//! Root only; run with `cargo xtask test`.
+
+use hstrace_tests::*;
+
+/// A TLS extension: (type, body).
+type Extension = (u16, Vec<u8>);
+
+/// A ClientHello message (handshake header included) taken apart: the bytes before its
+/// extensions, and its extensions in order.
+fn split_client_hello(msg: &[u8]) -> (Vec<u8>, Vec<Extension>) {
+    let mut at = 4 + 2 + 32;
+    at += 1 + msg[at] as usize; // session id
+    at += 2 + u16::from_be_bytes([msg[at], msg[at + 1]]) as usize; // cipher suites
+    at += 1 + msg[at] as usize; // compression methods
+    let head = msg[..at].to_vec();
+    let end = at + 2 + u16::from_be_bytes([msg[at], msg[at + 1]]) as usize;
+    let mut exts = Vec::new();
+    let mut p = at + 2;
+    while p < end {
+        let ty = u16::from_be_bytes([msg[p], msg[p + 1]]);
+        let len = u16::from_be_bytes([msg[p + 2], msg[p + 3]]) as usize;
+        exts.push((ty, msg[p + 4..p + 4 + len].to_vec()));
+        p += 4 + len;
+    }
+    (head, exts)
+}
+
+/// The record carrying a ClientHello made of `head` and `exts`, its lengths recomputed.
+fn client_hello_record_of(head: &[u8], exts: &[Extension]) -> Vec<u8> {
+    let mut body: Vec<u8> = Vec::new();
+    for (ty, data) in exts {
+        body.extend_from_slice(&ty.to_be_bytes());
+        body.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        body.extend_from_slice(data);
+    }
+    let mut msg = head.to_vec();
+    msg.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    msg.extend_from_slice(&body);
+    let len = (msg.len() - 4) as u32;
+    msg[1..4].copy_from_slice(&len.to_be_bytes()[1..]);
+    let mut rec = vec![22, 3, 1];
+    rec.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+    rec.extend_from_slice(&msg);
+    rec
+}
+
+const SERVER_NAME: u16 = 0;
+const SUPPORTED_GROUPS: u16 = 10;
+const KEY_SHARE: u16 = 51;
+/// X25519MLKEM768 (draft-kwiatkowski-tls-ecdhe-mlkem): a 1,216-byte client key share
+const X25519_MLKEM768: u16 = 0x11ec;
+/// padding (RFC 7685), which BoringSSL adds to keep a hello out of 256–511 bytes
+const PADDING: u16 = 21;
+
+/// The captured TLS 1.3 ClientHello as a current browser sends it: an X25519MLKEM768 key
+/// share of 1,216 bytes beside its X25519 one, a padding extension, and the extensions in
+/// another order, the key share first and the SNI last. Returns the record and the SNI.
+fn post_quantum_client_hello() -> (Vec<u8>, String) {
+    let rec = client_hello_record("tls13_full.client_hello.hex");
+    let (head, mut exts) = split_client_hello(&rec[5..]);
+    for (ty, data) in exts.iter_mut() {
+        if *ty == SUPPORTED_GROUPS {
+            let mut groups = X25519_MLKEM768.to_be_bytes().to_vec();
+            groups.extend_from_slice(&data[2..]);
+            *data = [(groups.len() as u16).to_be_bytes().to_vec(), groups].concat();
+        }
+        if *ty == KEY_SHARE {
+            let mut shares = X25519_MLKEM768.to_be_bytes().to_vec();
+            shares.extend_from_slice(&1216u16.to_be_bytes());
+            shares.extend((0..1216u32).map(|i| (i * 7 + 3) as u8));
+            shares.extend_from_slice(&data[2..]);
+            *data = [(shares.len() as u16).to_be_bytes().to_vec(), shares].concat();
+        }
+    }
+    exts.push((PADDING, vec![0; 256]));
+    exts.sort_by_key(|(ty, _)| match *ty {
+        KEY_SHARE => 0,
+        SERVER_NAME => 2,
+        _ => 1,
+    });
+    let sni = exts
+        .iter()
+        .find(|(ty, _)| *ty == SERVER_NAME)
+        .map(|(_, d)| String::from_utf8(d[5..].to_vec()).unwrap())
+        .expect("the fixture names a server");
+    let rec = client_hello_record_of(&head, &exts);
+    (rec, sni)
+}
+
+/// Post-quantum key shares make real ClientHellos ~1.8 KB, and browsers randomize the
+/// extension order: the SNI may come after the first 1.5 KB. hstrace reads it, and the
+/// rest of the hello, wherever it is (both probe modes).
+#[test]
+fn a_post_quantum_client_hello_keeps_its_sni() {
+    let (hello, sni) = post_quantum_client_hello();
+    let sni_at = hello
+        .windows(sni.len())
+        .position(|w| w == sni.as_bytes())
+        .unwrap();
+    assert!(sni_at > 1536, "the SNI at {sni_at}: not past the old capture");
+    let nginx = Nginx::start("pq-hello", 1);
+    let master = nginx.master_pid().to_string();
+    for mode in ["handshake", "none"] {
+        let tracer = Hstrace::start(&["--pid", &master, "--uprobes", mode]);
+        let answer = raw_exchange(nginx.port, &hello);
+        assert_eq!(answer.first(), Some(&22), "nginx answers with its hello: {answer:?}");
+        let out = tracer.stop();
+        assert_eq!(out.records.len(), 1, "{}", out.stderr);
+        let r = &out.records[0];
+        assert_eq!(r["sni"].as_str(), Some(sni.as_str()), "{mode}: {r}");
+        assert_eq!(r["tls_version"], "1.3", "{mode}: {r}");
+        assert_eq!(r["resumption_offered"], false, "{mode}: {r}");
+        let notes = r["notes"].to_string();
+        assert!(!notes.contains("client_hello"), "{mode}: {r}");
+        assert_accounted(&out.health, true);
+    }
+}

@@ -385,7 +385,7 @@ static __always_inline void on_conn_io(struct hs_conn_state *c, __u64 skey, __u3
 	}
 	new_flight = on_transfer(c, dir, ret, now);
 	/* after the first exchange only bytes and exchanges are counted */
-	if (c->r.phase != HS_PH_DONE && !c->not_tls && !(c->r.flags & HS_F_DESYNC)) {
+	if (c->r.phase != HS_PH_DONE && !c->st[dir & 1].desync) {
 		if (!ptr)
 			desync(c, dir); /* bytes hstrace cannot see (sendfile, io_uring) */
 		else if (iovcnt)

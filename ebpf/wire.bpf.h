@@ -335,15 +335,48 @@ static __always_inline void on_exchange(struct hs_conn_state *c, __u32 dir, int 
 	}
 }
 
-/* The record stream stopped making sense: stop parsing this connection. */
+/* The record stream in `dir` stopped making sense: stop parsing it. The other direction
+ * goes on (the server's alert about the bytes it could not parse is still seen). */
 static __always_inline void desync(struct hs_conn_state *c, __u32 dir)
 {
-	if (dir == HS_DIR_IN && c->flight == HS_FL_C1 && !c->r.rec_types[HS_FL_C1]) {
-		c->not_tls = 1; /* the client's very first bytes are not a TLS record */
-		c->r.outcome = HS_OUTCOME_NOT_TLS;
-	}
+	c->st[dir & 1].desync = 1;
+	if (c->r.flags & HS_F_DESYNC)
+		return;
 	c->r.flags |= HS_F_DESYNC;
 	count(HS_C_DESYNC);
+}
+
+/* The record header just assembled in `st` does not parse. The client's very first bytes
+ * are not TLS if they do not even look like a record (plain HTTP, say); a record that
+ * does (type and version right, too long) is a TLS peer breaking the protocol. */
+static __always_inline void bad_header(struct hs_conn_state *c, struct hs_stream *st, __u32 dir)
+{
+	if (dir == HS_DIR_IN && c->flight == HS_FL_C1 && !c->r.rec_types[HS_FL_C1] &&
+	    (st->hdr[0] < REC_CCS || st->hdr[0] > REC_HEARTBEAT || st->hdr[1] != 3)) {
+		c->not_tls = 1;
+		c->r.outcome = HS_OUTCOME_NOT_TLS;
+	}
+	desync(c, dir);
+}
+
+/* Is the header in `st` the start of an SSLv2-format ClientHello (RFC 6101 E.2: a 2-byte
+ * length with the top bit set, msg_type 1, a TLS version)? Only as a client's first
+ * bytes. Its body is then skipped as one handshake record holding a ClientHello. */
+static __always_inline int sslv2_hello(struct hs_conn_state *c, struct hs_stream *st, __u32 dir)
+{
+	__u32 len = (((__u32)st->hdr[0] & 0x7f) << 8) | st->hdr[1];
+
+	if (dir != HS_DIR_IN || c->flight != HS_FL_C1 || c->r.rec_types[HS_FL_C1] ||
+	    !(st->hdr[0] & 0x80) || st->hdr[2] != HT_CLIENT_HELLO || st->hdr[3] != 3 || len < 3)
+		return 0;
+	st->rec_type = REC_HANDSHAKE;
+	st->rec_left = len - 3; /* msg_type and version were the header's last three bytes */
+	st->rec_len = len - 3;
+	st->defer_hello = 0;
+	c->r.rec_types[HS_FL_C1] |= HS_RT_HANDSHAKE;
+	c->r.hs_types[HS_FL_C1] |= 1u << HT_CLIENT_HELLO;
+	c->r.flags |= HS_F_SSLV2_HELLO;
+	return 1;
 }
 
 struct walk {
@@ -362,9 +395,11 @@ static long walk_step(__u32 i, struct walk *w)
 	struct hs_stream *st;
 	__u32 type, len, have, need, off = w->off, n = w->n;
 
-	if (!c || off >= n || c->emitted || (c->r.flags & HS_F_DESYNC))
+	if (!c || off >= n || c->emitted)
 		return 1;
 	st = &c->st[w->dir & 1];
+	if (st->desync)
+		return 1;
 	if (st->rec_left) {
 		/* skip the body of the current record */
 		__u32 take = n - off < st->rec_left ? n - off : st->rec_left;
@@ -396,8 +431,13 @@ static long walk_step(__u32 i, struct walk *w)
 	st->hdr_have = 0;
 	type = st->hdr[0];
 	len = ((__u32)st->hdr[3] << 8) | st->hdr[4];
+	if (sslv2_hello(c, st, w->dir)) {
+		if (!st->rec_left)
+			on_record_end(c, w->dir, REC_HANDSHAKE, w->now);
+		return 0;
+	}
 	if (type < REC_CCS || type > REC_HEARTBEAT || st->hdr[1] != 3 || len > HS_REC_MAX_LEN) {
-		desync(c, w->dir);
+		bad_header(c, st, w->dir);
 		return 1;
 	}
 	st->rec_type = type;

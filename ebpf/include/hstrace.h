@@ -57,6 +57,8 @@
 #define HS_F_READ_EOF (1 << 5)     /* a read returned 0 */
 #define HS_F_READ_RESET (1 << 6)   /* a read or write returned ECONNRESET/EPIPE */
 #define HS_F_PEER_RESET (1 << 7)   /* the socket closed straight from ESTABLISHED: a reset */
+#define HS_F_SSLV2_HELLO (1 << 8)  /* the ClientHello came in SSLv2 format (RFC 6101 E.2): no
+				    * extensions, so nothing of it is parsed */
 
 /* Bits of the per-flight record-type masks (hs_conn.rec_types[]): 1 << (type - 20). */
 #define HS_RT_CCS (1 << 0)
@@ -175,7 +177,8 @@ struct hs_stream {
 	__u8 ccs;            /* a ChangeCipherSpec passed: later handshake records are encrypted */
 	__u8 defer_hello;    /* the record's first message was not all in one buffer: look at it
 			      * when the record ends */
-	__u8 pad[4];
+	__u8 desync;         /* a record header in this direction did not parse: stopped here */
+	__u8 pad[3];
 };
 
 struct hs_conn_state {

@@ -42,6 +42,7 @@ pub const F_UPROBE: u32 = 1 << 0;
 pub const F_HS_DONE_SSL: u32 = 1 << 1;
 pub const F_DESYNC: u32 = 1 << 2;
 pub const F_EST_SEEN: u32 = 1 << 3;
+pub const F_SSLV2_HELLO: u32 = 1 << 8;
 
 pub const RT_CCS: u32 = 1 << 0;
 pub const RT_ALERT: u32 = 1 << 1;
@@ -54,6 +55,8 @@ pub const FL_S1: usize = 1;
 pub const FL_C2: usize = 2;
 pub const FL_S2: usize = 3;
 
+/// Handshake message type of ClientHello, as a bit of `hs_types`.
+pub const HT_CLIENT_HELLO: u32 = 1;
 /// Handshake message type of Certificate, as a bit of `hs_types`.
 pub const HT_CERTIFICATE: u32 = 11;
 
@@ -194,7 +197,8 @@ pub struct Stream {
     pub rec_type: u8,
     pub ccs: u8,
     pub defer_hello: u8,
-    pub pad: [u8; 4],
+    pub desync: u8,
+    pub pad: [u8; 3],
 }
 
 /// The kernel's per-connection state (`struct hs_conn_state`, the `conns` map's values):

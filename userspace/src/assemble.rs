@@ -180,9 +180,10 @@ impl Assembler {
             self.order.retain(|id| live.contains_key(id));
         }
         let local = (c.family, c.saddr, c.sport);
-        let plain_port = !self.tls_addrs.contains(&local);
-        if c.outcome != abi::OUTCOME_NOT_TLS
-            && c.rec_types[abi::FL_C1] != 0
+        // the server called SSL_do_handshake on it: a TLS port, whatever came in
+        let ssl = c.flags & abi::F_UPROBE != 0;
+        let plain_port = !ssl && !self.tls_addrs.contains(&local);
+        if (ssl || c.outcome != abi::OUTCOME_NOT_TLS && c.rec_types[abi::FL_C1] != 0)
             && self.tls_addrs.len() < MAX_TLS_ADDRS
         {
             self.tls_addrs.insert(local);

@@ -192,7 +192,10 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
     let plain = not_tls && plain_port;
     // a hello that was on the wire (its flight completed a record) but not captured
     let tls = !not_tls;
-    if tls && ch.is_none() && c.t_first[abi::FL_C1] != 0 {
+    if c.flags & abi::F_SSLV2_HELLO != 0 {
+        // the old format has no extensions: nothing in it to parse
+        notes.push("client_hello_sslv2");
+    } else if tls && ch.is_none() && c.t_first[abi::FL_C1] != 0 {
         notes.push("client_hello_missing");
     }
     if tls && sh.is_none() && c.t_first[abi::FL_S1] != 0 {

@@ -278,14 +278,25 @@ pub fn cpu(c: &Conn, wall: &Stages) -> Stages {
 /// and heard nothing back was waiting for the client.
 pub fn failed_in(c: &Conn) -> Stage {
     let server_alert = c.alert_level != 0 && c.alert_dir as u32 == abi::DIR_OUT;
+    let not_tls = c.outcome == abi::OUTCOME_NOT_TLS;
     match c.fail_flight.checked_sub(1).map(usize::from) {
         None => Stage::WaitClientHello,
+        // the client's first bytes were no ClientHello: the server either answered them
+        // (an alert, nginx's plain-HTTP error page) or was still waiting for one
+        Some(FL_C1) if not_tls => Stage::WaitClientHello,
+        Some(_) if not_tls => Stage::ServerFlight1,
         // the client's flight never completed a record: still waiting for it
         Some(FL_C1) if c.t_first[FL_C1] == 0 => Stage::WaitClientHello,
+        // records, but no ClientHello began in them (a lone zero-length record): the
+        // server was still waiting for it
+        Some(FL_C1) if c.hs_types[FL_C1] & (1 << abi::HT_CLIENT_HELLO) == 0 => Stage::WaitClientHello,
         Some(FL_C1) => Stage::ServerFlight1,
         Some(FL_S1) if server_alert => Stage::ServerFlight1,
         Some(FL_S1) => Stage::WaitClientFlight2,
         Some(FL_C2) if c.t_first[FL_C2] == 0 => Stage::WaitClientFlight2,
+        // the client answered the server's flight with nothing but an alert (it rejected
+        // the certificate): it ended the handshake while the server waited for it
+        Some(FL_C2) if c.rec_types[FL_C2] == abi::RT_ALERT => Stage::WaitClientFlight2,
         _ => Stage::ServerFlight2,
     }
 }
@@ -293,6 +304,28 @@ pub fn failed_in(c: &Conn) -> Stage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_in_is_the_stage_the_connection_was_in() {
+        let mut c = conn();
+        // a lone zero-length record: records, no ClientHello, and the client left
+        c.fail_flight = FL_C1 as u8 + 1;
+        c.hs_types[FL_C1] = 0;
+        assert_eq!(failed_in(&c), Stage::WaitClientHello);
+        c.hs_types[FL_C1] = 1 << abi::HT_CLIENT_HELLO;
+        assert_eq!(failed_in(&c), Stage::ServerFlight1);
+        // the client answered the server's first flight with an alert alone
+        c.fail_flight = FL_C2 as u8 + 1;
+        c.rec_types[FL_C2] = abi::RT_ALERT;
+        assert_eq!(failed_in(&c), Stage::WaitClientFlight2);
+        c.rec_types[FL_C2] = abi::RT_HANDSHAKE | abi::RT_CCS;
+        assert_eq!(failed_in(&c), Stage::ServerFlight2);
+        // not TLS: the server answered (plain HTTP's error page), or was still waiting
+        c.outcome = abi::OUTCOME_NOT_TLS;
+        assert_eq!(failed_in(&c), Stage::ServerFlight1);
+        c.fail_flight = FL_C1 as u8 + 1;
+        assert_eq!(failed_in(&c), Stage::WaitClientHello);
+    }
 
     #[test]
     fn the_stage_table_round_trips() {

@@ -128,7 +128,9 @@ pub fn case(seed: u64, i: usize) -> Case {
             (one((0..len).map(|_| rng.next() as u8).collect()), end)
         }
         "zero_length_records" => {
-            let mut h: Vec<u8> = (0..rng.range(1, 4)).flat_map(|_| [22, 3, 1, 0, 0]).collect();
+            let mut h: Vec<u8> = (0..rng.range(1, 4))
+                .flat_map(|_| [22, 3, 1, 0, 0])
+                .collect();
             if rng.range(0, 2) == 1 {
                 h.extend_from_slice(&hello);
             }
@@ -218,7 +220,13 @@ pub fn play(port: u16, case: &Case) -> bool {
 
 /// Cases `first..first + count` of `seed` against `port`, `parallel` at a time: how many
 /// connections were made, by mutation.
-pub fn run(port: u16, seed: u64, first: usize, count: usize, parallel: usize) -> BTreeMap<&'static str, usize> {
+pub fn run(
+    port: u16,
+    seed: u64,
+    first: usize,
+    count: usize,
+    parallel: usize,
+) -> BTreeMap<&'static str, usize> {
     let next = AtomicUsize::new(first);
     let made: Vec<BTreeMap<&'static str, usize>> = thread::scope(|scope| {
         let workers: Vec<_> = (0..parallel.max(1))
@@ -238,7 +246,10 @@ pub fn run(port: u16, seed: u64, first: usize, count: usize, parallel: usize) ->
                 })
             })
             .collect();
-        workers.into_iter().map(|w| w.join().expect("a fuzz worker panicked")).collect()
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a fuzz worker panicked"))
+            .collect()
     });
     let mut total = BTreeMap::new();
     for m in made {

@@ -52,7 +52,11 @@ fn a_flood_past_max_conns_is_counted_and_survived() {
     let out = tracer.stop();
     let h = &out.health;
     assert_accounted(h, true);
-    assert_eq!(h["accepted"].as_u64(), Some((IDLE + HANDSHAKES) as u64), "{h}");
+    assert_eq!(
+        h["accepted"].as_u64(),
+        Some((IDLE + HANDSHAKES) as u64),
+        "{h}"
+    );
     assert!(h["lost"]["table_full"].as_u64() > Some(0), "{h}");
     assert!(h["lost"]["state_evicted"].as_u64() > Some(0), "{h}");
     assert!(

@@ -524,7 +524,10 @@ impl Drop for Holder {
 /// over the ports, say "held", and keep them open until stdin closes.
 pub fn hold_connections(args: &[String]) -> Result<()> {
     use std::io::{Read, Write};
-    let count: usize = args.first().context("hold-connections COUNT PORT...")?.parse()?;
+    let count: usize = args
+        .first()
+        .context("hold-connections COUNT PORT...")?
+        .parse()?;
     let ports = args[1..]
         .iter()
         .map(|p| p.parse::<u16>())

@@ -367,7 +367,13 @@ fn fuzz_parsers(args: &[String]) -> Result<()> {
     run(Command::new("cargo")
         .args(["build", "--release", "--target", &target])
         .current_dir(root().join("fuzz"))
-        .env("RUSTFLAGS", FUZZ_RUSTFLAGS.split_whitespace().collect::<Vec<_>>().join(" "))
+        .env(
+            "RUSTFLAGS",
+            FUZZ_RUSTFLAGS
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+        )
         .env("CARGO_TARGET_DIR", &out))?;
     let bin = out.join(&target).join("release");
     let corpus = root().join("target/fuzz-corpus");
@@ -379,7 +385,12 @@ fn fuzz_parsers(args: &[String]) -> Result<()> {
     let res = Command::new(bin.join("parsers"))
         .arg(&corpus)
         .arg(format!("-runs={runs}"))
-        .args(["-max_len=4096", "-timeout=5", "-rss_limit_mb=2048", "-print_final_stats=1"])
+        .args([
+            "-max_len=4096",
+            "-timeout=5",
+            "-rss_limit_mb=2048",
+            "-print_final_stats=1",
+        ])
         .arg(format!("-artifact_prefix={}/", artifacts.display()))
         .output()?;
     let log = String::from_utf8_lossy(&res.stderr);
@@ -400,11 +411,16 @@ fn fuzz_parsers(args: &[String]) -> Result<()> {
     if !res.status.success() {
         let why: Vec<&str> = log
             .lines()
-            .filter(|l| l.contains("panicked") || l.contains("ERROR") || l.contains("Test unit written"))
+            .filter(|l| {
+                l.contains("panicked") || l.contains("ERROR") || l.contains("Test unit written")
+            })
             .collect();
         bail!("the fuzzer found an input that fails:\n{}", why.join("\n"));
     }
-    println!("fuzz-parsers: 0 crashes, 0 hangs (corpus in {})", corpus.display());
+    println!(
+        "fuzz-parsers: 0 crashes, 0 hangs (corpus in {})",
+        corpus.display()
+    );
     Ok(())
 }
 
@@ -454,7 +470,11 @@ fn fuzz_wire(args: &[String]) -> Result<()> {
         }
         anyhow::ensure!(tracer.try_wait()?.is_none(), "hstrace exited mid-run");
         hstrace_tests::curl(&[], std::slice::from_ref(&url));
-        eprintln!("xtask: fuzz-wire: {} cases, {:.0} s", first + 1000.min(cases - first), start.elapsed().as_secs_f64());
+        eprintln!(
+            "xtask: fuzz-wire: {} cases, {:.0} s",
+            first + 1000.min(cases - first),
+            start.elapsed().as_secs_f64()
+        );
     }
     let secs = start.elapsed().as_secs_f64();
     thread::sleep(Duration::from_secs(1));
@@ -462,7 +482,10 @@ fn fuzz_wire(args: &[String]) -> Result<()> {
     unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
     let stop = Instant::now();
     while tracer.try_wait()?.is_none() {
-        anyhow::ensure!(stop.elapsed() < Duration::from_secs(30), "hstrace hangs at exit");
+        anyhow::ensure!(
+            stop.elapsed() < Duration::from_secs(30),
+            "hstrace hangs at exit"
+        );
         thread::sleep(Duration::from_millis(100));
     }
     let health: serde_json::Value = rx

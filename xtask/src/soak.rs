@@ -41,7 +41,10 @@ pub fn soak(bin: &Path, minutes: f64) -> Result<String> {
         .context("hstrace serve")?;
     let start = Instant::now();
     while get("/healthz").is_err() {
-        anyhow::ensure!(start.elapsed() < Duration::from_secs(30), "serve did not start");
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(30),
+            "serve did not start"
+        );
         thread::sleep(Duration::from_millis(200));
     }
     let pid = daemon.id();
@@ -55,7 +58,13 @@ pub fn soak(bin: &Path, minutes: f64) -> Result<String> {
             move || {
                 while !stop.load(Ordering::Relaxed) {
                     let _ = Command::new("openssl")
-                        .args(["s_time", "-connect", &format!("127.0.0.1:{TLS_PORT}"), "-time", "5"])
+                        .args([
+                            "s_time",
+                            "-connect",
+                            &format!("127.0.0.1:{TLS_PORT}"),
+                            "-time",
+                            "5",
+                        ])
                         .args(args)
                         .stdout(Stdio::null())
                         .stderr(Stdio::null())

@@ -221,8 +221,7 @@ static __always_inline void on_set_state(struct sock *sk, int oldstate, int news
 		bpf_map_update_elem(&est_socks, &skey, &fresh, BPF_ANY);
 		return;
 	}
-	/* clients' sockets (and every other one on the host) leave here: the tracepoint
-	 * fires before a close releases the port */
+	/* clients' sockets (and every other one on the host) leave here */
 	if (!is_server_port(sport))
 		return;
 	if (newstate == TCP_CLOSE_WAIT) {
@@ -263,8 +262,11 @@ static __always_inline void on_set_state(struct sock *sk, int oldstate, int news
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(set_state_btf, const struct sock *sk, const int oldstate, const int newstate)
 {
+	/* the port from inet_sport: a close has already cleared skc_num (inet_put_port) by
+	 * the time the tracepoint fires for TCP_CLOSE */
 	if (sk->sk_protocol == IPPROTO_TCP)
-		on_set_state((struct sock *)sk, oldstate, newstate, sk->__sk_common.skc_num);
+		on_set_state((struct sock *)sk, oldstate, newstate,
+			     bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport)));
 	return 0;
 }
 
@@ -384,8 +386,9 @@ static __always_inline void on_conn_io(struct hs_conn_state *c, __u64 skey, __u3
 		return;
 	}
 	new_flight = on_transfer(c, dir, ret, now);
-	/* after the first exchange only bytes and exchanges are counted */
-	if (c->r.phase != HS_PH_DONE && !c->st[dir & 1].desync) {
+	/* once the handshake is done and the first request read, only bytes and exchanges
+	 * are counted: the records have nothing more to say */
+	if (c->r.phase != HS_PH_DONE && !(c->wire_done && c->r.t_req_read) && !c->st[dir & 1].desync) {
 		if (!ptr)
 			desync(c, dir); /* bytes hstrace cannot see (sendfile, io_uring) */
 		else if (iovcnt)
@@ -809,9 +812,9 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 /* the layout userspace/src/abi.rs expects */
 _Static_assert(sizeof(struct hs_conn) == 432, "hs_conn layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_close) == 56, "hs_close layout changed: update abi.rs");
-_Static_assert(sizeof(struct hs_hello) == 24 + HS_HELLO_CAP, "hs_hello layout changed: update abi.rs");
-_Static_assert(sizeof(struct hs_conn_state) == 552, "hs_conn_state layout changed: update abi.rs");
-_Static_assert(__builtin_offsetof(struct hs_conn_state, emitted) == 537, "hs_conn_state layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_hello) == 32 + HS_HELLO_CAP, "hs_hello layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_conn_state) == 592, "hs_conn_state layout changed: update abi.rs");
+_Static_assert(__builtin_offsetof(struct hs_conn_state, emitted) == 577, "hs_conn_state layout changed: update abi.rs");
 _Static_assert(sizeof(struct ssl_key) == 16, "ssl_key layout changed: update abi.rs");
 
 /* ---- OpenSSL: SSL_read / SSL_write and _ex (--uprobes all) ------------------------ */

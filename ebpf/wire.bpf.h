@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The TLS record stream, as the server reads and writes it. Only record headers
- * (type, version, length) and the 4-byte headers of plaintext handshake messages are
- * read; a ClientHello or ServerHello is copied out whole (up to HS_HELLO_CAP) for
- * userspace to parse. Nothing past ChangeCipherSpec, and no application data, is read.
+ * (type, version, length), the 4-byte headers of plaintext handshake messages and the two
+ * bytes of plaintext alerts are read, wherever the reads cut them (a message may span
+ * records, a record may span reads); a ClientHello or ServerHello is copied out (up to
+ * HS_HELLO_CAP) for userspace to parse: whole when it came in one read, else in pieces.
+ * Nothing past ChangeCipherSpec, and no application data, is read.
  *
  * From the record types alone it tells flights apart and when the handshake is done:
  *   server flight 1 holds an application_data record  -> TLS 1.3 (encrypted from EE on)
@@ -16,8 +18,11 @@
 #include "conn.bpf.h"
 
 #define HS_REC_MAX_LEN (16384 + 2048) /* largest legal TLSCiphertext */
-#define HS_RECORDS_PER_IO 16          /* records walked in one read/write buffer */
-#define HS_MSGS_PER_RECORD 4          /* handshake messages walked in one record */
+#define HS_WALK_STEPS 8192            /* steps walked in one read/write buffer: one per
+				       * record header, handshake message header, alert or
+				       * run of body bytes (a 16 KiB read of 1-byte records
+				       * takes 5,462); a buffer needing more stops the
+				       * connection's parse (counted as a desync) */
 #define HS_IOV_SEGS 4                 /* iovec segments walked in one readv/writev */
 
 #define REC_CCS 20
@@ -25,6 +30,7 @@
 #define REC_HANDSHAKE 22
 #define REC_APPDATA 23
 #define REC_HEARTBEAT 24
+#define REC_SSLV2_HELLO 0 /* not a TLS record type: the body of an SSLv2-format ClientHello */
 
 /* A TLS 1.3 alert (close_notify) as an encrypted record: 2 bytes, content type, 16-byte
  * AEAD tag. No request is that short. */
@@ -98,6 +104,8 @@ __noinline int capture_hello(struct hs_conn_state *c, __u32 dir, __u64 msg, __u3
 	h->dir = dir;
 	h->conn_id = c->r.conn_id;
 	h->msg_len = msg_len;
+	h->offset = 0;
+	h->pad = 0;
 	if (bpf_probe_read_user(h->data, cap, (const void *)msg))
 		cap = 0;
 	h->cap_len = cap;
@@ -109,61 +117,144 @@ __noinline int capture_hello(struct hs_conn_state *c, __u32 dir, __u64 msg, __u3
 	return 0;
 }
 
-/* A record starts: note its type for the flight, read a plaintext alert's two bytes,
- * walk the headers of plaintext handshake messages. */
-__noinline int on_record_start(struct hs_conn_state *c, __u32 dir, __u64 body, __u32 avail)
+/* The next `len` body bytes of a hello in pieces, at user address `at`: copy them out. */
+__noinline int copy_hello_part(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 len)
 {
+	__u32 zero = 0;
+	struct hs_hello *h = bpf_map_lookup_elem(&hello_scratch, &zero);
 	struct hs_stream *st;
-	__u8 type, hh[4];
-	__u32 len, f, mo = 0;
+	__u64 waiting;
 
-	if (!c)
+	if (!c || !h)
 		return 0;
 	st = &c->st[dir & 1];
-	type = st->rec_type;
-	len = st->rec_left;
-	f = (__u32)c->flight & 3;
-
-	if (type >= REC_CCS && type <= REC_APPDATA)
-		c->r.rec_types[f] |= 1u << (type - REC_CCS);
-	if (type == REC_CCS) {
-		st->ccs = 1;
-		return 0;
-	}
-	if (type == REC_ALERT && !st->ccs && !c->r.alert_level && avail >= 2) {
-		if (bpf_probe_read_user(hh, 2, (const void *)body) == 0) {
-			c->r.alert_level = hh[0];
-			c->r.alert_desc = hh[1];
-			c->r.alert_dir = dir;
-		}
-		return 0;
-	}
-	if (type != REC_HANDSHAKE || st->ccs)
-		return 0;
-	if (avail > len)
-		avail = len;
-	if (avail < 4 && c->flight <= HS_FL_S1)
-		st->defer_hello = 1; /* not even the message header is here */
-	for (int i = 0; i < HS_MSGS_PER_RECORD; i++) {
-		__u32 mlen;
-
-		if (mo + 4 > avail)
-			break;
-		if (bpf_probe_read_user(hh, 4, (const void *)(body + mo)))
-			break;
-		mlen = ((__u32)hh[1] << 16) | ((__u32)hh[2] << 8) | hh[3];
-		if (hh[0] < 32)
-			c->r.hs_types[f] |= 1u << hh[0];
-		if ((hh[0] == HT_CLIENT_HELLO && dir == HS_DIR_IN) ||
-		    (hh[0] == HT_SERVER_HELLO && dir == HS_DIR_OUT)) {
-			if (mlen + 4 <= avail - mo || avail - mo >= HS_HELLO_CAP)
-				capture_hello(c, dir, body + mo, mlen + 4, avail - mo);
-			else if (mo == 0)
-				st->defer_hello = 1;
-		}
-		mo += mlen + 4;
-	}
+	if (len > st->hello_left)
+		len = st->hello_left;
+	if (len > HS_HELLO_CAP)
+		len = HS_HELLO_CAP;
+	h->rec = HS_REC_HELLO_PART;
+	h->dir = dir;
+	h->conn_id = c->r.conn_id;
+	h->msg_len = st->msg_len;
+	h->offset = st->hello_off;
+	h->pad = 0;
+	st->hello_off += len;
+	st->hello_left -= len;
+	if (bpf_probe_read_user(h->data, len, (const void *)at))
+		len = 0;
+	h->cap_len = len;
+	waiting = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	if (bpf_ringbuf_output(&events, h, __builtin_offsetof(struct hs_hello, data) + len,
+			       waiting >= HS_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
+		count(HS_C_HELLOS_DROPPED);
 	return 0;
+}
+
+/* A record starts: note its type for the flight. Its body is walked as it passes. */
+static __always_inline void on_record_start(struct hs_conn_state *c, struct hs_stream *st)
+{
+	__u8 type = st->rec_type;
+
+	/* the handshake's flights only: later ones (requests, responses) are not typed */
+	if (type >= REC_CCS && type <= REC_APPDATA && (__u8)c->flight < HS_FLIGHTS)
+		c->r.rec_types[(__u32)c->flight & 3] |= 1u << (type - REC_CCS);
+	if (type == REC_CCS)
+		st->ccs = 1;
+	if (type != REC_HANDSHAKE) {
+		/* a handshake message cannot go on past another record type: start afresh */
+		st->msg_left = 0;
+		st->hello_left = 0;
+		st->body_have = 0;
+	}
+}
+
+/* Up to `avail` (>= 1) bytes of a plaintext handshake record's body at user address `at`:
+ * assemble the next message header, or pass over (and copy out, for a hello in pieces)
+ * the current message's body. Returns the bytes taken (>= 1). */
+__noinline int walk_message(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 avail)
+{
+	struct hs_stream *st;
+	__u32 have, need, mlen, take, f;
+	__u8 type;
+
+	if (!c || !avail)
+		return 1;
+	st = &c->st[dir & 1];
+	if (st->msg_left) {
+		take = avail < st->msg_left ? avail : st->msg_left;
+		if (st->hello_left)
+			copy_hello_part(c, dir, at, take);
+		st->msg_left -= take;
+		return take;
+	}
+	/* the 4-byte message header, which may be split over records and reads */
+	have = st->body_have & 3;
+	need = 4 - have;
+	if (need > avail)
+		need = avail;
+	barrier_var(need);
+	need &= 7;
+	if (bpf_probe_read_user(&st->body[have], need, (const void *)at))
+		return avail; /* unreadable: pass over what is left of this buffer */
+	if (have + need < 4) {
+		st->body_have = have + need;
+		return need;
+	}
+	st->body_have = 0;
+	type = st->body[0];
+	mlen = ((__u32)st->body[1] << 16) | ((__u32)st->body[2] << 8) | st->body[3];
+	f = (__u32)c->flight & 3;
+	if (type < 32 && (__u8)c->flight < HS_FLIGHTS)
+		c->r.hs_types[f] |= 1u << type;
+	st->msg_left = mlen;
+	st->msg_len = mlen + 4;
+	st->hello_left = 0;
+	if ((type == HT_CLIENT_HELLO && dir == HS_DIR_IN) ||
+	    (type == HT_SERVER_HELLO && dir == HS_DIR_OUT)) {
+		take = avail - need; /* the body bytes in this buffer */
+		if (have == 0 && (take >= mlen || take >= HS_HELLO_CAP - 4)) {
+			/* all of it (or all that is kept) right here: one copy */
+			capture_hello(c, dir, at, mlen + 4, avail);
+			take = take < mlen ? take : mlen;
+			st->msg_left -= take;
+			return need + take;
+		}
+		/* in pieces, from the body on, as it passes */
+		st->hello_left = mlen < HS_HELLO_CAP - 4 ? mlen : HS_HELLO_CAP - 4;
+		st->hello_off = 4;
+	}
+	return need;
+}
+
+/* Up to `avail` bytes of a plaintext alert record's body at `at`: its two bytes (level,
+ * description), however the reads cut them. Returns the bytes taken. */
+__noinline int walk_alert(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 avail, __u32 pos)
+{
+	struct hs_stream *st;
+	__u32 have, need;
+
+	if (!c || !avail)
+		return 1;
+	st = &c->st[dir & 1];
+	if (pos >= 2 || c->r.alert_level)
+		return avail;
+	have = pos;
+	need = 2 - have;
+	if (need > avail)
+		need = avail;
+	/* the compiler drops these masks as redundant; the verifier needs them */
+	barrier_var(have);
+	barrier_var(need);
+	have &= 1;
+	need &= 3;
+	if (bpf_probe_read_user(&st->body[have], need, (const void *)at))
+		return avail;
+	if (have + need == 2) {
+		c->r.alert_level = st->body[0];
+		c->r.alert_desc = st->body[1];
+		c->r.alert_dir = dir;
+	}
+	return need;
 }
 
 static __always_inline int is_tls13(struct hs_conn_state *c)
@@ -195,25 +286,6 @@ static __always_inline int answers_unread_request(struct hs_conn_state *c, __u64
 {
 	return c->r.t_req_read && c->client_fin && !c->wire_done && c->flight == HS_FL_S2 &&
 	       c->r.t_first[HS_FL_S2] != now && !(c->r.flags & HS_F_UPROBE) && is_tls13(c);
-}
-
-/* A hello that came over several reads: the server read it into one buffer, so the
- * record's body lies just before `end`. Checked against its own header before use. */
-__noinline int capture_deferred_hello(struct hs_conn_state *c, __u32 dir, __u64 end, __u32 len)
-{
-	__u8 hh[4];
-	__u32 mlen;
-
-	if (!c || len < 4 || end < len)
-		return 0;
-	if (bpf_probe_read_user(hh, 4, (const void *)(end - len)))
-		return 0;
-	mlen = ((__u32)hh[1] << 16) | ((__u32)hh[2] << 8) | hh[3];
-	if (hh[0] != (dir == HS_DIR_IN ? HT_CLIENT_HELLO : HT_SERVER_HELLO) || mlen + 4 > len)
-		return 0;
-	c->r.hs_types[(__u32)c->flight & 3] |= 1u << hh[0];
-	capture_hello(c, dir, end - len, mlen + 4, len);
-	return 0;
 }
 
 /* A record's last byte has passed: the first record of a client flight is the read
@@ -369,10 +441,9 @@ static __always_inline int sslv2_hello(struct hs_conn_state *c, struct hs_stream
 	if (dir != HS_DIR_IN || c->flight != HS_FL_C1 || c->r.rec_types[HS_FL_C1] ||
 	    !(st->hdr[0] & 0x80) || st->hdr[2] != HT_CLIENT_HELLO || st->hdr[3] != 3 || len < 3)
 		return 0;
-	st->rec_type = REC_HANDSHAKE;
+	st->rec_type = REC_SSLV2_HELLO;
 	st->rec_left = len - 3; /* msg_type and version were the header's last three bytes */
 	st->rec_len = len - 3;
-	st->defer_hello = 0;
 	c->r.rec_types[HS_FL_C1] |= HS_RT_HANDSHAKE;
 	c->r.hs_types[HS_FL_C1] |= 1u << HT_CLIENT_HELLO;
 	c->r.flags |= HS_F_SSLV2_HELLO;
@@ -388,7 +459,7 @@ struct walk {
 	__u32 off;
 };
 
-/* One step of the walk: skip record body, or take one record header. 1 stops the walk. */
+/* One step of the walk: a record header, or the next run of a record's body. 1 stops it. */
 static long walk_step(__u32 i, struct walk *w)
 {
 	struct hs_conn_state *c = w->c;
@@ -401,18 +472,19 @@ static long walk_step(__u32 i, struct walk *w)
 	if (st->desync)
 		return 1;
 	if (st->rec_left) {
-		/* skip the body of the current record */
-		__u32 take = n - off < st->rec_left ? n - off : st->rec_left;
+		/* the body of the current record: walked while plaintext, else passed over */
+		__u32 avail = n - off < st->rec_left ? n - off : st->rec_left, take = avail;
 
+		if (st->rec_type == REC_HANDSHAKE && !st->ccs)
+			take = walk_message(c, w->dir, w->buf + off, avail);
+		else if (st->rec_type == REC_ALERT && !st->ccs)
+			take = walk_alert(c, w->dir, w->buf + off, avail, st->rec_len - st->rec_left);
+		if (take > avail)
+			take = avail;
 		st->rec_left -= take;
 		w->off = off + take;
-		if (!st->rec_left) {
-			if (st->defer_hello) {
-				st->defer_hello = 0;
-				capture_deferred_hello(c, w->dir, w->buf + off + take, st->rec_len);
-			}
+		if (!st->rec_left)
 			on_record_end(c, w->dir, st->rec_type, w->now);
-		}
 		return 0;
 	}
 	/* assemble the 5-byte record header, which may be split over reads */
@@ -433,7 +505,7 @@ static long walk_step(__u32 i, struct walk *w)
 	len = ((__u32)st->hdr[3] << 8) | st->hdr[4];
 	if (sslv2_hello(c, st, w->dir)) {
 		if (!st->rec_left)
-			on_record_end(c, w->dir, REC_HANDSHAKE, w->now);
+			on_record_end(c, w->dir, REC_SSLV2_HELLO, w->now);
 		return 0;
 	}
 	if (type < REC_CCS || type > REC_HEARTBEAT || st->hdr[1] != 3 || len > HS_REC_MAX_LEN) {
@@ -443,8 +515,7 @@ static long walk_step(__u32 i, struct walk *w)
 	st->rec_type = type;
 	st->rec_left = len;
 	st->rec_len = len;
-	st->defer_hello = 0;
-	on_record_start(c, w->dir, w->buf + off, n - off);
+	on_record_start(c, st);
 	if (!len)
 		on_record_end(c, w->dir, type, w->now);
 	return 0;
@@ -455,7 +526,10 @@ static __always_inline void parse_bytes(struct hs_conn_state *c, __u32 dir, __u6
 {
 	struct walk w = { .c = c, .buf = buf, .now = now, .dir = dir, .n = n };
 
-	bpf_loop(HS_RECORDS_PER_IO, walk_step, &w, 0);
+	bpf_loop(HS_WALK_STEPS, walk_step, &w, 0);
+	/* bytes left unwalked would put the next read's parse out of step */
+	if (w.off < n && !c->emitted && !c->st[dir & 1].desync)
+		desync(c, dir);
 }
 
 /* Walk up to HS_IOV_SEGS segments of an iovec array, `n` bytes in all. */

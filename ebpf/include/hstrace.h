@@ -27,6 +27,7 @@
 #define HS_REC_HELLO 1
 #define HS_REC_CONN 2
 #define HS_REC_CLOSE 3
+#define HS_REC_HELLO_PART 4 /* a piece of a hello that did not come in one read */
 
 /* Direction of bytes on a server's connection. */
 #define HS_DIR_IN 0  /* client -> server: the server reads them */
@@ -74,13 +75,18 @@
 #define HS_FL_C2 2
 #define HS_FL_S2 3
 
-/* A ClientHello (dir IN) or ServerHello (dir OUT), as the server read or wrote it. */
+/* A ClientHello (dir IN) or ServerHello (dir OUT), as the server read or wrote it: whole
+ * (HS_REC_HELLO, offset 0, the 4-byte handshake header first) when it came in one read,
+ * else in pieces as its bytes pass (HS_REC_HELLO_PART, offset 4 and on: the body only;
+ * a hello split over many records or reads). Userspace puts the pieces together. */
 struct hs_hello {
-	__u32 rec;      /* HS_REC_HELLO */
+	__u32 rec;      /* HS_REC_HELLO or HS_REC_HELLO_PART */
 	__u32 dir;      /* HS_DIR_IN or HS_DIR_OUT */
 	__u64 conn_id;
 	__u32 msg_len;  /* full handshake message length, 4-byte header included */
-	__u32 cap_len;  /* bytes captured in data (<= msg_len, <= HS_HELLO_CAP) */
+	__u32 cap_len;  /* bytes in data (<= HS_HELLO_CAP) */
+	__u32 offset;   /* where data starts in the message */
+	__u32 pad;
 	__u8 data[HS_HELLO_CAP]; /* the ring buffer carries only the first cap_len */
 };
 
@@ -171,12 +177,18 @@ struct hs_close {
 struct hs_stream {
 	__u32 rec_left;      /* body bytes of the current record not yet seen */
 	__u32 rec_len;       /* body length of the current record */
+	__u32 msg_left;      /* body bytes of the current handshake message not yet seen (it
+			      * may go on in the next records) */
+	__u32 msg_len;       /* that message's length, 4-byte header included */
+	__u16 hello_left;    /* bytes of a hello in pieces still to copy out (0: none) */
+	__u16 hello_off;     /* offset in the hello of the next byte to copy */
 	__u8 hdr[16];        /* the record header being assembled (5 bytes; room for the verifier) */
-	__u8 hdr_have;       /* bytes of it seen so far */
+	__u8 body[8];        /* a handshake message header (4 bytes) or an alert (2) being
+			      * assembled from a record's body (room for the verifier) */
+	__u8 hdr_have;       /* bytes of hdr seen so far */
+	__u8 body_have;      /* bytes of body seen so far */
 	__u8 rec_type;       /* type of the current record */
 	__u8 ccs;            /* a ChangeCipherSpec passed: later handshake records are encrypted */
-	__u8 defer_hello;    /* the record's first message was not all in one buffer: look at it
-			      * when the record ends */
 	__u8 desync;         /* a record header in this direction did not parse: stopped here */
 	__u8 pad[3];
 };

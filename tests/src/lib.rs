@@ -960,6 +960,86 @@ impl Drop for DelayProxy {
     }
 }
 
+/// A TCP proxy on 127.0.0.1 in front of `target` that passes everything through, except
+/// that it cuts the body of the client's first record (its ClientHello) into records of
+/// `piece` bytes each, sent in one write. Legal TLS: a real client's handshake completes
+/// through it. Serves connections one after another until dropped.
+pub struct ReframeProxy {
+    pub port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    served: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ReframeProxy {
+    pub fn start(target: u16, piece: usize) -> ReframeProxy {
+        use std::sync::{
+            atomic::{AtomicBool, AtomicUsize, Ordering},
+            Arc,
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let served = Arc::new(AtomicUsize::new(0));
+        let counted = served.clone();
+        thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                let Ok((client, _)) = listener.accept() else {
+                    thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                Self::serve(client, target, piece);
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        ReframeProxy { port, stop, served }
+    }
+
+    /// Connections served and closed so far.
+    pub fn served(&self) -> usize {
+        self.served.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn serve(mut client: TcpStream, target: u16, piece: usize) {
+        {
+            client.set_nonblocking(false).unwrap();
+            let mut server = TcpStream::connect(("127.0.0.1", target)).unwrap();
+            let mut header = [0u8; 5];
+            if client.read_exact(&mut header).is_err() {
+                return;
+            }
+            let mut body = vec![0u8; u16::from_be_bytes([header[3], header[4]]) as usize];
+            if client.read_exact(&mut body).is_err() {
+                return;
+            }
+            let mut out = Vec::new();
+            for chunk in body.chunks(piece.max(1)) {
+                out.extend_from_slice(&header[..3]);
+                out.extend_from_slice(&(chunk.len() as u16).to_be_bytes());
+                out.extend_from_slice(chunk);
+            }
+            if server.write_all(&out).is_err() {
+                return;
+            }
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let up = thread::spawn(move || {
+                let _ = std::io::copy(&mut c_in, &mut s_out);
+                let _ = s_out.shutdown(std::net::Shutdown::Write);
+            });
+            let _ = std::io::copy(&mut server, &mut client);
+            let _ = client.shutdown(std::net::Shutdown::Write);
+            let _ = up.join();
+        }
+    }
+}
+
+impl Drop for ReframeProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// A real captured ClientHello (handshake message) wrapped in a TLS record.
 pub fn client_hello_record(fixture: &str) -> Vec<u8> {
     let path = workspace()

@@ -62,12 +62,19 @@ fn an_sslv2_client_hello() {
     for mode in ["handshake", "none"] {
         let r = one_record(&nginx, mode, || {
             let answer = raw_exchange(nginx.port, &hello);
-            assert_eq!(answer.first(), Some(&21), "nginx did not answer with an alert: {answer:?}");
+            assert_eq!(
+                answer.first(),
+                Some(&21),
+                "nginx did not answer with an alert: {answer:?}"
+            );
         });
         assert_eq!(r["failure"], "alert", "{mode}: {r}");
         assert_eq!(r["alert"]["from"], "server", "{mode}: {r}");
         assert_eq!(r["failed_in"], "server_flight_1", "{mode}: {r}");
-        assert!(r["notes"].to_string().contains("client_hello_sslv2"), "{mode}: {r}");
+        assert!(
+            r["notes"].to_string().contains("client_hello_sslv2"),
+            "{mode}: {r}"
+        );
         check_stages(&r);
     }
 }
@@ -100,7 +107,11 @@ fn plain_http_to_the_tls_port() {
         let tracer = Hstrace::start(&["--pid", &master, "--uprobes", mode]);
         s_client(nginx.port, &[]);
         let answer = raw_exchange(nginx.port, b"GET / HTTP/1.0\r\n\r\n");
-        assert!(answer.starts_with(b"HTTP/1.1 400"), "{}", String::from_utf8_lossy(&answer));
+        assert!(
+            answer.starts_with(b"HTTP/1.1 400"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
         let out = tracer.stop();
         assert_eq!(out.records.len(), 2, "{mode}: {}", out.stderr);
         assert_accounted(&out.health, true);

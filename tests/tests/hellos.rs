@@ -1,6 +1,8 @@
 //! Hellos as real clients send them today, against a real nginx in the real kernel.
 //! Root only; run with `cargo xtask test`.
 
+use std::time::Duration;
+
 use hstrace_tests::*;
 
 /// A TLS extension: (type, body).
@@ -98,13 +100,20 @@ fn a_post_quantum_client_hello_keeps_its_sni() {
         .windows(sni.len())
         .position(|w| w == sni.as_bytes())
         .unwrap();
-    assert!(sni_at > 1536, "the SNI at {sni_at}: not past the old capture");
+    assert!(
+        sni_at > 1536,
+        "the SNI at {sni_at}: not past the old capture"
+    );
     let nginx = Nginx::start("pq-hello", 1);
     let master = nginx.master_pid().to_string();
     for mode in ["handshake", "none"] {
         let tracer = Hstrace::start(&["--pid", &master, "--uprobes", mode]);
         let answer = raw_exchange(nginx.port, &hello);
-        assert_eq!(answer.first(), Some(&22), "nginx answers with its hello: {answer:?}");
+        assert_eq!(
+            answer.first(),
+            Some(&22),
+            "nginx answers with its hello: {answer:?}"
+        );
         let out = tracer.stop();
         assert_eq!(out.records.len(), 1, "{}", out.stderr);
         let r = &out.records[0];
@@ -113,6 +122,79 @@ fn a_post_quantum_client_hello_keeps_its_sni() {
         assert_eq!(r["resumption_offered"], false, "{mode}: {r}");
         let notes = r["notes"].to_string();
         assert!(!notes.contains("client_hello"), "{mode}: {r}");
+        assert_accounted(&out.health, true);
+    }
+}
+
+/// A ClientHello cut into TLS records of 1 byte (legal, and the extreme), then of 100 bytes,
+/// by a proxy in front of nginx: a real client's handshake completes, and hstrace reads the
+/// hello's SNI and its resumption offer from the pieces (both probe modes).
+#[test]
+fn a_client_hello_in_many_records_keeps_its_sni() {
+    let nginx = Nginx::start("fragmented-hello", 1);
+    let master = nginx.master_pid().to_string();
+    for piece in [1, 100] {
+        let proxy = ReframeProxy::start(nginx.port, piece);
+        let mut served = 0;
+        for mode in ["handshake", "none"] {
+            let tracer = Hstrace::start(&["--pid", &master, "--uprobes", mode]);
+            for version in ["-tls1_3", "-tls1_2"] {
+                let out = s_client(proxy.port, &[version, "-servername", "pieces.example"]);
+                assert!(
+                    out.contains("New, TLS"),
+                    "{piece}-byte records, {version}: {out}"
+                );
+            }
+            // the proxy's own sockets close too before the tables are checked
+            wait_for("the proxy's connections to close", Duration::from_secs(5), || {
+                proxy.served() == served + 2
+            });
+            served += 2;
+            let out = tracer.stop();
+            assert_eq!(out.records.len(), 2, "{}", out.stderr);
+            for (r, version) in out.records.iter().zip(["1.3", "1.2"]) {
+                let what = format!("{piece}-byte records, {mode}: {r}");
+                assert_eq!(r["kind"], "full", "{what}");
+                assert_eq!(r["tls_version"], version, "{what}");
+                assert_eq!(r["sni"], "pieces.example", "{what}");
+                assert!(r.get("notes").is_none(), "{what}");
+                check_stages(r);
+            }
+            assert_accounted(&out.health, true);
+        }
+    }
+}
+
+/// The post-quantum hello above, spread over records of 600 bytes: the SNI, in the last
+/// record, is still read.
+#[test]
+fn a_post_quantum_client_hello_over_several_records() {
+    let (hello, sni) = post_quantum_client_hello();
+    let mut records = Vec::new();
+    for chunk in hello[5..].chunks(600) {
+        records.extend_from_slice(&hello[..3]);
+        records.extend_from_slice(&(chunk.len() as u16).to_be_bytes());
+        records.extend_from_slice(chunk);
+    }
+    let nginx = Nginx::start("pq-hello-records", 1);
+    let master = nginx.master_pid().to_string();
+    for mode in ["handshake", "none"] {
+        let tracer = Hstrace::start(&["--pid", &master, "--uprobes", mode]);
+        let answer = raw_exchange(nginx.port, &records);
+        assert_eq!(
+            answer.first(),
+            Some(&22),
+            "nginx answers with its hello: {answer:?}"
+        );
+        let out = tracer.stop();
+        assert_eq!(out.records.len(), 1, "{}", out.stderr);
+        let r = &out.records[0];
+        assert_eq!(r["sni"].as_str(), Some(sni.as_str()), "{mode}: {r}");
+        assert_eq!(r["tls_version"], "1.3", "{mode}: {r}");
+        assert!(
+            !r["notes"].to_string().contains("client_hello"),
+            "{mode}: {r}"
+        );
         assert_accounted(&out.health, true);
     }
 }

@@ -15,6 +15,8 @@ pub const DRAIN_MS: u64 = 100;
 pub const REC_HELLO: u32 = 1;
 pub const REC_CONN: u32 = 2;
 pub const REC_CLOSE: u32 = 3;
+/// A piece of a hello that did not come in one read (`Hello::offset` >= 4).
+pub const REC_HELLO_PART: u32 = 4;
 
 pub const DIR_IN: u32 = 0;
 pub const DIR_OUT: u32 = 1;
@@ -70,6 +72,10 @@ pub struct HelloHeader {
     /// the whole handshake message's length, its 4-byte header included
     pub msg_len: u32,
     pub cap_len: u32,
+    /// where the captured bytes start in the message: 0 for a whole hello
+    /// (`REC_HELLO`), 4 and on for a piece (`REC_HELLO_PART`)
+    pub offset: u32,
+    pub pad: u32,
 }
 
 /// A captured ClientHello or ServerHello: the ring buffer carries only the bytes captured.
@@ -78,7 +84,9 @@ pub struct Hello {
     pub dir: u32,
     pub conn_id: u64,
     pub msg_len: u32,
-    /// the captured bytes of the message (handshake header included)
+    /// where `data` starts in the message: 0 for a whole hello (its handshake header
+    /// first), 4 and on for a piece of one that came in several reads
+    pub offset: u32,
     pub data: Vec<u8>,
 }
 
@@ -91,6 +99,7 @@ pub fn read_hello(item: &[u8]) -> Option<Hello> {
         dir: h.dir,
         conn_id: h.conn_id,
         msg_len: h.msg_len,
+        offset: h.offset,
         data: data.get(..cap)?.to_vec(),
     })
 }
@@ -192,11 +201,16 @@ pub const C_MAX: u32 = 10;
 pub struct Stream {
     pub rec_left: u32,
     pub rec_len: u32,
+    pub msg_left: u32,
+    pub msg_len: u32,
+    pub hello_left: u16,
+    pub hello_off: u16,
     pub hdr: [u8; 16],
+    pub body: [u8; 8],
     pub hdr_have: u8,
+    pub body_have: u8,
     pub rec_type: u8,
     pub ccs: u8,
-    pub defer_hello: u8,
     pub desync: u8,
     pub pad: [u8; 3],
 }
@@ -262,8 +276,9 @@ pub fn record_kind(bytes: &[u8]) -> Option<u32> {
 
 // The C layout, checked at compile time (offsets from ebpf/include/hstrace.h).
 const _: () = {
-    assert!(size_of::<HelloHeader>() == 24);
+    assert!(size_of::<HelloHeader>() == 32);
     assert!(offset_of!(HelloHeader, cap_len) == 20);
+    assert!(offset_of!(HelloHeader, offset) == 24);
     assert!(size_of::<Conn>() == 432);
     assert!(offset_of!(Conn, cpu_first) == 312);
     assert!(offset_of!(Conn, t_req_arrive) == 272);
@@ -278,13 +293,13 @@ const _: () = {
     assert!(offset_of!(Conn, rec_types) == 208);
     assert!(offset_of!(Conn, ssl_calls) == 240);
     assert!(offset_of!(Conn, bytes_out) == 264);
-    assert!(size_of::<Stream>() == 32);
-    assert!(size_of::<ConnState>() == 552);
+    assert!(size_of::<Stream>() == 52);
+    assert!(size_of::<ConnState>() == 592);
     assert!(offset_of!(ConnState, st) == 432);
-    assert!(offset_of!(ConnState, fkey) == 520);
-    assert!(offset_of!(ConnState, ssl) == 528);
-    assert!(offset_of!(ConnState, emitted) == 537);
-    assert!(offset_of!(ConnState, exchanges) == 544);
+    assert!(offset_of!(ConnState, fkey) == 560);
+    assert!(offset_of!(ConnState, ssl) == 568);
+    assert!(offset_of!(ConnState, emitted) == 577);
+    assert!(offset_of!(ConnState, exchanges) == 584);
     assert!(size_of::<SslKey>() == 16);
 };
 

@@ -61,7 +61,7 @@ impl Pipeline {
     /// One ring-buffer item.
     pub fn item(&mut self, item: &[u8], sink: &mut dyn Sink) -> io::Result<()> {
         match abi::record_kind(item) {
-            Some(abi::REC_HELLO) => match abi::read_hello(item) {
+            Some(abi::REC_HELLO | abi::REC_HELLO_PART) => match abi::read_hello(item) {
                 Some(h) => self.asm.hello(&h),
                 None => self.counts.undecodable += 1,
             },
@@ -120,6 +120,11 @@ impl Pipeline {
         self.asm.hellos_unmatched
     }
 
+    /// Pieces of hellos not kept for want of room.
+    pub fn hello_pieces_dropped(&self) -> u64 {
+        self.asm.hello_pieces_dropped
+    }
+
     /// Hellos waiting for their connection's record.
     pub fn pending(&self) -> usize {
         self.asm.pending()
@@ -140,7 +145,15 @@ pub struct Assembler {
     /// (family, address, port)
     tls_addrs: HashSet<(u16, [u8; 16], u16)>,
     pub hellos_unmatched: u64,
+    /// bytes held for hellos still in pieces, at most PIECE_BYTES_MAX
+    piece_bytes: usize,
+    /// pieces of hellos not kept for want of room (their hello is reported truncated)
+    pub hello_pieces_dropped: u64,
 }
+
+/// Bytes held at once for hellos coming in pieces (a hello in 1-byte records, from many
+/// clients that never finish it, must not grow the tracer without bound).
+const PIECE_BYTES_MAX: usize = 16 << 20;
 
 /// Local addresses remembered as carrying TLS (one per listening socket in practice).
 const MAX_TLS_ADDRS: usize = 4096;
@@ -153,27 +166,39 @@ impl Assembler {
             cap,
             tls_addrs: HashSet::new(),
             hellos_unmatched: 0,
+            piece_bytes: 0,
+            hello_pieces_dropped: 0,
         }
     }
 
     pub fn hello(&mut self, h: &Hello) {
         let id = h.conn_id;
+        if h.offset != 0 && self.piece_bytes + h.data.len() > PIECE_BYTES_MAX {
+            self.hello_pieces_dropped += 1;
+            return;
+        }
         if !self.hellos.contains_key(&id) {
             while self.hellos.len() >= self.cap {
                 let Some(old) = self.order.pop_front() else {
                     break;
                 };
-                if self.hellos.remove(&old).is_some() {
+                if let Some(gone) = self.hellos.remove(&old) {
+                    self.piece_bytes -= gone.piece_bytes();
                     self.hellos_unmatched += 1;
                 }
             }
             self.order.push_back(id);
         }
-        self.hellos.entry(id).or_default().add(h);
+        let hellos = self.hellos.entry(id).or_default();
+        let before = hellos.piece_bytes();
+        hellos.add(h);
+        self.piece_bytes = self.piece_bytes + hellos.piece_bytes() - before;
     }
 
     fn conn(&mut self, c: &Conn, clock: &Clock) -> Record {
-        let hellos = self.hellos.remove(&c.conn_id).unwrap_or_default();
+        let mut hellos = self.hellos.remove(&c.conn_id).unwrap_or_default();
+        self.piece_bytes -= hellos.piece_bytes();
+        hellos.finish();
         // ids whose record came are still queued in `order`: trim them now and then
         if self.order.len() > 2 * self.cap.max(self.hellos.len()) {
             let live = &self.hellos;

@@ -32,6 +32,7 @@ pub fn pipeline_connections_per_sec(n: u64, sink: Option<&mut dyn Sink>) -> Resu
             dir,
             conn_id: 0,
             msg_len: bytes.len() as u32,
+            offset: 0,
             data: bytes,
         }
     };

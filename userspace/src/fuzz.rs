@@ -75,18 +75,30 @@ pub fn seeds() -> Vec<Vec<u8>> {
     use crate::abi::{self, Close, Conn, HelloHeader};
     fn bytes<T: Copy>(v: &T) -> Vec<u8> {
         // SAFETY: plain-old-data ABI structs, read as the bytes they are
-        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
-            .to_vec()
+        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
     }
-    let hello = |dir: u32, msg: &[u8]| {
+    let item = |rec: u32, dir: u32, msg_len: usize, offset: usize, data: &[u8]| {
         let h = HelloHeader {
-            rec: abi::REC_HELLO,
+            rec,
             dir,
             conn_id: 1,
-            msg_len: msg.len() as u32,
-            cap_len: msg.len() as u32,
+            msg_len: msg_len as u32,
+            cap_len: data.len() as u32,
+            offset: offset as u32,
+            pad: 0,
         };
-        [bytes(&h), msg.to_vec()].concat()
+        [bytes(&h), data.to_vec()].concat()
+    };
+    let hello = |dir: u32, msg: &[u8]| vec![item(abi::REC_HELLO, dir, msg.len(), 0, msg)];
+    // as the kernel sends a hello that came in several records: the body in pieces
+    let pieces = |dir: u32, msg: &[u8]| -> Vec<Vec<u8>> {
+        (4..msg.len())
+            .step_by(97)
+            .map(|at| {
+                let end = (at + 97).min(msg.len());
+                item(abi::REC_HELLO_PART, dir, msg.len(), at, &msg[at..end])
+            })
+            .collect()
     };
     let mut out = Vec::new();
     for (ch, sh) in HELLOS {
@@ -106,12 +118,20 @@ pub fn seeds() -> Vec<Vec<u8>> {
             conn_id: 1,
             ..Default::default()
         };
-        let mut items = vec![2u8];
-        for item in [hello(abi::DIR_IN, &ch), hello(abi::DIR_OUT, &sh), bytes(&conn), bytes(&close)] {
-            items.extend_from_slice(&(item.len() as u16).to_le_bytes());
-            items.extend_from_slice(&item);
+        for client in [hello(abi::DIR_IN, &ch), pieces(abi::DIR_IN, &ch)] {
+            let mut items = vec![2u8];
+            for item in [
+                client,
+                hello(abi::DIR_OUT, &sh),
+                vec![bytes(&conn), bytes(&close)],
+            ]
+            .concat()
+            {
+                items.extend_from_slice(&(item.len() as u16).to_le_bytes());
+                items.extend_from_slice(&item);
+            }
+            out.push(items);
         }
-        out.push(items);
     }
     out
 }
@@ -133,7 +153,7 @@ mod tests {
             x
         };
         let seeds = seeds();
-        assert_eq!(seeds.len(), 15);
+        assert_eq!(seeds.len(), 20);
         for seed in &seeds {
             one(seed);
             for _ in 0..4000 {

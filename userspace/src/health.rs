@@ -34,6 +34,8 @@ pub struct Health {
     pub hellos_lost: u64,
     /// hellos whose connection record never came
     pub hellos_unmatched: u64,
+    /// pieces of hellos (split over records or reads) not kept: over the tracer's budget
+    pub hello_pieces_dropped: u64,
     /// close lines the ring buffer had no room for
     pub closes_lost: u64,
     /// connections evicted from the full table before their record was made
@@ -69,7 +71,7 @@ impl Health {
 
     /// Every way a connection record could have been missed, as (cause, count): the
     /// names are `hstrace_lost_total`'s `cause` label values.
-    pub fn losses(&self) -> [(&'static str, u64); 8] {
+    pub fn losses(&self) -> [(&'static str, u64); 9] {
         [
             ("ring_buffer_full", self.records_lost),
             ("hello_ring_buffer_full", self.hellos_lost),
@@ -79,6 +81,7 @@ impl Health {
             ("close_evicted", self.closes_evicted),
             ("io_slot_taken", self.io_slot_taken),
             ("hello_without_record", self.hellos_unmatched),
+            ("hello_pieces_over_budget", self.hello_pieces_dropped),
         ]
     }
 
@@ -129,7 +132,9 @@ impl Health {
             self.io_slot_taken
         ));
         if self.table_full + self.state_evicted > 0 {
-            s.push_str("hstrace: more live connections than --max-conns: raise it to trace them all\n");
+            s.push_str(
+                "hstrace: more live connections than --max-conns: raise it to trace them all\n",
+            );
         }
         for p in &self.probes {
             if p.hook.is_none() {

@@ -251,6 +251,7 @@ impl Source {
             records_lost: self.counter(abi::C_RECORDS_DROPPED),
             hellos_lost: self.counter(abi::C_HELLOS_DROPPED),
             hellos_unmatched: pipe.hellos_unmatched(),
+            hello_pieces_dropped: pipe.hello_pieces_dropped(),
             closes_lost: self.counter(abi::C_CLOSES_DROPPED),
             state_evicted: self.evicted.unreported,
             closes_evicted: self.evicted.closes,

@@ -289,7 +289,9 @@ pub fn failed_in(c: &Conn) -> Stage {
         Some(FL_C1) if c.t_first[FL_C1] == 0 => Stage::WaitClientHello,
         // records, but no ClientHello began in them (a lone zero-length record): the
         // server was still waiting for it
-        Some(FL_C1) if c.hs_types[FL_C1] & (1 << abi::HT_CLIENT_HELLO) == 0 => Stage::WaitClientHello,
+        Some(FL_C1) if c.hs_types[FL_C1] & (1 << abi::HT_CLIENT_HELLO) == 0 => {
+            Stage::WaitClientHello
+        }
         Some(FL_C1) => Stage::ServerFlight1,
         Some(FL_S1) if server_alert => Stage::ServerFlight1,
         Some(FL_S1) => Stage::WaitClientFlight2,

@@ -94,6 +94,7 @@ pub fn make_cert(dir: &Path, bits: u32) -> (PathBuf, PathBuf) {
 pub enum Software {
     Nginx,
     Apache,
+    Haproxy,
 }
 
 /// A throwaway server (nginx or Apache httpd from Debian's packages) on 127.0.0.1 with a
@@ -116,22 +117,29 @@ impl TestServer {
 
     /// the processes that accept connections
     pub fn worker_pids(&self) -> BTreeSet<u32> {
-        children(self.master_pid())
+        match self.software {
+            // one process, its threads accept
+            Software::Haproxy => BTreeSet::from([self.master_pid()]),
+            _ => children(self.master_pid()),
+        }
     }
 
     pub fn comm(&self) -> &'static str {
         match self.software {
             Software::Nginx => "nginx",
             Software::Apache => "apache2",
+            Software::Haproxy => "haproxy",
         }
     }
 
     /// From the server's own access log: was each TLS request's session resumed?
     pub fn resumed_log(&self) -> Vec<bool> {
-        // nginx's $ssl_session_reused is "r"; Apache's %{SSL_SESSION_RESUMED}x "Resumed"
+        // nginx's $ssl_session_reused is "r"; Apache's %{SSL_SESSION_RESUMED}x "Resumed";
+        // HAProxy's ssl_fc_is_resumed 1
         let word = match self.software {
             Software::Nginx => "r",
             Software::Apache => "Resumed",
+            Software::Haproxy => "1",
         };
         tls_log_lines(&self.dir.join("access.log"))
             .iter()
@@ -141,10 +149,12 @@ impl TestServer {
 
     /// From the server's own access log: each TLS request's time, in ms.
     pub fn request_times_ms(&self) -> Vec<f64> {
-        // nginx's $request_time is in seconds (ms resolution), Apache's %D in µs
+        // nginx's $request_time is in seconds (ms resolution), Apache's %D in µs,
+        // HAProxy's %Tt in ms
         let ms_per_unit = match self.software {
             Software::Nginx => 1000.0,
             Software::Apache => 0.001,
+            Software::Haproxy => 1.0,
         };
         let lines = tls_log_lines(&self.dir.join("access.log"));
         lines
@@ -197,9 +207,14 @@ impl TestServer {
         cmd: &mut Command,
         workers: usize,
     ) -> Self {
+        // HAProxy logs to its stdout: that is its access log
+        let stdout = match software {
+            Software::Haproxy => Stdio::from(fs::File::create(dir.join("access.log")).unwrap()),
+            _ => Stdio::null(),
+        };
         let child = cmd
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("{software:?} ({e}): `cargo xtask setup` installs it"));
@@ -301,6 +316,48 @@ http {{
             &mut cmd,
             workers as usize,
         )
+    }
+}
+
+/// A throwaway HAProxy (Debian's, OpenSSL from libssl3) answering HTTP itself: one
+/// process, one thread, its session cache and tickets on by default. It reads a TLS
+/// record's header and its body in separate reads. Its access log (stdout) is written as
+/// "client-port protocol resumed total-time".
+pub struct Haproxy;
+
+impl Haproxy {
+    pub fn start(name: &str) -> TestServer {
+        let dir = work_dir(name);
+        let (cert, key) = make_cert(&dir, 2048);
+        let pem = dir.join("server.pem");
+        let both = [fs::read(&cert).unwrap(), fs::read(&key).unwrap()].concat();
+        fs::write(&pem, both).unwrap();
+        let (port, plain_port) = (free_port(), free_port());
+        let conf = format!(
+            r#"global
+    log stdout format raw local0
+    nbthread 1
+defaults
+    mode http
+    log global
+    option httplog
+    log-format "%cp %sslv %[ssl_fc_is_resumed] %Tt"
+    timeout connect 5s
+    timeout client 10s
+    timeout server 10s
+frontend tls
+    bind 127.0.0.1:{port} ssl crt {pem} alpn h2,http/1.1
+    http-request return status 200 content-type text/plain string "ok"
+frontend plain
+    bind 127.0.0.1:{plain_port}
+    http-request return status 200 content-type text/plain string "plain"
+"#,
+            pem = pem.display()
+        );
+        fs::write(dir.join("haproxy.cfg"), conf).unwrap();
+        let mut cmd = Command::new("haproxy");
+        cmd.arg("-db").arg("-f").arg(dir.join("haproxy.cfg"));
+        TestServer::spawn(Software::Haproxy, dir, port, plain_port, &mut cmd, 1)
     }
 }
 

@@ -19,7 +19,17 @@ fn one_record(nginx: &TestServer, mode: &str, client: impl Fn()) -> serde_json::
 /// not in the server's (it never wrote one).
 #[test]
 fn a_client_that_rejects_the_certificate() {
-    let nginx = Nginx::start("reject-cert", 1);
+    rejects_the_certificate(Nginx::start("reject-cert", 1));
+}
+
+/// The same against HAProxy, which reads the alert's record header and its two bytes in
+/// separate reads.
+#[test]
+fn a_client_that_rejects_haproxys_certificate() {
+    rejects_the_certificate(Haproxy::start("reject-cert-haproxy"));
+}
+
+fn rejects_the_certificate(nginx: TestServer) {
     for mode in ["handshake", "none"] {
         let r = one_record(&nginx, mode, || {
             let out = s_client(nginx.port, &["-tls1_2", "-verify_return_error"]);

@@ -313,6 +313,19 @@ fn apache_six_handshake_kinds_and_failures() {
     }
 }
 
+/// HAProxy reads a record's header and its body in separate reads: every kind, in both
+/// probe modes, against its own log of session reuse.
+#[test]
+fn haproxy_six_handshake_kinds_and_failures() {
+    let server = Haproxy::start("haproxy-kinds");
+    six_kinds(&server, &[], "ssl");
+}
+
+#[test]
+fn haproxy_wire_only() {
+    six_kinds(&Haproxy::start("haproxy-wire"), &["--no-uprobes"], "wire");
+}
+
 #[test]
 fn apache_wire_only() {
     six_kinds(&Apache::start("apache-wire"), &["--no-uprobes"], "wire");

@@ -34,6 +34,7 @@ const PACKAGES: &[&str] = &[
     "openssl",
     "util-linux",
     "apache2",
+    "haproxy",
     "gcc",
     "libssl-dev",
     "nghttp2-client",

@@ -810,11 +810,11 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 }
 
 /* the layout userspace/src/abi.rs expects */
-_Static_assert(sizeof(struct hs_conn) == 432, "hs_conn layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_conn) == 472, "hs_conn layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_close) == 56, "hs_close layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_hello) == 32 + HS_HELLO_CAP, "hs_hello layout changed: update abi.rs");
-_Static_assert(sizeof(struct hs_conn_state) == 592, "hs_conn_state layout changed: update abi.rs");
-_Static_assert(__builtin_offsetof(struct hs_conn_state, emitted) == 577, "hs_conn_state layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_conn_state) == 632, "hs_conn_state layout changed: update abi.rs");
+_Static_assert(__builtin_offsetof(struct hs_conn_state, emitted) == 617, "hs_conn_state layout changed: update abi.rs");
 _Static_assert(sizeof(struct ssl_key) == 16, "ssl_key layout changed: update abi.rs");
 
 /* ---- OpenSSL: SSL_read / SSL_write and _ex (--uprobes all) ------------------------ */

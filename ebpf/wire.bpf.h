@@ -44,6 +44,34 @@ static __always_inline __u32 flight_dir(__s8 f)
 	return f & 1 ? HS_DIR_OUT : HS_DIR_IN;
 }
 
+/* The client's flight after a HelloRetryRequest (its second ClientHello) starts: keep the
+ * retry round's times apart and start the flights again, so those after it line up with a
+ * handshake without one. TLS 1.3 only, so no ChangeCipherSpec so far meant encryption. */
+__noinline int hello_retry_restart(struct hs_conn_state *c)
+{
+	if (!c)
+		return 0;
+	c->r.t_retry_arrive = c->r.t_arrive[HS_FL_C1];
+	c->r.t_retry_read = c->r.t_first[HS_FL_C1];
+	c->r.t_retry_sent = c->r.t_last[HS_FL_S1];
+	c->r.cpu_retry_read = c->r.cpu_first[HS_FL_C1];
+	c->r.cpu_retry_sent = c->r.cpu_last[HS_FL_S1];
+	for (int f = HS_FL_C1; f <= HS_FL_S1; f++) {
+		c->r.t_arrive[f] = 0;
+		c->r.t_first[f] = 0;
+		c->r.t_last[f] = 0;
+		c->r.cpu_first[f] = 0;
+		c->r.cpu_last[f] = 0;
+		c->r.rec_types[f] = 0;
+		c->r.hs_types[f] = 0;
+	}
+	c->st[HS_DIR_IN].ccs = 0;
+	c->st[HS_DIR_OUT].ccs = 0;
+	c->retry = 2;
+	c->flight = HS_FL_C1;
+	return 0;
+}
+
 /* Bytes moved in `dir`: a change of direction starts the next flight (returns 1). Once
  * the record is sent no times are kept (`now` is 0 then). */
 static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32 n, __u64 now)
@@ -57,6 +85,10 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
 		if (flight_dir(f) != dir)
 			f += 1;
 		c->flight = f;
+		if (dir == HS_DIR_IN && c->retry == 1) {
+			hello_retry_restart(c);
+			f = HS_FL_C1;
+		}
 		/* last_arrive carries over: bytes still queued from an earlier arrival (a TLS 1.3
 		 * client's request sent with its Finished) arrived then */
 		c->first_rec_done = 0;
@@ -158,7 +190,8 @@ static __always_inline void on_record_start(struct hs_conn_state *c, struct hs_s
 	/* the handshake's flights only: later ones (requests, responses) are not typed */
 	if (type >= REC_CCS && type <= REC_APPDATA && (__u8)c->flight < HS_FLIGHTS)
 		c->r.rec_types[(__u32)c->flight & 3] |= 1u << (type - REC_CCS);
-	if (type == REC_CCS)
+	/* (TLS 1.3's compatibility ChangeCipherSpec, known by its retry, changes nothing) */
+	if (type == REC_CCS && !(c->r.flags & HS_F_HRR))
 		st->ccs = 1;
 	if (type != REC_HANDSHAKE) {
 		/* a handshake message cannot go on past another record type: start afresh */
@@ -166,6 +199,18 @@ static __always_inline void on_record_start(struct hs_conn_state *c, struct hs_s
 		st->hello_left = 0;
 		st->body_have = 0;
 	}
+}
+
+/* Is the ServerHello at user address `msg` (handshake header first, 38 bytes readable) a
+ * HelloRetryRequest? Its random is SHA-256("HelloRetryRequest") (RFC 8446 4.1.3). */
+__noinline int is_hello_retry(__u64 msg)
+{
+	__u64 r[4];
+
+	if (bpf_probe_read_user(r, sizeof(r), (const void *)(msg + 4 + 2)))
+		return 0;
+	return r[0] == 0x11619ae574ad21cfULL && r[1] == 0x91b8651e028c1dbeULL &&
+	       r[2] == 0x5e8cbb7a1611a2c2ULL && r[3] == 0x9c33a8c8e2099e07ULL;
 }
 
 /* Up to `avail` (>= 1) bytes of a plaintext handshake record's body at user address `at`:
@@ -212,6 +257,11 @@ __noinline int walk_message(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 
 	if ((type == HT_CLIENT_HELLO && dir == HS_DIR_IN) ||
 	    (type == HT_SERVER_HELLO && dir == HS_DIR_OUT)) {
 		take = avail - need; /* the body bytes in this buffer */
+		if (type == HT_SERVER_HELLO && have == 0 && take >= 34 && c->flight == HS_FL_S1 &&
+		    !c->retry && is_hello_retry(at)) {
+			c->r.flags |= HS_F_HRR;
+			c->retry = 1;
+		}
 		if (have == 0 && (take >= mlen || take >= HS_HELLO_CAP - 4)) {
 			/* all of it (or all that is kept) right here: one copy */
 			capture_hello(c, dir, at, mlen + 4, avail);

@@ -264,6 +264,11 @@ impl Nginx {
 
     /// With an RSA certificate of `rsa_bits`.
     pub fn start_with_key(name: &str, workers: u32, rsa_bits: u32) -> TestServer {
+        Nginx::start_with(name, workers, rsa_bits, "")
+    }
+
+    /// With `tls_extra` (directives) in the TLS server block.
+    pub fn start_with(name: &str, workers: u32, rsa_bits: u32, tls_extra: &str) -> TestServer {
         let dir = work_dir(name);
         let (cert, key) = make_cert(&dir, rsa_bits);
         let port = free_port();
@@ -294,6 +299,7 @@ http {{
         server_name demo.test;
         ssl_certificate {cert};
         ssl_certificate_key {key};
+        {tls_extra}
         location / {{ return 200 "ok\n"; }}
     }}
 }}

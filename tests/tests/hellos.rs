@@ -146,9 +146,11 @@ fn a_client_hello_in_many_records_keeps_its_sni() {
                 );
             }
             // the proxy's own sockets close too before the tables are checked
-            wait_for("the proxy's connections to close", Duration::from_secs(5), || {
-                proxy.served() == served + 2
-            });
+            wait_for(
+                "the proxy's connections to close",
+                Duration::from_secs(5),
+                || proxy.served() == served + 2,
+            );
             served += 2;
             let out = tracer.stop();
             assert_eq!(out.records.len(), 2, "{}", out.stderr);
@@ -197,4 +199,56 @@ fn a_post_quantum_client_hello_over_several_records() {
         );
         assert_accounted(&out.health, true);
     }
+}
+
+/// TLS 1.3 with a HelloRetryRequest: the client's key share (P-256) is not one nginx takes
+/// (X25519 only), so nginx asks again. The retry round gets stages of its own, the flights
+/// after it line up, and a resumption after the retry is reported as one, as nginx's log
+/// says (both probe modes).
+#[test]
+fn a_hello_retry_request_has_stages_of_its_own() {
+    let nginx = Nginx::start_with("hello-retry", 1, 2048, "ssl_ecdh_curve X25519;");
+    let master = nginx.master_pid().to_string();
+    let sess = nginx.dir.join("hrr.sess").display().to_string();
+    for mode in ["handshake", "none"] {
+        let tracer = Hstrace::start(&["--pid", &master, "--uprobes", mode]);
+        let retry = ["-tls1_3", "-groups", "P-256:X25519"];
+        let out = s_client(nginx.port, &[&retry[..], &["-sess_out", &sess]].concat());
+        assert!(out.contains("New, TLS"), "{out}");
+        let out = s_client(nginx.port, &[&retry[..], &["-sess_in", &sess]].concat());
+        assert!(out.contains("Reused, TLS"), "{out}");
+        let out = tracer.stop();
+        assert_eq!(out.records.len(), 2, "{}", out.stderr);
+        for (r, kind) in out.records.iter().zip(["full", "resumed"]) {
+            let what = format!("{mode}: {r}");
+            assert_eq!(r["kind"], kind, "{what}");
+            assert_eq!(r["tls_version"], "1.3", "{what}");
+            assert_eq!(r["sni"], "demo.test", "{what}");
+            let stages = r["stages_ns"].as_object().unwrap();
+            for s in [
+                "wait_client_hello",
+                "hello_retry",
+                "wait_client_hello_2",
+                "server_flight_1",
+                "wait_client_flight_2",
+                "server_flight_2",
+                "response",
+            ] {
+                assert!(stages.contains_key(s), "no {s}: {what}");
+            }
+            assert!(
+                r["cpu_ns"]["hello_retry"].as_u64().is_some_and(|v| v > 0),
+                "{what}"
+            );
+            assert!(r.get("notes").is_none(), "{what}");
+            check_stages(r);
+        }
+        assert_eq!(out.records[1]["resumption"], "psk", "{mode}");
+        assert_accounted(&out.health, true);
+    }
+    assert_eq!(
+        nginx.resumed_log(),
+        [false, true, false, true],
+        "nginx's own log"
+    );
 }

@@ -45,6 +45,7 @@ pub const F_HS_DONE_SSL: u32 = 1 << 1;
 pub const F_DESYNC: u32 = 1 << 2;
 pub const F_EST_SEEN: u32 = 1 << 3;
 pub const F_SSLV2_HELLO: u32 = 1 << 8;
+pub const F_HRR: u32 = 1 << 9;
 
 pub const RT_CCS: u32 = 1 << 0;
 pub const RT_ALERT: u32 = 1 << 1;
@@ -152,6 +153,14 @@ pub struct Conn {
     pub lib_req_ns: u64,
     pub lib_resp_bytes: u64,
     pub lib_resp_ns: u64,
+    /// a HelloRetryRequest's round (`F_HRR`), once the second ClientHello came: the first
+    /// ClientHello's arrival and read, the retry flight's last write; the flights above
+    /// are those after it
+    pub t_retry_arrive: u64,
+    pub t_retry_read: u64,
+    pub t_retry_sent: u64,
+    pub cpu_retry_read: u64,
+    pub cpu_retry_sent: u64,
 }
 
 // SAFETY: plain old data, every bit pattern valid, layout fixed by repr(C).
@@ -234,7 +243,8 @@ pub struct ConnState {
     pub emitted: u8,
     pub wire_done: u8,
     pub not_tls: u8,
-    pub pad0: u8,
+    /// 1: a HelloRetryRequest was sent; 2: the second ClientHello came
+    pub retry: u8,
     pub first_rec_done: u8,
     pub client_fin: u8,
     pub exchanges: u32,
@@ -279,7 +289,8 @@ const _: () = {
     assert!(size_of::<HelloHeader>() == 32);
     assert!(offset_of!(HelloHeader, cap_len) == 20);
     assert!(offset_of!(HelloHeader, offset) == 24);
-    assert!(size_of::<Conn>() == 432);
+    assert!(size_of::<Conn>() == 472);
+    assert!(offset_of!(Conn, t_retry_arrive) == 432);
     assert!(offset_of!(Conn, cpu_first) == 312);
     assert!(offset_of!(Conn, t_req_arrive) == 272);
     assert!(offset_of!(Conn, phase) == 304);
@@ -294,12 +305,12 @@ const _: () = {
     assert!(offset_of!(Conn, ssl_calls) == 240);
     assert!(offset_of!(Conn, bytes_out) == 264);
     assert!(size_of::<Stream>() == 52);
-    assert!(size_of::<ConnState>() == 592);
-    assert!(offset_of!(ConnState, st) == 432);
-    assert!(offset_of!(ConnState, fkey) == 560);
-    assert!(offset_of!(ConnState, ssl) == 568);
-    assert!(offset_of!(ConnState, emitted) == 577);
-    assert!(offset_of!(ConnState, exchanges) == 584);
+    assert!(size_of::<ConnState>() == 632);
+    assert!(offset_of!(ConnState, st) == 472);
+    assert!(offset_of!(ConnState, fkey) == 600);
+    assert!(offset_of!(ConnState, ssl) == 608);
+    assert!(offset_of!(ConnState, emitted) == 617);
+    assert!(offset_of!(ConnState, exchanges) == 624);
     assert!(size_of::<SslKey>() == 16);
 };
 

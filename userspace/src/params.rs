@@ -82,7 +82,7 @@ struct ServerAcc {
     offered: u64,
     classes: [u64; 3],
     /// by class, then stage (`Stage::index`)
-    stages: [[Option<Box<StageAcc>>; 10]; 3],
+    stages: [[Option<Box<StageAcc>>; Stage::ALL.len()]; 3],
 }
 
 impl ServerAcc {

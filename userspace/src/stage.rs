@@ -33,6 +33,9 @@ pub enum Stage {
     AcceptQueue,
     WaitClientHello,
     ClientHelloQueue,
+    HelloRetry,
+    WaitClientHello2,
+    ClientHello2Queue,
     ServerFlight1,
     WaitClientFlight2,
     ClientFlight2Queue,
@@ -44,10 +47,13 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in wire order.
-    pub const ALL: [Stage; 10] = [
+    pub const ALL: [Stage; 13] = [
         Stage::AcceptQueue,
         Stage::WaitClientHello,
         Stage::ClientHelloQueue,
+        Stage::HelloRetry,
+        Stage::WaitClientHello2,
+        Stage::ClientHello2Queue,
         Stage::ServerFlight1,
         Stage::WaitClientFlight2,
         Stage::ClientFlight2Queue,
@@ -72,6 +78,9 @@ impl Stage {
             Stage::AcceptQueue => ("accept_queue", Queue),
             Stage::WaitClientHello => ("wait_client_hello", Delay),
             Stage::ClientHelloQueue => ("client_hello_queue", Queue),
+            Stage::HelloRetry => ("hello_retry", Service),
+            Stage::WaitClientHello2 => ("wait_client_hello_2", Delay),
+            Stage::ClientHello2Queue => ("client_hello_2_queue", Queue),
             Stage::ServerFlight1 => ("server_flight_1", Service),
             Stage::WaitClientFlight2 => ("wait_client_flight_2", Delay),
             Stage::ClientFlight2Queue => ("client_flight_2_queue", Queue),
@@ -189,6 +198,29 @@ impl Stages {
     }
 }
 
+/// Where a connection is with a HelloRetryRequest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// none was sent
+    None,
+    /// the server sent one; the second ClientHello never came (its flights are the
+    /// retry round)
+    Pending,
+    /// the second ClientHello came: the round is in the `*_retry_*` fields, the flights
+    /// are those after it
+    Done,
+}
+
+pub fn retry(c: &Conn) -> Retry {
+    if c.flags & abi::F_HRR == 0 {
+        Retry::None
+    } else if c.t_retry_read == 0 {
+        Retry::Pending
+    } else {
+        Retry::Done
+    }
+}
+
 /// `b - a` when both happened and in that order.
 pub fn span(a: u64, b: u64) -> Option<u64> {
     (a != 0 && b != 0 && b >= a).then(|| b - a)
@@ -240,9 +272,30 @@ pub fn stages(c: &Conn) -> Stages {
         return Stages(out);
     }
     let read_ch = c.t_first[FL_C1];
-    let (wait, queue) = wait_and_queue(c.t_accept, c.t_arrive[FL_C1], read_ch);
-    push(Stage::WaitClientHello, wait);
-    push(Stage::ClientHelloQueue, queue);
+    match retry(c) {
+        Retry::None => {
+            let (wait, queue) = wait_and_queue(c.t_accept, c.t_arrive[FL_C1], read_ch);
+            push(Stage::WaitClientHello, wait);
+            push(Stage::ClientHelloQueue, queue);
+        }
+        // the first flights were the retry round, and nothing came after it
+        Retry::Pending => {
+            let (wait, queue) = wait_and_queue(c.t_accept, c.t_arrive[FL_C1], read_ch);
+            push(Stage::WaitClientHello, wait);
+            push(Stage::ClientHelloQueue, queue);
+            push(Stage::HelloRetry, span(read_ch, c.t_last[FL_S1]));
+            return Stages(out);
+        }
+        Retry::Done => {
+            let (wait, queue) = wait_and_queue(c.t_accept, c.t_retry_arrive, c.t_retry_read);
+            push(Stage::WaitClientHello, wait);
+            push(Stage::ClientHelloQueue, queue);
+            push(Stage::HelloRetry, span(c.t_retry_read, c.t_retry_sent));
+            let (wait, queue) = wait_and_queue(c.t_retry_sent, c.t_arrive[FL_C1], read_ch);
+            push(Stage::WaitClientHello2, wait);
+            push(Stage::ClientHello2Queue, queue);
+        }
+    }
     let sent_s1 = c.t_last[FL_S1];
     push(Stage::ServerFlight1, span(read_ch, sent_s1));
     let read_c2 = c.t_first[FL_C2];
@@ -260,9 +313,14 @@ pub fn stages(c: &Conn) -> Stages {
 /// than the stage: the CPU clock and the stage's timestamps are read a few hundred ns
 /// apart).
 pub fn cpu(c: &Conn, wall: &Stages) -> Stages {
-    let mut out = Vec::with_capacity(3);
+    let mut out = Vec::with_capacity(4);
+    let (first, retry_round) = match retry(c) {
+        Retry::Pending => (Stage::HelloRetry, (0, 0)),
+        _ => (Stage::ServerFlight1, (c.cpu_retry_read, c.cpu_retry_sent)),
+    };
     for (stage, a, b) in [
-        (Stage::ServerFlight1, c.cpu_first[FL_C1], c.cpu_last[FL_S1]),
+        (Stage::HelloRetry, retry_round.0, retry_round.1),
+        (first, c.cpu_first[FL_C1], c.cpu_last[FL_S1]),
         (Stage::ServerFlight2, c.cpu_first[FL_C2], c.cpu_hs_done),
         (Stage::Response, c.cpu_req_read, c.cpu_resp_last),
     ] {
@@ -279,6 +337,26 @@ pub fn cpu(c: &Conn, wall: &Stages) -> Stages {
 pub fn failed_in(c: &Conn) -> Stage {
     let server_alert = c.alert_level != 0 && c.alert_dir as u32 == abi::DIR_OUT;
     let not_tls = c.outcome == abi::OUTCOME_NOT_TLS;
+    match retry(c) {
+        // the retry flight was sent, and the second ClientHello never came
+        Retry::Pending if server_alert => return Stage::HelloRetry,
+        Retry::Pending => return Stage::WaitClientHello2,
+        // after the retry round, waiting for a ClientHello is waiting for the second
+        Retry::Done => {
+            let at = failed_in_flights(c, server_alert, not_tls);
+            return if at == Stage::WaitClientHello {
+                Stage::WaitClientHello2
+            } else {
+                at
+            };
+        }
+        Retry::None => {}
+    }
+    failed_in_flights(c, server_alert, not_tls)
+}
+
+/// `failed_in` from the flight in progress.
+fn failed_in_flights(c: &Conn, server_alert: bool, not_tls: bool) -> Stage {
     match c.fail_flight.checked_sub(1).map(usize::from) {
         None => Stage::WaitClientHello,
         // the client's first bytes were no ClientHello: the server either answered them
@@ -341,7 +419,15 @@ mod tests {
             .filter(|s| s.class() == StageClass::Service)
             .map(Stage::name)
             .collect();
-        assert_eq!(service, ["server_flight_1", "server_flight_2", "response"]);
+        assert_eq!(
+            service,
+            [
+                "hello_retry",
+                "server_flight_1",
+                "server_flight_2",
+                "response"
+            ]
+        );
     }
 
     use crate::abi::test_conn as conn;
@@ -364,6 +450,42 @@ mod tests {
                 .map(|(_, v)| v)
                 .sum();
         assert_eq!(inside, c.t_hs_done - c.t_accept);
+    }
+
+    #[test]
+    fn a_hello_retry_round_has_stages_of_its_own() {
+        // the retry round: ClientHello 1 arrives at 250, is read at 300, the retry is
+        // sent at 400; the second ClientHello arrives at 450 and is read at 500
+        let mut c = conn();
+        c.flags |= abi::F_HRR;
+        (c.t_retry_arrive, c.t_retry_read, c.t_retry_sent) = (250, 300, 400);
+        (c.cpu_retry_read, c.cpu_retry_sent) = (10, 90);
+        c.t_arrive[FL_C1] = 450;
+        c.t_first[FL_C1] = 500;
+        let s = stages(&c);
+        assert_eq!(s.get(Stage::WaitClientHello), Some(50));
+        assert_eq!(s.get(Stage::ClientHelloQueue), Some(50));
+        assert_eq!(s.get(Stage::HelloRetry), Some(100));
+        assert_eq!(s.get(Stage::WaitClientHello2), Some(50));
+        assert_eq!(s.get(Stage::ClientHello2Queue), Some(50));
+        assert_eq!(s.get(Stage::ServerFlight1), Some(400));
+        let inside: u64 =
+            s.0.iter()
+                .filter(|(n, _)| *n != Stage::AcceptQueue)
+                .map(|(_, v)| v)
+                .sum();
+        assert_eq!(inside, c.t_hs_done - c.t_accept);
+        assert_eq!(cpu(&c, &s).get(Stage::HelloRetry), Some(80));
+        // the retry was sent and the second ClientHello never came
+        let mut c = conn();
+        c.flags |= abi::F_HRR;
+        c.outcome = abi::OUTCOME_FAILED;
+        c.fail_flight = FL_S1 as u8 + 1;
+        (c.t_first[FL_C2], c.t_hs_done) = (0, 0);
+        let s = stages(&c);
+        assert_eq!(s.get(Stage::HelloRetry), Some(600));
+        assert_eq!(s.get(Stage::ServerFlight1), None);
+        assert_eq!(failed_in(&c), Stage::WaitClientHello2);
     }
 
     #[test]

@@ -213,6 +213,35 @@ __noinline int is_hello_retry(__u64 msg)
 	       r[2] == 0x5e8cbb7a1611a2c2ULL && r[3] == 0x9c33a8c8e2099e07ULL;
 }
 
+/* The length of a TLS 1.3 client's Finished record under the cipher suite of the
+ * ServerHello at user address `msg` (all of it readable, `len` bytes): verify_data (the
+ * suite's hash length), its 4-byte header, the content type and the AEAD tag. 0 for a
+ * suite that is not TLS 1.3's. Certificate and CertificateVerify records are never as
+ * short, so with mutual TLS this tells the Finished from them. */
+__noinline int finished_len(__u64 msg, __u32 len)
+{
+	__u8 sid_len, cs[2];
+
+	if (len < 4 + 2 + 32 + 1 || bpf_probe_read_user(&sid_len, 1, (const void *)(msg + 4 + 2 + 32)))
+		return 0;
+	if (len < 4 + 2 + 32 + 1 + (__u32)sid_len + 2 ||
+	    bpf_probe_read_user(cs, 2, (const void *)(msg + 4 + 2 + 32 + 1 + sid_len)))
+		return 0;
+	if (cs[0] != 0x13)
+		return 0;
+	switch (cs[1]) {
+	case 0x01: /* TLS_AES_128_GCM_SHA256 */
+	case 0x03: /* TLS_CHACHA20_POLY1305_SHA256 */
+	case 0x04: /* TLS_AES_128_CCM_SHA256 */
+		return 32 + 4 + 1 + 16;
+	case 0x02: /* TLS_AES_256_GCM_SHA384 */
+		return 48 + 4 + 1 + 16;
+	case 0x05: /* TLS_AES_128_CCM_8_SHA256 */
+		return 32 + 4 + 1 + 8;
+	}
+	return 0;
+}
+
 /* Up to `avail` (>= 1) bytes of a plaintext handshake record's body at user address `at`:
  * assemble the next message header, or pass over (and copy out, for a hello in pieces)
  * the current message's body. Returns the bytes taken (>= 1). */
@@ -262,6 +291,8 @@ __noinline int walk_message(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 
 			c->r.flags |= HS_F_HRR;
 			c->retry = 1;
 		}
+		if (type == HT_SERVER_HELLO && have == 0 && take >= mlen && c->retry != 1)
+			c->fin_len = finished_len(at, mlen + 4);
 		if (have == 0 && (take >= mlen || take >= HS_HELLO_CAP - 4)) {
 			/* all of it (or all that is kept) right here: one copy */
 			capture_hello(c, dir, at, mlen + 4, avail);
@@ -380,8 +411,10 @@ static __always_inline void on_record_end(struct hs_conn_state *c, __u32 dir, __
 		   s1_ccs) {
 		/* TLS 1.2 resumed: the client's Finished is read */
 		wire_done(c, now);
-	} else if (dir == HS_DIR_IN && type == REC_APPDATA && tls13 && f == HS_FL_C2) {
-		/* TLS 1.3: the client's Finished is read; tickets may follow */
+	} else if (dir == HS_DIR_IN && type == REC_APPDATA && tls13 && f == HS_FL_C2 && !c->client_fin &&
+		   (!c->fin_len || c->st[HS_DIR_IN].rec_len == c->fin_len)) {
+		/* TLS 1.3: the client's Finished is read (after its Certificate and
+		 * CertificateVerify, with mutual TLS); tickets may follow */
 		if (!c->done_at)
 			c->done_at = now;
 		c->client_fin = 1;

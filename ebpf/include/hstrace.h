@@ -219,6 +219,8 @@ struct hs_conn_state {
 	__u8 retry;             /* 1: a HelloRetryRequest was sent; 2: the second ClientHello came */
 	__u8 first_rec_done;    /* the current client flight's first record is complete */
 	__u8 client_fin;        /* the client's Finished has been read */
+	__u8 fin_len;           /* TLS 1.3: the length of the client's Finished record for the
+				 * ServerHello's cipher suite (0: unknown) */
 	__u32 exchanges;        /* request/response exchanges after the handshake */
 };
 

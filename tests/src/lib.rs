@@ -67,7 +67,14 @@ pub fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
 
 /// A self-signed RSA certificate for demo.test.
 pub fn make_cert(dir: &Path, bits: u32) -> (PathBuf, PathBuf) {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    make_cert_named(dir, "", bits, &[])
+}
+
+/// The same, its files named PREFIXcert.pem and PREFIXkey.pem, with `extra` arguments to
+/// `openssl req` (e.g. `-addext` for many subject alternative names: a big certificate).
+pub fn make_cert_named(dir: &Path, prefix: &str, bits: u32, extra: &[&str]) -> (PathBuf, PathBuf) {
+    let cert = dir.join(format!("{prefix}cert.pem"));
+    let key = dir.join(format!("{prefix}key.pem"));
     let st = Command::new("openssl")
         .args([
             "req",
@@ -78,6 +85,7 @@ pub fn make_cert(dir: &Path, bits: u32) -> (PathBuf, PathBuf) {
             "-days",
             "2",
         ])
+        .args(extra)
         .args(["-subj", "/CN=demo.test", "-keyout"])
         .arg(&key)
         .arg("-out")
@@ -267,7 +275,8 @@ impl Nginx {
         Nginx::start_with(name, workers, rsa_bits, "")
     }
 
-    /// With `tls_extra` (directives) in the TLS server block.
+    /// With `tls_extra` (directives) in the TLS server block. When it has `listen` lines of
+    /// its own (`$port` is the TLS port), they replace the default one.
     pub fn start_with(name: &str, workers: u32, rsa_bits: u32, tls_extra: &str) -> TestServer {
         let dir = work_dir(name);
         let (cert, key) = make_cert(&dir, rsa_bits);
@@ -275,6 +284,21 @@ impl Nginx {
         let plain_port = free_port();
         let d = dir.display();
         fs::create_dir_all(dir.join("tmp")).unwrap();
+        let tls_extra = tls_extra.replace("$port", &port.to_string());
+        let listen = if tls_extra.contains("listen ") {
+            String::new()
+        } else {
+            format!("listen 127.0.0.1:{port} ssl;")
+        };
+        let certificate = if tls_extra.contains("ssl_certificate ") {
+            String::new()
+        } else {
+            format!(
+                "ssl_certificate {};\n        ssl_certificate_key {};",
+                cert.display(),
+                key.display()
+            )
+        };
         let conf = format!(
             r#"daemon off;
 master_process on;
@@ -295,17 +319,14 @@ http {{
         location / {{ return 200 "plain\n"; }}
     }}
     server {{
-        listen 127.0.0.1:{port} ssl;
+        {listen}
         server_name demo.test;
-        ssl_certificate {cert};
-        ssl_certificate_key {key};
+        {certificate}
         {tls_extra}
         location / {{ return 200 "ok\n"; }}
     }}
 }}
-"#,
-            cert = cert.display(),
-            key = key.display()
+"#
         );
         fs::write(dir.join("nginx.conf"), conf).unwrap();
         let mut cmd = Command::new("nginx");

@@ -247,6 +247,7 @@ pub struct ConnState {
     pub retry: u8,
     pub first_rec_done: u8,
     pub client_fin: u8,
+    pub fin_len: u8,
     pub exchanges: u32,
 }
 

@@ -119,59 +119,28 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
 	return new_flight;
 }
 
-/* Copy a ClientHello or ServerHello at user address `msg` out for userspace to parse.
- * (Global functions are verified once, not at every call site: the parser's loops stay
- * within the verifier's budget. User pointers are passed to them as plain numbers.) */
-__noinline int capture_hello(struct hs_conn_state *c, __u32 dir, __u64 msg, __u32 msg_len, __u32 avail)
-{
-	__u32 zero = 0, cap = msg_len < avail ? msg_len : avail;
-	struct hs_hello *h = bpf_map_lookup_elem(&hello_scratch, &zero);
-	__u64 waiting;
-
-	if (!c || !h)
-		return 0;
-	if (cap > HS_HELLO_CAP)
-		cap = HS_HELLO_CAP;
-	h->rec = HS_REC_HELLO;
-	h->dir = dir;
-	h->conn_id = c->r.conn_id;
-	h->msg_len = msg_len;
-	h->offset = 0;
-	h->pad = 0;
-	if (bpf_probe_read_user(h->data, cap, (const void *)msg))
-		cap = 0;
-	h->cap_len = cap;
-	/* only the captured bytes; count it if the ring buffer has no room */
-	waiting = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	if (bpf_ringbuf_output(&events, h, __builtin_offsetof(struct hs_hello, data) + cap,
-			       waiting >= HS_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
-		count(HS_C_HELLOS_DROPPED);
-	return 0;
-}
-
-/* The next `len` body bytes of a hello in pieces, at user address `at`: copy them out. */
-__noinline int copy_hello_part(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 len)
+/* Send `len` bytes at user address `at` of the hello being walked in `dir` (its length
+ * in the stream's msg_len), from `offset` in the message (0: the whole hello, else a
+ * piece), to userspace through the per-CPU scratch: only those bytes go through the ring
+ * buffer; counted if it has no room. (Global functions are verified once, not at every
+ * call site: the parser's loops stay within the verifier's budget. User pointers are
+ * passed to them as plain numbers.) */
+__noinline int send_hello(struct hs_conn_state *c, __u32 dir, __u32 offset, __u64 at, __u32 len)
 {
 	__u32 zero = 0;
 	struct hs_hello *h = bpf_map_lookup_elem(&hello_scratch, &zero);
-	struct hs_stream *st;
 	__u64 waiting;
 
 	if (!c || !h)
 		return 0;
-	st = &c->st[dir & 1];
-	if (len > st->hello_left)
-		len = st->hello_left;
 	if (len > HS_HELLO_CAP)
 		len = HS_HELLO_CAP;
-	h->rec = HS_REC_HELLO_PART;
+	h->rec = offset ? HS_REC_HELLO_PART : HS_REC_HELLO;
 	h->dir = dir;
 	h->conn_id = c->r.conn_id;
-	h->msg_len = st->msg_len;
-	h->offset = st->hello_off;
+	h->msg_len = c->st[dir & 1].msg_len;
+	h->offset = offset;
 	h->pad = 0;
-	st->hello_off += len;
-	st->hello_left -= len;
 	if (bpf_probe_read_user(h->data, len, (const void *)at))
 		len = 0;
 	h->cap_len = len;
@@ -180,6 +149,26 @@ __noinline int copy_hello_part(struct hs_conn_state *c, __u32 dir, __u64 at, __u
 			       waiting >= HS_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
 		count(HS_C_HELLOS_DROPPED);
 	return 0;
+}
+
+/* A ClientHello or ServerHello of `msg_len` bytes at user address `msg`, `avail` bytes of
+ * it here: copy it out whole (up to HS_HELLO_CAP) for userspace to parse. */
+static __always_inline void capture_hello(struct hs_conn_state *c, __u32 dir, __u64 msg, __u32 msg_len,
+					  __u32 avail)
+{
+	send_hello(c, dir, 0, msg, msg_len < avail ? msg_len : avail);
+}
+
+/* The next `len` body bytes of a hello in pieces, at user address `at`: copy them out. */
+static __always_inline void copy_hello_part(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 len)
+{
+	struct hs_stream *st = &c->st[dir & 1];
+
+	if (len > st->hello_left)
+		len = st->hello_left;
+	send_hello(c, dir, st->hello_off, at, len);
+	st->hello_off += len;
+	st->hello_left -= len;
 }
 
 /* A record starts: note its type for the flight. Its body is walked as it passes. */

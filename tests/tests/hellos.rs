@@ -90,6 +90,33 @@ fn post_quantum_client_hello() -> (Vec<u8>, String) {
     (rec, sni)
 }
 
+/// `hello` (records) sent to a fresh nginx: its answer is its own hello, and the record of
+/// the connection has the hello's SNI, in both probe modes.
+fn keeps_its_sni(name: &str, hello: &[u8], sni: &str) {
+    let nginx = Nginx::start(name, 1);
+    let master = nginx.master_pid().to_string();
+    for mode in ["handshake", "none"] {
+        let tracer = Hstrace::start(&["--pid", &master, "--uprobes", mode]);
+        let answer = raw_exchange(nginx.port, hello);
+        assert_eq!(
+            answer.first(),
+            Some(&22),
+            "nginx answers with its hello: {answer:?}"
+        );
+        let out = tracer.stop();
+        assert_eq!(out.records.len(), 1, "{}", out.stderr);
+        let r = &out.records[0];
+        assert_eq!(r["sni"].as_str(), Some(sni), "{mode}: {r}");
+        assert_eq!(r["tls_version"], "1.3", "{mode}: {r}");
+        assert_eq!(r["resumption_offered"], false, "{mode}: {r}");
+        assert!(
+            !r["notes"].to_string().contains("client_hello"),
+            "{mode}: {r}"
+        );
+        assert_accounted(&out.health, true);
+    }
+}
+
 /// Post-quantum key shares make real ClientHellos ~1.8 KB, and browsers randomize the
 /// extension order: the SNI may come after the first 1.5 KB. hstrace reads it, and the
 /// rest of the hello, wherever it is (both probe modes).
@@ -104,26 +131,7 @@ fn a_post_quantum_client_hello_keeps_its_sni() {
         sni_at > 1536,
         "the SNI at {sni_at}: not past the old capture"
     );
-    let nginx = Nginx::start("pq-hello", 1);
-    let master = nginx.master_pid().to_string();
-    for mode in ["handshake", "none"] {
-        let tracer = Hstrace::start(&["--pid", &master, "--uprobes", mode]);
-        let answer = raw_exchange(nginx.port, &hello);
-        assert_eq!(
-            answer.first(),
-            Some(&22),
-            "nginx answers with its hello: {answer:?}"
-        );
-        let out = tracer.stop();
-        assert_eq!(out.records.len(), 1, "{}", out.stderr);
-        let r = &out.records[0];
-        assert_eq!(r["sni"].as_str(), Some(sni.as_str()), "{mode}: {r}");
-        assert_eq!(r["tls_version"], "1.3", "{mode}: {r}");
-        assert_eq!(r["resumption_offered"], false, "{mode}: {r}");
-        let notes = r["notes"].to_string();
-        assert!(!notes.contains("client_hello"), "{mode}: {r}");
-        assert_accounted(&out.health, true);
-    }
+    keeps_its_sni("pq-hello", &hello, &sni);
 }
 
 /// A ClientHello cut into TLS records of 1 byte (legal, and the extreme), then of 100 bytes,
@@ -178,27 +186,7 @@ fn a_post_quantum_client_hello_over_several_records() {
         records.extend_from_slice(&(chunk.len() as u16).to_be_bytes());
         records.extend_from_slice(chunk);
     }
-    let nginx = Nginx::start("pq-hello-records", 1);
-    let master = nginx.master_pid().to_string();
-    for mode in ["handshake", "none"] {
-        let tracer = Hstrace::start(&["--pid", &master, "--uprobes", mode]);
-        let answer = raw_exchange(nginx.port, &records);
-        assert_eq!(
-            answer.first(),
-            Some(&22),
-            "nginx answers with its hello: {answer:?}"
-        );
-        let out = tracer.stop();
-        assert_eq!(out.records.len(), 1, "{}", out.stderr);
-        let r = &out.records[0];
-        assert_eq!(r["sni"].as_str(), Some(sni.as_str()), "{mode}: {r}");
-        assert_eq!(r["tls_version"], "1.3", "{mode}: {r}");
-        assert!(
-            !r["notes"].to_string().contains("client_hello"),
-            "{mode}: {r}"
-        );
-        assert_accounted(&out.health, true);
-    }
+    keeps_its_sni("pq-hello-records", &records, &sni);
 }
 
 /// TLS 1.3 with a HelloRetryRequest: the client's key share (P-256) is not one nginx takes

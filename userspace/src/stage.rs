@@ -432,6 +432,16 @@ mod tests {
 
     use crate::abi::test_conn as conn;
 
+    /// The stages after accept() add up to the handshake.
+    fn assert_partitions_the_handshake(c: &Conn, s: &Stages) {
+        let inside: u64 =
+            s.0.iter()
+                .filter(|(n, _)| *n != Stage::AcceptQueue)
+                .map(|(_, v)| v)
+                .sum();
+        assert_eq!(inside, c.t_hs_done - c.t_accept);
+    }
+
     #[test]
     fn stages_partition_the_handshake() {
         let c = conn();
@@ -444,12 +454,7 @@ mod tests {
         assert_eq!(s.get(Stage::WaitClientFlight2), Some(300));
         assert_eq!(s.get(Stage::ClientFlight2Queue), Some(100));
         assert_eq!(s.get(Stage::ServerFlight2), Some(400));
-        let inside: u64 =
-            s.0.iter()
-                .filter(|(n, _)| *n != Stage::AcceptQueue)
-                .map(|(_, v)| v)
-                .sum();
-        assert_eq!(inside, c.t_hs_done - c.t_accept);
+        assert_partitions_the_handshake(&c, &s);
     }
 
     #[test]
@@ -469,12 +474,7 @@ mod tests {
         assert_eq!(s.get(Stage::WaitClientHello2), Some(50));
         assert_eq!(s.get(Stage::ClientHello2Queue), Some(50));
         assert_eq!(s.get(Stage::ServerFlight1), Some(400));
-        let inside: u64 =
-            s.0.iter()
-                .filter(|(n, _)| *n != Stage::AcceptQueue)
-                .map(|(_, v)| v)
-                .sum();
-        assert_eq!(inside, c.t_hs_done - c.t_accept);
+        assert_partitions_the_handshake(&c, &s);
         assert_eq!(cpu(&c, &s).get(Stage::HelloRetry), Some(80));
         // the retry was sent and the second ClientHello never came
         let mut c = conn();

@@ -44,6 +44,13 @@ static __always_inline __u32 flight_dir(__s8 f)
 	return f & 1 ? HS_DIR_OUT : HS_DIR_IN;
 }
 
+/* A HelloRetryRequest was sent and the second ClientHello has not come yet (once it has,
+ * t_retry_read holds the first one's read: stage.rs's Retry reads the same two fields). */
+static __always_inline int retry_pending(struct hs_conn_state *c)
+{
+	return (c->r.flags & HS_F_HRR) && !c->r.t_retry_read;
+}
+
 /* The client's flight after a HelloRetryRequest (its second ClientHello) starts: keep the
  * retry round's times apart and start the flights again, so those after it line up with a
  * handshake without one. TLS 1.3 only, so no ChangeCipherSpec so far meant encryption. */
@@ -67,7 +74,6 @@ __noinline int hello_retry_restart(struct hs_conn_state *c)
 	}
 	c->st[HS_DIR_IN].ccs = 0;
 	c->st[HS_DIR_OUT].ccs = 0;
-	c->retry = 2;
 	c->flight = HS_FL_C1;
 	return 0;
 }
@@ -85,7 +91,7 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
 		if (flight_dir(f) != dir)
 			f += 1;
 		c->flight = f;
-		if (dir == HS_DIR_IN && c->retry == 1) {
+		if (dir == HS_DIR_IN && retry_pending(c)) {
 			hello_retry_restart(c);
 			f = HS_FL_C1;
 		}
@@ -276,11 +282,9 @@ __noinline int walk_message(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 
 	    (type == HT_SERVER_HELLO && dir == HS_DIR_OUT)) {
 		take = avail - need; /* the body bytes in this buffer */
 		if (type == HT_SERVER_HELLO && have == 0 && take >= 34 && c->flight == HS_FL_S1 &&
-		    !c->retry && is_hello_retry(at)) {
+		    !(c->r.flags & HS_F_HRR) && is_hello_retry(at))
 			c->r.flags |= HS_F_HRR;
-			c->retry = 1;
-		}
-		if (type == HT_SERVER_HELLO && have == 0 && take >= mlen && c->retry != 1)
+		if (type == HT_SERVER_HELLO && have == 0 && take >= mlen && !retry_pending(c))
 			c->fin_len = finished_len(at, mlen + 4);
 		if (have == 0 && (take >= mlen || take >= HS_HELLO_CAP - 4)) {
 			/* all of it (or all that is kept) right here: one copy */

@@ -58,10 +58,10 @@
 #define HS_F_READ_EOF (1 << 5)     /* a read returned 0 */
 #define HS_F_READ_RESET (1 << 6)   /* a read or write returned ECONNRESET/EPIPE */
 #define HS_F_PEER_RESET (1 << 7)   /* the socket closed straight from ESTABLISHED: a reset */
-#define HS_F_HRR (1 << 9)          /* the server answered the first ClientHello with a
-				    * HelloRetryRequest (TLS 1.3) */
 #define HS_F_SSLV2_HELLO (1 << 8)  /* the ClientHello came in SSLv2 format (RFC 6101 E.2): no
 				    * extensions, so nothing of it is parsed */
+#define HS_F_HRR (1 << 9)          /* the server answered the first ClientHello with a
+				    * HelloRetryRequest (TLS 1.3) */
 
 /* Bits of the per-flight record-type masks (hs_conn.rec_types[]): 1 << (type - 20). */
 #define HS_RT_CCS (1 << 0)
@@ -216,7 +216,7 @@ struct hs_conn_state {
 	__u8 emitted;           /* the record was sent: the connection is no longer parsed */
 	__u8 wire_done;         /* the wire says the handshake completed at r.t_hs_done */
 	__u8 not_tls;
-	__u8 retry;             /* 1: a HelloRetryRequest was sent; 2: the second ClientHello came */
+	__u8 pad0;
 	__u8 first_rec_done;    /* the current client flight's first record is complete */
 	__u8 client_fin;        /* the client's Finished has been read */
 	__u8 fin_len;           /* TLS 1.3: the length of the client's Finished record for the

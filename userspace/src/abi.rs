@@ -58,8 +58,9 @@ pub const FL_S1: usize = 1;
 pub const FL_C2: usize = 2;
 pub const FL_S2: usize = 3;
 
-/// Handshake message type of ClientHello, as a bit of `hs_types`.
+/// Handshake message types of ClientHello and ServerHello (`hs_types` has 1 << type).
 pub const HT_CLIENT_HELLO: u32 = 1;
+pub const HT_SERVER_HELLO: u32 = 2;
 /// Handshake message type of Certificate, as a bit of `hs_types`.
 pub const HT_CERTIFICATE: u32 = 11;
 
@@ -243,8 +244,7 @@ pub struct ConnState {
     pub emitted: u8,
     pub wire_done: u8,
     pub not_tls: u8,
-    /// 1: a HelloRetryRequest was sent; 2: the second ClientHello came
-    pub retry: u8,
+    pub pad0: u8,
     pub first_rec_done: u8,
     pub client_fin: u8,
     pub fin_len: u8,

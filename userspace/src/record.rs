@@ -178,7 +178,11 @@ impl Hellos {
         let d = (h.dir & 1) as usize;
         let buf = &mut self.pieces[d];
         if h.offset == 4 {
-            let ty = if h.dir == abi::DIR_IN { 1 } else { 2 };
+            let ty = if h.dir == abi::DIR_IN {
+                abi::HT_CLIENT_HELLO
+            } else {
+                abi::HT_SERVER_HELLO
+            } as u8;
             let len = h.msg_len.saturating_sub(4).to_be_bytes();
             buf.clear();
             buf.extend_from_slice(&[ty, len[1], len[2], len[3]]);

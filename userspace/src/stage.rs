@@ -272,24 +272,23 @@ pub fn stages(c: &Conn) -> Stages {
         return Stages(out);
     }
     let read_ch = c.t_first[FL_C1];
-    match retry(c) {
-        Retry::None => {
-            let (wait, queue) = wait_and_queue(c.t_accept, c.t_arrive[FL_C1], read_ch);
-            push(Stage::WaitClientHello, wait);
-            push(Stage::ClientHelloQueue, queue);
-        }
+    // the first ClientHello: kept apart once a second one came after a retry
+    let retry = retry(c);
+    let (arrive_ch, read_first) = match retry {
+        Retry::Done => (c.t_retry_arrive, c.t_retry_read),
+        _ => (c.t_arrive[FL_C1], read_ch),
+    };
+    let (wait, queue) = wait_and_queue(c.t_accept, arrive_ch, read_first);
+    push(Stage::WaitClientHello, wait);
+    push(Stage::ClientHelloQueue, queue);
+    match retry {
+        Retry::None => {}
         // the first flights were the retry round, and nothing came after it
         Retry::Pending => {
-            let (wait, queue) = wait_and_queue(c.t_accept, c.t_arrive[FL_C1], read_ch);
-            push(Stage::WaitClientHello, wait);
-            push(Stage::ClientHelloQueue, queue);
             push(Stage::HelloRetry, span(read_ch, c.t_last[FL_S1]));
             return Stages(out);
         }
         Retry::Done => {
-            let (wait, queue) = wait_and_queue(c.t_accept, c.t_retry_arrive, c.t_retry_read);
-            push(Stage::WaitClientHello, wait);
-            push(Stage::ClientHelloQueue, queue);
             push(Stage::HelloRetry, span(c.t_retry_read, c.t_retry_sent));
             let (wait, queue) = wait_and_queue(c.t_retry_sent, c.t_arrive[FL_C1], read_ch);
             push(Stage::WaitClientHello2, wait);
@@ -314,12 +313,13 @@ pub fn stages(c: &Conn) -> Stages {
 /// apart).
 pub fn cpu(c: &Conn, wall: &Stages) -> Stages {
     let mut out = Vec::with_capacity(4);
-    let (first, retry_round) = match retry(c) {
-        Retry::Pending => (Stage::HelloRetry, (0, 0)),
-        _ => (Stage::ServerFlight1, (c.cpu_retry_read, c.cpu_retry_sent)),
+    // with a retry pending, the first flights are its round (the retry fields are 0 then)
+    let first = match retry(c) {
+        Retry::Pending => Stage::HelloRetry,
+        _ => Stage::ServerFlight1,
     };
     for (stage, a, b) in [
-        (Stage::HelloRetry, retry_round.0, retry_round.1),
+        (Stage::HelloRetry, c.cpu_retry_read, c.cpu_retry_sent),
         (first, c.cpu_first[FL_C1], c.cpu_last[FL_S1]),
         (Stage::ServerFlight2, c.cpu_first[FL_C2], c.cpu_hs_done),
         (Stage::Response, c.cpu_req_read, c.cpu_resp_last),

@@ -690,11 +690,14 @@ SEC("tp_btf/sched_process_fork")
 int BPF_PROG(process_fork, struct task_struct *parent, struct task_struct *child)
 {
 	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	struct hs_fork f = { .rec = HS_REC_FORK, .tgid = ctgid };
 	__u8 one = 1;
 
 	/* a traced master's new worker is traced from its first accept */
-	if (ctgid != ptgid && tgid_traced(ptgid))
+	if (ctgid != ptgid && tgid_traced(ptgid)) {
 		bpf_map_update_elem(&traced_tgids, &ctgid, &one, BPF_ANY);
+		bpf_ringbuf_output(&events, &f, sizeof(f), BPF_RB_FORCE_WAKEUP);
+	}
 	return 0;
 }
 

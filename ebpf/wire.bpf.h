@@ -340,6 +340,11 @@ static __always_inline int is_tls13(struct hs_conn_state *c)
 static __always_inline void wire_done(struct hs_conn_state *c, __u64 now)
 {
 	c->wire_done = 1;
+	/* SSL_do_handshake already returned 1: it said when, and the writes the wire took
+	 * for more of the server's flight were the response (a blocking server that read the
+	 * request with the client's Finished answers before it reads again) */
+	if (c->r.flags & HS_F_HS_DONE_SSL)
+		return;
 	c->r.t_hs_done = now;
 	/* with uprobes on this connection, SSL_do_handshake's return says when */
 	if (!(c->r.flags & HS_F_UPROBE)) {

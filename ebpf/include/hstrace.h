@@ -28,6 +28,14 @@
 #define HS_REC_CONN 2
 #define HS_REC_CLOSE 3
 #define HS_REC_HELLO_PART 4 /* a piece of a hello that did not come in one read */
+#define HS_REC_FORK 5       /* a traced process forked a new one: attach its uprobes now */
+
+/* HS_REC_FORK: userspace is woken at once, so a worker forked while tracing (Apache
+ * prefork) gets its uprobes before it serves, not at the next once-a-second scan. */
+struct hs_fork {
+	__u32 rec;
+	__u32 tgid; /* the new process */
+};
 
 /* Direction of bytes on a server's connection. */
 #define HS_DIR_IN 0  /* client -> server: the server reads them */

@@ -13,6 +13,8 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
+use std::os::unix::process::CommandExt;
+
 use serde_json::Value;
 
 pub mod daemon;
@@ -103,6 +105,18 @@ pub enum Software {
     Nginx,
     Apache,
     Haproxy,
+    /// Node.js: OpenSSL inside the executable, driven through memory BIOs
+    Node,
+    /// Go's crypto/tls: no OpenSSL at all
+    Go,
+}
+
+impl Software {
+    /// Does the server keep a session-id cache (TLS 1.2 resumption without a ticket)?
+    /// Go's crypto/tls has none.
+    pub fn resumes_session_ids(self) -> bool {
+        self != Software::Go
+    }
 }
 
 /// A throwaway server (nginx or Apache httpd from Debian's packages) on 127.0.0.1 with a
@@ -127,7 +141,9 @@ impl TestServer {
     pub fn worker_pids(&self) -> BTreeSet<u32> {
         match self.software {
             // one process, its threads accept
-            Software::Haproxy => BTreeSet::from([self.master_pid()]),
+            Software::Haproxy | Software::Node | Software::Go => {
+                BTreeSet::from([self.master_pid()])
+            }
             _ => children(self.master_pid()),
         }
     }
@@ -137,15 +153,17 @@ impl TestServer {
             Software::Nginx => "nginx",
             Software::Apache => "apache2",
             Software::Haproxy => "haproxy",
+            Software::Node => "node",
+            Software::Go => "go_tls_server",
         }
     }
 
     /// From the server's own access log: was each TLS request's session resumed?
     pub fn resumed_log(&self) -> Vec<bool> {
         // nginx's $ssl_session_reused is "r"; Apache's %{SSL_SESSION_RESUMED}x "Resumed";
-        // HAProxy's ssl_fc_is_resumed 1
+        // HAProxy's ssl_fc_is_resumed 1; Node's and Go's test servers write "r"
         let word = match self.software {
-            Software::Nginx => "r",
+            Software::Nginx | Software::Node | Software::Go => "r",
             Software::Apache => "Resumed",
             Software::Haproxy => "1",
         };
@@ -158,11 +176,11 @@ impl TestServer {
     /// From the server's own access log: each TLS request's time, in ms.
     pub fn request_times_ms(&self) -> Vec<f64> {
         // nginx's $request_time is in seconds (ms resolution), Apache's %D in µs,
-        // HAProxy's %Tt in ms
+        // HAProxy's %Tt, Node's and Go's in ms
         let ms_per_unit = match self.software {
             Software::Nginx => 1000.0,
             Software::Apache => 0.001,
-            Software::Haproxy => 1.0,
+            Software::Haproxy | Software::Node | Software::Go => 1.0,
         };
         let lines = tls_log_lines(&self.dir.join("access.log"));
         lines
@@ -220,7 +238,10 @@ impl TestServer {
             Software::Haproxy => Stdio::from(fs::File::create(dir.join("access.log")).unwrap()),
             _ => Stdio::null(),
         };
+        // a group of its own: Apache prefork signals its whole process group on a
+        // graceful restart, which must not reach the test
         let child = cmd
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(Stdio::null())
@@ -388,12 +409,94 @@ frontend plain
     }
 }
 
+/// A throwaway Node.js HTTPS server (tests/servers/node_tls_server.js): one process,
+/// OpenSSL statically inside the `node` executable, driven through memory BIOs. Session
+/// ids and tickets both resume.
+pub struct Node;
+
+impl Node {
+    pub fn start(name: &str) -> TestServer {
+        let dir = work_dir(name);
+        let (cert, key) = make_cert(&dir, 2048);
+        let (port, plain_port) = (free_port(), free_port());
+        let mut cmd = Command::new("node");
+        cmd.arg(workspace().join("tests/servers/node_tls_server.js"));
+        server_args(&mut cmd, &dir, port, plain_port, &cert, &key);
+        TestServer::spawn(Software::Node, dir, port, plain_port, &mut cmd, 1)
+    }
+}
+
+/// A throwaway Go HTTPS server (tests/servers/go_tls_server.go, built here): crypto/tls,
+/// no OpenSSL at all, so hstrace sees it from the wire only. Tickets resume; there is no
+/// session-id cache.
+pub struct GoServer;
+
+impl GoServer {
+    pub fn start(name: &str) -> TestServer {
+        let dir = work_dir(name);
+        let exe = dir.join("go_tls_server");
+        // Go from PATH, or where the Go project's tarball puts it
+        let go = ["go", "/usr/local/go/bin/go"]
+            .into_iter()
+            .find(|g| Command::new(g).arg("version").output().is_ok())
+            .expect("no Go toolchain: `cargo xtask setup` installs Debian's golang-go");
+        let st = Command::new(go)
+            .args(["build", "-o"])
+            .arg(&exe)
+            .arg(workspace().join("tests/servers/go_tls_server.go"))
+            .env("GOCACHE", workspace().join("target/go-cache"))
+            .env("GOFLAGS", "-buildvcs=false")
+            .status()
+            .expect("go build");
+        assert!(st.success(), "building the Go TLS server failed");
+        let (cert, key) = make_cert(&dir, 2048);
+        let (port, plain_port) = (free_port(), free_port());
+        let mut cmd = Command::new(&exe);
+        server_args(&mut cmd, &dir, port, plain_port, &cert, &key);
+        TestServer::spawn(Software::Go, dir, port, plain_port, &mut cmd, 1)
+    }
+}
+
+/// The arguments of the project's own test servers: TLS_PORT PLAIN_PORT CERT KEY LOG.
+fn server_args(cmd: &mut Command, dir: &Path, port: u16, plain: u16, cert: &Path, key: &Path) {
+    cmd.arg(port.to_string())
+        .arg(plain.to_string())
+        .arg(cert)
+        .arg(key)
+        .arg(dir.join("access.log"));
+}
+
 /// A throwaway Apache httpd (event MPM, mod_ssl): one child process with worker threads,
 /// shared session cache and tickets on.
 pub struct Apache;
 
 impl Apache {
+    /// The event MPM: one child process with 8 worker threads.
     pub fn start(name: &str) -> TestServer {
+        let mpm = "LoadModule mpm_event_module {m}/mod_mpm_event.so
+StartServers 1
+ServerLimit 1
+ThreadsPerChild 8
+MaxRequestWorkers 8";
+        Apache::start_with_mpm(name, mpm, 1)
+    }
+
+    /// The prefork MPM: `children` single-threaded child processes, each serving one
+    /// connection at a time, as many as it keeps spare.
+    pub fn start_prefork(name: &str, children: u32) -> TestServer {
+        let mpm = format!(
+            "LoadModule mpm_prefork_module {{m}}/mod_mpm_prefork.so
+StartServers {children}
+MinSpareServers {children}
+MaxSpareServers {children}
+ServerLimit {children}
+MaxRequestWorkers {children}"
+        );
+        Apache::start_with_mpm(name, &mpm, children as usize)
+    }
+
+    /// `mpm`: its LoadModule line (`{m}` is the modules directory) and its settings.
+    fn start_with_mpm(name: &str, mpm: &str, children: usize) -> TestServer {
         let dir = work_dir(name);
         let (cert, key) = make_cert(&dir, 2048);
         let (port, plain_port) = (free_port(), free_port());
@@ -417,14 +520,10 @@ User www-data
 Group www-data
 Listen 127.0.0.1:{port}
 Listen 127.0.0.1:{plain_port}
-LoadModule mpm_event_module {m}/mod_mpm_event.so
+{mpm}
 LoadModule authz_core_module {m}/mod_authz_core.so
 LoadModule socache_shmcb_module {m}/mod_socache_shmcb.so
 LoadModule ssl_module {m}/mod_ssl.so
-StartServers 1
-ServerLimit 1
-ThreadsPerChild 8
-MaxRequestWorkers 8
 LogFormat "%{{remote}}p %{{SSL_PROTOCOL}}x %{{SSL_SESSION_RESUMED}}x %D" hs
 CustomLog {d}/access.log hs
 DocumentRoot {d}/www
@@ -441,14 +540,15 @@ SSLProtocol -all +TLSv1.2 +TLSv1.3
 </VirtualHost>
 "#,
             cert = cert.display(),
-            key = key.display()
+            key = key.display(),
+            mpm = mpm.replace("{m}", m),
         );
         fs::write(dir.join("httpd.conf"), conf).unwrap();
         let mut cmd = Command::new("apache2");
         cmd.arg("-f")
             .arg(dir.join("httpd.conf"))
             .arg("-DFOREGROUND");
-        TestServer::spawn(Software::Apache, dir, port, plain_port, &mut cmd, 1)
+        TestServer::spawn(Software::Apache, dir, port, plain_port, &mut cmd, children)
     }
 }
 

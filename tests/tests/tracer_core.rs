@@ -68,8 +68,14 @@ fn drive_all_kinds(server: &TestServer) -> Vec<Expect> {
             "s_client {args:?} did not report {want:?}:\n{out}"
         );
     };
+    // without a session-id cache, the server gives no id to resume: two full handshakes
+    let ids = server.software.resumes_session_ids();
     run(&tls12, &["-no_ticket", "-sess_out", &id12], false);
-    run(&tls12, &["-no_ticket", "-sess_in", &id12], true);
+    if ids {
+        run(&tls12, &["-no_ticket", "-sess_in", &id12], true);
+    } else {
+        run(&tls12, &["-no_ticket"], false);
+    }
     run(&tls12, &["-sess_out", &tk12], false);
     run(&tls12, &["-sess_in", &tk12], true);
     run(&tls13, &["-sess_out", &ps13], false);
@@ -94,14 +100,25 @@ fn drive_all_kinds(server: &TestServer) -> Vec<Expect> {
             None,
             TLS12_CIPHER_IANA,
         ),
-        ok(
-            "TLS 1.2 resumed by session id",
-            "1.2",
-            "resumed",
-            true,
-            Some("session_id"),
-            TLS12_CIPHER_IANA,
-        ),
+        if ids {
+            ok(
+                "TLS 1.2 resumed by session id",
+                "1.2",
+                "resumed",
+                true,
+                Some("session_id"),
+                TLS12_CIPHER_IANA,
+            )
+        } else {
+            ok(
+                "TLS 1.2 full, no session id to resume",
+                "1.2",
+                "full",
+                false,
+                None,
+                TLS12_CIPHER_IANA,
+            )
+        },
         ok(
             "TLS 1.2 full (ticket)",
             "1.2",
@@ -238,7 +255,7 @@ fn six_kinds(server: &TestServer, extra: &[&str], hs_done_from: &str) -> String 
             .iter()
             .find(|c| c["conn_id"] == r["conn_id"])
             .expect("its close line");
-        // (the servers answer plain HTTP on their TLS port with a 400: one exchange)
+        // (plain HTTP on the TLS port is a request: one exchange, answered or not)
         let want = if e.kind != "failed" || e.failure == Some("not_tls") {
             1
         } else {
@@ -324,6 +341,54 @@ fn haproxy_six_handshake_kinds_and_failures() {
 #[test]
 fn haproxy_wire_only() {
     six_kinds(&Haproxy::start("haproxy-wire"), &["--no-uprobes"], "wire");
+}
+
+/// Node.js: OpenSSL inside the executable, its handshakes driven through SSL_read and
+/// SSL_write on memory BIOs. Every kind comes from the wire, and -v says once that the
+/// uprobes cannot be tied to its connections.
+#[test]
+fn node_six_handshake_kinds_and_failures() {
+    let server = Node::start("node-kinds");
+    let stderr = six_kinds(&server, &["-v"], "wire");
+    let pid = server.master_pid();
+    assert!(
+        stderr.contains(&format!(
+            "pid {pid} (node): SSL_do_handshake uprobes on /proc/{pid}/exe"
+        )),
+        "{stderr}"
+    );
+    let said = format!(
+        "pid {pid} (node): none of its first 5 handshakes made socket I/O inside SSL_do_handshake"
+    );
+    assert_eq!(stderr.matches(&said).count(), 1, "said once: {stderr}");
+}
+
+#[test]
+fn node_wire_only() {
+    six_kinds(&Node::start("node-wire"), &["--no-uprobes"], "wire");
+}
+
+/// Go's crypto/tls: no OpenSSL to probe, every kind from the wire in the default mode.
+#[test]
+fn go_six_handshake_kinds_and_failures() {
+    let server = GoServer::start("go-kinds");
+    let stderr = six_kinds(&server, &["-v"], "wire");
+    let said = format!(
+        "pid {} (go_tls_server) has no libssl with SSL_do_handshake: tracing it from the wire only",
+        server.master_pid()
+    );
+    assert_eq!(stderr.matches(&said).count(), 1, "said once: {stderr}");
+}
+
+/// Apache prefork, every kind in both probe modes: one connection per child at a time.
+#[test]
+fn apache_prefork_six_kinds_both_probe_modes() {
+    six_kinds(&Apache::start_prefork("prefork-kinds", 2), &[], "ssl");
+    six_kinds(
+        &Apache::start_prefork("prefork-kinds-wire", 2),
+        &["--no-uprobes"],
+        "wire",
+    );
 }
 
 #[test]
@@ -915,4 +980,47 @@ fn errors_say_what_to_do() {
         "{}",
         out.stderr
     );
+}
+
+/// Apache prefork: each child process serves one connection at a time. The children a
+/// graceful restart forks while tracing get their uprobes, and every TLS 1.3 record has
+/// its response where it belongs, in both probe modes.
+#[test]
+fn apache_prefork_children_forked_while_tracing() {
+    for (mode, from) in [("handshake", "ssl"), ("none", "wire")] {
+        let server = Apache::start_prefork(&format!("apache-prefork-{mode}"), 3);
+        let master = server.master_pid().to_string();
+        let tracer = Hstrace::start(&["--pid", &master, "--uprobes", mode]);
+        let connect = |n| {
+            for _ in 0..n {
+                let out = s_client(server.port, &["-tls1_3"]);
+                assert!(out.contains("New, TLSv1.3"), "{out}");
+            }
+        };
+        connect(10);
+        let before = server.worker_pids();
+        // SAFETY: plain kill(2): SIGUSR1 is Apache's graceful restart
+        unsafe { libc::kill(server.master_pid() as i32, libc::SIGUSR1) };
+        wait_for("new children", Duration::from_secs(15), || {
+            let now = server.worker_pids();
+            now.len() == 3 && now.is_disjoint(&before)
+        });
+        connect(10);
+        let out = tracer.stop();
+        assert_eq!(out.records.len(), 20, "--uprobes {mode}: {:?}", out.records);
+        for r in &out.records {
+            check_stages(r);
+            assert_eq!(str_field(r, "kind"), Some("full"), "{r}");
+            assert_eq!(str_field(r, "hs_done_from"), Some(from), "{r}");
+            if mode == "handshake" {
+                assert!(r["ssl_calls"].as_u64() >= Some(1), "{r}");
+            }
+            let ns = |s: &str| r["stages_ns"][s].as_u64().unwrap_or(0);
+            assert!(ns("response") > 0, "--uprobes {mode}: no response: {r}");
+            assert!(
+                ns("server_flight_2") < 20_000_000,
+                "--uprobes {mode}: the response in server_flight_2: {r}"
+            );
+        }
+    }
 }

@@ -17,6 +17,16 @@ pub const REC_CONN: u32 = 2;
 pub const REC_CLOSE: u32 = 3;
 /// A piece of a hello that did not come in one read (`Hello::offset` >= 4).
 pub const REC_HELLO_PART: u32 = 4;
+/// A traced process forked a new one (`Fork`): its uprobes are attached at once.
+pub const REC_FORK: u32 = 5;
+
+/// `struct hs_fork`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Fork {
+    pub rec: u32,
+    pub tgid: u32,
+}
 
 pub const DIR_IN: u32 = 0;
 pub const DIR_OUT: u32 = 1;

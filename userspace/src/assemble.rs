@@ -13,6 +13,7 @@ use crate::{
     record::{build, CloseRecord, Hellos, Record},
     sink::Sink,
     stage::Kind,
+    ties::Ties,
 };
 
 /// Records the sweep made for connections the kernel will not report on its own.
@@ -43,7 +44,14 @@ pub struct Pipeline {
     swept_order: VecDeque<u64>,
     cap: usize,
     pub counts: Counts,
+    /// processes the kernel saw forked by traced ones since the source last looked
+    pub forked: Vec<u32>,
+    /// whether the uprobes of each process tie its calls to its connections
+    pub ties: Ties,
 }
+
+/// Forked processes remembered between two looks of the source.
+const FORKED_MAX: usize = 1024;
 
 impl Pipeline {
     /// `cap`: connections remembered at once (hellos waiting, swept ids), as the kernel's.
@@ -55,6 +63,8 @@ impl Pipeline {
             swept_order: VecDeque::new(),
             cap,
             counts: Counts::default(),
+            forked: Vec::new(),
+            ties: Ties::default(),
         }
     }
 
@@ -73,6 +83,12 @@ impl Pipeline {
                 Some(c) => self.close(&c, sink)?,
                 None => self.counts.undecodable += 1,
             },
+            Some(abi::REC_FORK) => match abi::read_record::<abi::Fork>(item) {
+                // more than a scan's worth waiting: the next scan finds them
+                Some(f) if self.forked.len() < FORKED_MAX => self.forked.push(f.tgid),
+                Some(_) => {}
+                None => self.counts.undecodable += 1,
+            },
             _ => self.counts.undecodable += 1,
         }
         Ok(())
@@ -84,12 +100,17 @@ impl Pipeline {
     }
 
     pub fn conn(&mut self, c: &Conn, sink: &mut dyn Sink) -> io::Result<()> {
+        log::trace!("{c:?}");
         if self.swept.contains(&c.conn_id) {
             self.counts.duplicates += 1;
             return Ok(());
         }
         let rec = self.asm.conn(c, &self.clock);
         self.counts.by_kind[rec.kind as usize] += 1;
+        if rec.protocol == "tls" && matches!(rec.kind, Kind::Full | Kind::Resumed) {
+            let tied = c.flags & abi::F_UPROBE != 0;
+            self.ties.handshake(c.tgid, c.t_accept, tied);
+        }
         sink.connection(&rec)
     }
 

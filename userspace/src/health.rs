@@ -61,6 +61,9 @@ pub struct Health {
     pub selection_exited: bool,
     /// processes whose libssl could not be hooked (traced from the wire only)
     pub uprobe_attach_failures: u64,
+    /// processes whose uprobes tied no call to a connection (memory BIOs, Node.js): their
+    /// uprobes were detached, and they are traced from the wire only
+    pub uprobes_untied: u64,
     pub probes: Vec<ProbeChoice>,
 }
 
@@ -175,7 +178,8 @@ impl Health {
             .u64("undecodable", self.undecodable)
             .u64("traced_processes", self.traced_processes)
             .bool("selection_exited", self.selection_exited)
-            .u64("uprobe_attach_failures", self.uprobe_attach_failures);
+            .u64("uprobe_attach_failures", self.uprobe_attach_failures)
+            .u64("uprobes_untied", self.uprobes_untied);
         o.object("probes", |m| {
             for p in &self.probes {
                 m.opt_str(p.group, p.hook.as_deref());

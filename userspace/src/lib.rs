@@ -5,6 +5,7 @@
 //! - `abi`: the records and state the BPF programs share (mirror of ebpf/include/hstrace.h)
 //! - `preflight`: privilege and kernel-feature checks, with what to do when one fails
 //! - `targets`: which processes are traced
+//! - `ties`: whether a process's OpenSSL calls can be tied to its connections
 //!
 //! One record source, many sinks:
 //! - `source`: load, attach, follow processes, drain, sweep, account (`Health`)
@@ -49,6 +50,7 @@ pub mod source;
 pub mod stage;
 pub mod sweep;
 pub mod targets;
+pub mod ties;
 pub mod tls;
 pub mod trace;
 

@@ -21,7 +21,7 @@ use hstrace::{
     about = "Per-stage latency of every TCP + TLS handshake of unmodified servers"
 )]
 struct Cli {
-    /// More detail on stderr: which hook each probe group uses (-v), libbpf and verifier detail (-vv)
+    /// More detail on stderr: which hook each probe group uses (-v), libbpf and verifier detail (-vv), every kernel record as it arrives (-vvv)
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
     #[command(subcommand)]
@@ -240,7 +240,9 @@ fn main() {
     let level = match cli.verbose {
         0 => "warn",
         1 => "info",
-        _ => "debug",
+        2 => "debug",
+        // -vvv: every kernel record as it arrives, before it is joined and cut into stages
+        _ => "trace",
     };
     env_logger::Builder::from_env(
         env_logger::Env::default().default_filter_or(format!("hstrace={level}")),

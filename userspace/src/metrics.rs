@@ -126,6 +126,7 @@ pub struct Metrics {
     traced: Gauge,
     probes: Family<ProbeLabels, Gauge>,
     uprobe_failures: Counter,
+    uprobes_untied: Counter,
     sni_folded: Counter,
     sni: SniLabels,
     /// each server's series, looked up once
@@ -158,6 +159,7 @@ impl Metrics {
             traced: Gauge::default(),
             probes: Family::default(),
             uprobe_failures: Counter::default(),
+            uprobes_untied: Counter::default(),
             sni_folded: Counter::default(),
             sni: SniLabels::new(max_sni),
             servers: Vec::new(),
@@ -258,6 +260,11 @@ impl Metrics {
             "uprobe_attach_failures",
             "Processes whose libssl could not be hooked (traced from the wire only)",
             m.uprobe_failures.clone(),
+        );
+        r.register(
+            "uprobes_untied",
+            "Processes whose uprobes tied no OpenSSL call to a connection (memory BIOs, Node.js): detached, traced from the wire only",
+            m.uprobes_untied.clone(),
         );
         r.register(
             "sni_folded",
@@ -428,6 +435,8 @@ impl Metrics {
             h.uprobe_attach_failures
                 .saturating_sub(last.uprobe_attach_failures),
         );
+        self.uprobes_untied
+            .inc_by(h.uprobes_untied.saturating_sub(last.uprobes_untied));
         self.in_progress.set(h.in_progress as i64);
         self.open.set(h.open as i64);
         self.traced.set(h.traced_processes as i64);

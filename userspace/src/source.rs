@@ -19,11 +19,13 @@ use tokio::io::unix::AsyncFd;
 use crate::{
     abi,
     assemble::Pipeline,
+    clock,
     health::{Health, ProbeChoice},
     preflight, probes,
     sink::Sink,
     sweep::{self, Census, Evicted, Tables},
     targets::{self, Selector},
+    ties,
 };
 
 /// What to trace and how: the options `trace`, `serve` and `export` share.
@@ -51,6 +53,8 @@ pub struct Source {
     /// processes already told about (no libssl, attach errors), to say it once
     warned: HashSet<u32>,
     uprobe_attach_failures: u64,
+    /// processes whose uprobes tied no call to a connection (see `ties`)
+    uprobes_untied: u64,
     pub choices: Vec<probes::Choice>,
     tables: Tables,
     census: Census,
@@ -60,6 +64,8 @@ pub struct Source {
     table_entries: Vec<(&'static str, u64)>,
     /// what `selection_exited` found at the last rescan
     exited: bool,
+    /// the ring buffer's items to finished records
+    pipe: Pipeline,
 }
 
 impl Source {
@@ -124,6 +130,7 @@ impl Source {
             BpfHashMap::try_from(bpf.take_map("traced_tgids").context("map traced_tgids")?)?;
         let counters = PerCpuArray::try_from(bpf.take_map("counters").context("map counters")?)?;
         let tables = Tables::take(&mut bpf)?;
+        let max_conns = opts.max_conns as usize;
         let mut s = Source {
             bpf,
             ssl,
@@ -132,12 +139,14 @@ impl Source {
             opts,
             warned: HashSet::new(),
             uprobe_attach_failures: 0,
+            uprobes_untied: 0,
             choices,
             tables,
             census: Census::default(),
             evicted: Evicted::default(),
             table_entries: Vec::new(),
             exited: false,
+            pipe: Pipeline::new(max_conns),
         };
         s.rescan();
         // loaded and attached: keep only what following new processes needs
@@ -169,6 +178,7 @@ impl Source {
             if !targets::alive(*pid) {
                 let _ = self.tgids.remove(pid);
                 self.ssl.detach(&mut self.bpf, *pid);
+                self.pipe.ties.forget(*pid);
                 self.warned.remove(pid);
                 gone.push(*pid);
             } else if self.ssl.enabled()
@@ -201,6 +211,7 @@ impl Source {
                         "pid {pid} ({name}): SSL_do_handshake uprobes on {}",
                         target.display()
                     );
+                    self.pipe.ties.attached(pid, clock::monotonic_ns());
                     return;
                 }
                 Err(e) => errors.push(format!("{}: {e:#}", target.display())),
@@ -214,8 +225,37 @@ impl Source {
         log::debug!("pid {pid}: {}", errors.join("; "));
     }
 
+    /// Processes whose uprobes tie nothing to their connections: say so once, and trace
+    /// them from the wire alone (their uprobes only cost a trap per call).
+    fn detach_untied(&mut self) {
+        for pid in self.pipe.ties.judged_untied() {
+            let name = targets::comm(pid).unwrap_or_default();
+            log::info!(
+                "pid {pid} ({name}): none of its first {} handshakes made socket I/O inside SSL_do_handshake (OpenSSL over memory BIOs, or handshakes driven by SSL_read/SSL_write, as in Node.js): its uprobes are detached, and it is traced from the wire alone, as with --no-uprobes",
+                ties::JUDGED_AFTER
+            );
+            self.ssl.detach(&mut self.bpf, pid);
+            self.warned.insert(pid);
+            self.uprobes_untied += 1;
+        }
+    }
+
+    /// Attach the uprobes of processes that traced ones forked, as soon as the kernel
+    /// says (a prefork server's new child serves within milliseconds).
+    fn attach_forked(&mut self) {
+        for pid in std::mem::take(&mut self.pipe.forked) {
+            if self.ssl.enabled()
+                && !self.ssl.is_attached(pid)
+                && !self.warned.contains(&pid)
+                && targets::alive(pid)
+            {
+                self.attach_ssl(pid);
+            }
+        }
+    }
+
     /// One pass of the sweep (see `sweep::sweep`).
-    fn sweep(&mut self, gone: &[u32], pipe: &mut Pipeline, sink: &mut dyn Sink) -> io::Result<()> {
+    fn sweep(&mut self, gone: &[u32], sink: &mut dyn Sink) -> io::Result<()> {
         let found = sweep::sweep(
             &mut self.tables,
             gone,
@@ -228,7 +268,7 @@ impl Source {
         found
             .records
             .into_iter()
-            .try_for_each(|s| pipe.swept(s, sink))
+            .try_for_each(|s| self.pipe.swept(s, sink))
     }
 
     fn counter(&self, idx: u32) -> u64 {
@@ -239,7 +279,8 @@ impl Source {
     }
 
     /// The tracer's health now (`census`: the last count of the kernel's map).
-    fn health(&self, pipe: &Pipeline) -> Health {
+    fn health(&self) -> Health {
+        let pipe = &self.pipe;
         Health {
             connections: pipe.counts.by_kind,
             closes: pipe.counts.closes,
@@ -264,6 +305,7 @@ impl Source {
             traced_processes: self.tgids.keys().filter(|k| k.is_ok()).count() as u64,
             selection_exited: self.exited,
             uprobe_attach_failures: self.uprobe_attach_failures,
+            uprobes_untied: self.uprobes_untied,
             probes: self
                 .choices
                 .iter()
@@ -291,7 +333,6 @@ impl Source {
         let mut ring =
             unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
                 .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))?;
-        let mut pipe = Pipeline::new(self.opts.max_conns as usize);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         // the kernel wakes us only when records pile up: drain on a timer too
         let mut drain = tokio::time::interval(Duration::from_millis(abi::DRAIN_MS));
@@ -300,11 +341,11 @@ impl Source {
             let step = tokio::select! {
                 guard = ring.readable_mut() => {
                     let mut guard = guard?;
-                    let r = drain_ring(guard.get_inner_mut(), &mut pipe, sink);
+                    let r = drain_ring(guard.get_inner_mut(), &mut self.pipe, sink);
                     guard.clear_ready();
                     r
                 }
-                _ = drain.tick() => drain_ring(ring.get_mut(), &mut pipe, sink),
+                _ = drain.tick() => drain_ring(ring.get_mut(), &mut self.pipe, sink),
                 _ = tick.tick() => {
                     let gone = self.rescan();
                     let exited = self.selection_exited();
@@ -321,20 +362,23 @@ impl Source {
                     if exited && self.opts.end_when_selection_exits {
                         break Ok(());
                     }
-                    self.sweep(&gone, &mut pipe, sink)
-                        .and_then(|_| sink.tick(&self.health(&pipe)))
+                    self.detach_untied();
+                    self.sweep(&gone, sink)
+                        .and_then(|_| sink.tick(&self.health()))
                 }
                 _ = &mut stop => break Ok(()),
             };
+            self.attach_forked();
             if let Err(e) = step {
                 break Err(e);
             }
         };
         // the records already in the ring buffer
-        let last = drain_ring(ring.get_mut(), &mut pipe, sink);
+        let last = drain_ring(ring.get_mut(), &mut self.pipe, sink);
+        self.detach_untied();
         self.census = self.tables.census();
         self.table_entries = self.tables.entries();
-        let health = self.health(&pipe);
+        let health = self.health();
         for (idx, name) in abi::COUNTERS {
             log::debug!("counter {name} = {}", self.counter(idx));
         }

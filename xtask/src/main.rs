@@ -41,6 +41,20 @@ const PACKAGES: &[&str] = &[
     "prometheus",
 ];
 
+/// Runtimes of the project's own test servers (tests/servers), with the Debian package
+/// installed when none is found: (commands that will do, package).
+const RUNTIMES: &[(&[&str], &str)] = &[
+    (&["node"], "nodejs"),
+    (&["go", "/usr/local/go/bin/go"], "golang-go"),
+];
+
+/// Can one of `commands` be started at all? (Its exit status does not matter.)
+fn runtime_found(commands: &[&str]) -> bool {
+    commands
+        .iter()
+        .any(|c| Command::new(c).arg("--version").output().is_ok())
+}
+
 fn main() {
     if let Err(e) = xtask() {
         eprintln!("xtask: {e:#}");
@@ -104,7 +118,13 @@ fn require_root(what: &str) -> Result<()> {
 
 fn setup() -> Result<()> {
     require_root("setup")?;
-    let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    let mut missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    missing.extend(
+        RUNTIMES
+            .iter()
+            .filter(|(commands, _)| !runtime_found(commands))
+            .map(|(_, pkg)| *pkg),
+    );
     if !missing.is_empty() {
         eprintln!("xtask: installing {}", missing.join(" "));
         run(Command::new("apt-get").args(["update", "-q"]))?;

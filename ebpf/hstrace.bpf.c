@@ -385,6 +385,8 @@ static __always_inline void on_conn_io(struct hs_conn_state *c, __u64 skey, __u3
 			c->r.flags |= HS_F_READ_RESET;
 		return;
 	}
+	if (dir == HS_DIR_OUT && answers_early_request(c))
+		wire_done(c, c->r.t_last[HS_FL_S1]);
 	new_flight = on_transfer(c, dir, ret, now);
 	/* once the handshake is done and the first request read, only bytes and exchanges
 	 * are counted: the records have nothing more to say */
@@ -803,7 +805,11 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 	c->r.flags |= HS_F_UPROBE;
 	c->r.ssl_calls += 1;
 	c->r.ssl_ns += now - sc.t_entry;
-	if (ret == 1) {
+	/* a server that accepts early data returns once it may write (0.5-RTT data), before
+	 * the client's second flight: the end of a handshake only when early data came */
+	if (ret == 1 && c->flight < HS_FL_C2 && !(c->r.flags & HS_F_EARLY_DATA)) {
+		c->r.flags |= HS_F_WIRE_ENDS;
+	} else if (ret == 1) {
 		c->r.t_hs_done = now;
 		c->r.cpu_hs_done = thread_cpu_now(now);
 		c->r.flags |= HS_F_HS_DONE_SSL;

@@ -75,6 +75,14 @@ __noinline int hello_retry_restart(struct hs_conn_state *c)
 	c->st[HS_DIR_IN].ccs = 0;
 	c->st[HS_DIR_OUT].ccs = 0;
 	c->flight = HS_FL_C1;
+	/* early data sent with the first ClientHello is refused with it (RFC 8446 4.2.10) */
+	if (c->r.flags & HS_F_EARLY_DATA) {
+		c->r.flags &= ~HS_F_EARLY_DATA;
+		c->r.t_req_read = 0;
+		c->r.t_req_arrive = 0;
+		c->r.cpu_req_read = 0;
+		c->exchanges = 0;
+	}
 	return 0;
 }
 
@@ -337,6 +345,12 @@ static __always_inline int is_tls13(struct hs_conn_state *c)
 }
 
 /* The handshake is complete on the wire at `now`. */
+/* Does SSL_do_handshake's return say when the handshake ends? */
+static __always_inline int ssl_ends(struct hs_conn_state *c)
+{
+	return (c->r.flags & (HS_F_UPROBE | HS_F_WIRE_ENDS)) == HS_F_UPROBE;
+}
+
 static __always_inline void wire_done(struct hs_conn_state *c, __u64 now)
 {
 	c->wire_done = 1;
@@ -347,7 +361,7 @@ static __always_inline void wire_done(struct hs_conn_state *c, __u64 now)
 		return;
 	c->r.t_hs_done = now;
 	/* with uprobes on this connection, SSL_do_handshake's return says when */
-	if (!(c->r.flags & HS_F_UPROBE)) {
+	if (!ssl_ends(c)) {
 		handshake_complete(c);
 		/* TLS 1.3's end is found at the next read: its last write's CPU reading */
 		c->r.cpu_hs_done = now == c->done_at && c->r.t_last[HS_FL_S2] == now
@@ -364,7 +378,18 @@ static __always_inline void wire_done(struct hs_conn_state *c, __u64 now)
 static __always_inline int answers_unread_request(struct hs_conn_state *c, __u64 now)
 {
 	return c->r.t_req_read && c->client_fin && !c->wire_done && c->flight == HS_FL_S2 &&
-	       c->r.t_first[HS_FL_S2] != now && !(c->r.flags & HS_F_UPROBE) && is_tls13(c);
+	       c->r.t_first[HS_FL_S2] != now && !ssl_ends(c) && is_tls13(c);
+}
+
+/* TLS 1.3 0-RTT, from the wire: the server writes again in its first flight, in a later
+ * call than the flight's first, without having read the client's second flight. It
+ * answers the early request (0.5-RTT data): the handshake, as far as serving goes, ended
+ * with the flight's last write before this one (a PSK resumption's flight takes one
+ * write). Called before this write's bytes are counted. */
+static __always_inline int answers_early_request(struct hs_conn_state *c)
+{
+	return (c->r.flags & HS_F_EARLY_DATA) && c->flight == HS_FL_S1 && !c->wire_done &&
+	       c->r.phase == HS_PH_HANDSHAKE && !ssl_ends(c);
 }
 
 /* A record's last byte has passed: the first record of a client flight is the read
@@ -386,8 +411,14 @@ static __always_inline void on_record_end(struct hs_conn_state *c, __u32 dir, __
 	/* the first request's first record is complete: after the handshake, or right
 	 * behind the client's Finished before the server is done (a client that does not
 	 * wait, e.g. a TLS 1.3 client's request in the same segment as its Finished) */
+	/* TLS 1.3 0-RTT: application data in the client's first flight is early data, the
+	 * first request (an alert is never sent that way) */
+	if (dir == HS_DIR_IN && type == REC_APPDATA && !c->r.t_req_read && f == HS_FL_C1 &&
+	    c->r.phase == HS_PH_HANDSHAKE)
+		c->r.flags |= HS_F_EARLY_DATA;
 	if (dir == HS_DIR_IN && type == REC_APPDATA && !c->r.t_req_read &&
-	    (c->r.phase == HS_PH_WAIT_REQUEST || (c->r.phase == HS_PH_HANDSHAKE && c->client_fin)) &&
+	    (c->r.phase == HS_PH_WAIT_REQUEST || (c->r.phase == HS_PH_HANDSHAKE && c->client_fin) ||
+	     (c->r.flags & HS_F_EARLY_DATA)) &&
 	    !(tls13 && c->st[HS_DIR_IN].rec_len == HS_TLS13_ALERT_LEN)) {
 		if (c->r.phase == HS_PH_WAIT_REQUEST)
 			c->r.phase = HS_PH_REQUEST;

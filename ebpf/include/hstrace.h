@@ -70,6 +70,11 @@ struct hs_fork {
 				    * extensions, so nothing of it is parsed */
 #define HS_F_HRR (1 << 9)          /* the server answered the first ClientHello with a
 				    * HelloRetryRequest (TLS 1.3) */
+#define HS_F_EARLY_DATA (1 << 10)  /* TLS 1.3 0-RTT: application data came in the client's
+				    * first flight, the first request with the ClientHello */
+#define HS_F_WIRE_ENDS (1 << 11)   /* SSL_do_handshake returned 1 before the client's second
+				    * flight (an early-data server, for a connection without
+				    * early data): the wire says when the handshake ends */
 
 /* Bits of the per-flight record-type masks (hs_conn.rec_types[]): 1 << (type - 20). */
 #define HS_RT_CCS (1 << 0)

@@ -157,3 +157,52 @@ fn a_certificate_chain_written_in_several_calls() {
         one_exchange(&out, &format!("big certificate {mode}"));
     }
 }
+
+/// 0-RTT (`ssl_early_data on`): a resumed TLS 1.3 client sends its request with its
+/// ClientHello, and nginx answers it right after its first flight, before the client's
+/// Finished (with HTTP/1.0 it closes without ever reading that Finished). The early
+/// request is the first request, its stages follow `server_flight_1`. On the same server a
+/// new TLS 1.3 handshake (OpenSSL's SSL_do_handshake returns before the client's Finished
+/// there) keeps every stage of its kind.
+#[test]
+fn early_data() {
+    let nginx = Nginx::start_with("early", 1, 2048, "ssl_early_data on;");
+    let sess = nginx.dir.join("early.sess");
+    let req = nginx.dir.join("request.txt");
+    std::fs::write(&req, "GET / HTTP/1.0\r\nHost: demo.test\r\n\r\n").unwrap();
+    let (sess, req) = (sess.display().to_string(), req.display().to_string());
+    for mode in ["handshake", "none"] {
+        let out = traced(&nginx, mode, || {
+            let first = s_client(nginx.port, &["-tls1_3", "-sess_out", &sess]);
+            assert!(first.contains("New, TLSv1.3"), "{first}");
+            let early = s_client(
+                nginx.port,
+                &["-tls1_3", "-sess_in", &sess, "-early_data", &req],
+            );
+            assert!(early.contains("Early data was accepted"), "{early}");
+            assert!(early.contains("HTTP/1.1 200 OK"), "{early}");
+        });
+        let what = format!("--uprobes {mode}");
+        assert_eq!(out.records.len(), 2, "{what}: {}", out.stderr);
+        let (new, early) = (&out.records[0], &out.records[1]);
+        check_full(new, "1.3", &what);
+        assert!(new.get("early_data").is_none(), "{what}: {new}");
+        assert_eq!(early["kind"], "resumed", "{what}: {early}");
+        assert_eq!(early["resumption"], "psk", "{what}: {early}");
+        assert_eq!(early["early_data"], true, "{what}: {early}");
+        let stages = early["stages_ns"].as_object().unwrap();
+        for s in ["server_flight_1", "request_queue", "response"] {
+            assert!(stages.contains_key(s), "{what}: no {s}: {early}");
+        }
+        assert!(stages["response"].as_u64() > Some(0), "{what}: {early}");
+        // the client's Finished was never read: no stage waits for it
+        assert!(
+            !stages.contains_key("wait_client_flight_2"),
+            "{what}: {early}"
+        );
+        check_stages(early);
+        one_exchange(&out, &what);
+    }
+    // nginx's view of the same connections: new, resumed; new, resumed
+    assert_eq!(nginx.resumed_log(), [false, true, false, true]);
+}

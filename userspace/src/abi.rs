@@ -56,6 +56,8 @@ pub const F_DESYNC: u32 = 1 << 2;
 pub const F_EST_SEEN: u32 = 1 << 3;
 pub const F_SSLV2_HELLO: u32 = 1 << 8;
 pub const F_HRR: u32 = 1 << 9;
+/// TLS 1.3 0-RTT: the first request came as early data with the ClientHello.
+pub const F_EARLY_DATA: u32 = 1 << 10;
 
 pub const RT_CCS: u32 = 1 << 0;
 pub const RT_ALERT: u32 = 1 << 1;

@@ -106,6 +106,9 @@ impl Record {
         if let Some(r) = self.resumption {
             o.str("resumption", r.name());
         }
+        if self.early_data {
+            o.bool("early_data", true);
+        }
         if let Some(h) = self.handshake_ns {
             o.u64("handshake_ns", h);
         }
@@ -259,6 +262,7 @@ mod tests {
         let mut r = build(&c, Hellos::default(), &Clock::new(), false);
         r.alpn_offered = vec!["h2".into(), "http/1.1".into()];
         r.resumption = Some(Resumption::Psk);
+        r.early_data = true;
         r.handshake_ns = Some(5);
         r.cpu_ns = Stages(vec![(Stage::ServerFlight1, 3)]);
         let mut line = Vec::new();
@@ -267,7 +271,7 @@ mod tests {
             keys(&line),
             sorted(
                 "record time conn_id pid comm local peer protocol tls_version cipher sni alpn \
-                 alpn_offered kind resumption_offered resumption handshake_ns stages_ns cpu_ns \
+                 alpn_offered kind resumption_offered resumption early_data handshake_ns stages_ns cpu_ns \
                  library stage_classes failure failed_in alert hs_done_from ssl_calls ssl_ns \
                  notes",
             )

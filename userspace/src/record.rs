@@ -34,6 +34,9 @@ pub struct Record {
     pub kind: Kind,
     pub resumption_offered: bool,
     pub resumption: Option<Resumption>,
+    /// TLS 1.3 0-RTT: the first request came as early data with the ClientHello, and the
+    /// server answered it (its request stages follow `server_flight_1`)
+    pub early_data: bool,
     /// what the client offered, when it did (a ticket, a PSK, or a session id)
     pub offered: Option<Resumption>,
     pub handshake_ns: Option<u64>,
@@ -334,6 +337,7 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         kind,
         resumption_offered: offer.is_some(),
         resumption,
+        early_data: c.flags & abi::F_EARLY_DATA != 0 && done,
         offered: offer,
         handshake_ns: done.then(|| stage::span(c.t_accept, c.t_hs_done)).flatten(),
         cpu_ns: stage::cpu(c, &stages_ns),

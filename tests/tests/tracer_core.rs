@@ -204,7 +204,6 @@ fn check_record(r: &Value, e: &Expect, server: &TestServer, hs_done_from: &str) 
     for s in [
         "accept_queue",
         "wait_client_hello",
-        "client_hello_queue",
         "server_flight_1",
         "wait_client_flight_2",
         "server_flight_2",

@@ -805,16 +805,18 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 	c->r.flags |= HS_F_UPROBE;
 	c->r.ssl_calls += 1;
 	c->r.ssl_ns += now - sc.t_entry;
+	if (ret != 1)
+		return 0;
 	/* a server that accepts early data returns once it may write (0.5-RTT data), before
 	 * the client's second flight: the end of a handshake only when early data came */
-	if (ret == 1 && c->flight < HS_FL_C2 && !(c->r.flags & HS_F_EARLY_DATA)) {
+	if (c->flight < HS_FL_C2 && !(c->r.flags & HS_F_EARLY_DATA)) {
 		c->r.flags |= HS_F_WIRE_ENDS;
-	} else if (ret == 1) {
-		c->r.t_hs_done = now;
-		c->r.cpu_hs_done = thread_cpu_now(now);
-		c->r.flags |= HS_F_HS_DONE_SSL;
-		handshake_complete(c);
+		return 0;
 	}
+	c->r.t_hs_done = now;
+	c->r.cpu_hs_done = thread_cpu_now(now);
+	c->r.flags |= HS_F_HS_DONE_SSL;
+	handshake_complete(c);
 	return 0;
 }
 

@@ -344,13 +344,13 @@ static __always_inline int is_tls13(struct hs_conn_state *c)
 	return c->r.rec_types[HS_FL_S1] & HS_RT_APPDATA;
 }
 
-/* The handshake is complete on the wire at `now`. */
 /* Does SSL_do_handshake's return say when the handshake ends? */
 static __always_inline int ssl_ends(struct hs_conn_state *c)
 {
 	return (c->r.flags & (HS_F_UPROBE | HS_F_WIRE_ENDS)) == HS_F_UPROBE;
 }
 
+/* The handshake is complete on the wire at `now`. */
 static __always_inline void wire_done(struct hs_conn_state *c, __u64 now)
 {
 	c->wire_done = 1;
@@ -408,14 +408,14 @@ static __always_inline void on_record_end(struct hs_conn_state *c, __u32 dir, __
 			c->r.cpu_first[f & 3] = thread_cpu_now(now);
 		}
 	}
-	/* the first request's first record is complete: after the handshake, or right
-	 * behind the client's Finished before the server is done (a client that does not
-	 * wait, e.g. a TLS 1.3 client's request in the same segment as its Finished) */
 	/* TLS 1.3 0-RTT: application data in the client's first flight is early data, the
 	 * first request (an alert is never sent that way) */
 	if (dir == HS_DIR_IN && type == REC_APPDATA && !c->r.t_req_read && f == HS_FL_C1 &&
 	    c->r.phase == HS_PH_HANDSHAKE)
 		c->r.flags |= HS_F_EARLY_DATA;
+	/* the first request's first record is complete: after the handshake, right behind
+	 * the client's Finished before the server is done (a client that does not wait, e.g.
+	 * a TLS 1.3 client's request in the same segment as its Finished), or as early data */
 	if (dir == HS_DIR_IN && type == REC_APPDATA && !c->r.t_req_read &&
 	    (c->r.phase == HS_PH_WAIT_REQUEST || (c->r.phase == HS_PH_HANDSHAKE && c->client_fin) ||
 	     (c->r.flags & HS_F_EARLY_DATA)) &&

@@ -107,7 +107,8 @@ impl Pipeline {
         }
         let rec = self.asm.conn(c, &self.clock);
         self.counts.by_kind[rec.kind as usize] += 1;
-        if rec.protocol == "tls" && matches!(rec.kind, Kind::Full | Kind::Resumed) {
+        // a TLS handshake that completed
+        if matches!(rec.kind, Kind::Full | Kind::Resumed) {
             let tied = c.flags & abi::F_UPROBE != 0;
             self.ties.handshake(c.tgid, c.t_accept, tied);
         }

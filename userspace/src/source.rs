@@ -181,10 +181,7 @@ impl Source {
                 self.pipe.ties.forget(*pid);
                 self.warned.remove(pid);
                 gone.push(*pid);
-            } else if self.ssl.enabled()
-                && !self.ssl.is_attached(*pid)
-                && !self.warned.contains(pid)
-            {
+            } else if self.wants_uprobes(*pid) {
                 self.attach_ssl(*pid);
             }
         }
@@ -244,14 +241,15 @@ impl Source {
     /// says (a prefork server's new child serves within milliseconds).
     fn attach_forked(&mut self) {
         for pid in std::mem::take(&mut self.pipe.forked) {
-            if self.ssl.enabled()
-                && !self.ssl.is_attached(pid)
-                && !self.warned.contains(&pid)
-                && targets::alive(pid)
-            {
+            if self.wants_uprobes(pid) && targets::alive(pid) {
                 self.attach_ssl(pid);
             }
         }
+    }
+
+    /// Uprobes are on, `pid` has none yet, and it was not found unable to take them.
+    fn wants_uprobes(&self, pid: u32) -> bool {
+        self.ssl.enabled() && !self.ssl.is_attached(pid) && !self.warned.contains(&pid)
     }
 
     /// One pass of the sweep (see `sweep::sweep`).

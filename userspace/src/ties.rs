@@ -71,7 +71,8 @@ impl Ties {
     }
 
     /// Processes still watched.
-    pub fn watched(&self) -> usize {
+    #[cfg(test)]
+    fn watched(&self) -> usize {
         self.watched.len()
     }
 }

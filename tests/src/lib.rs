@@ -994,9 +994,7 @@ impl DelayProxy {
             atomic::{AtomicBool, AtomicU32, Ordering},
             Arc,
         };
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let (listener, port) = proxy_listener();
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let waits = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -1160,9 +1158,7 @@ impl ReframeProxy {
             atomic::{AtomicBool, AtomicUsize, Ordering},
             Arc,
         };
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let (listener, port) = proxy_listener();
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let served = Arc::new(AtomicUsize::new(0));
@@ -1244,6 +1240,23 @@ pub fn client_hello_record(fixture: &str) -> Vec<u8> {
 
 pub fn str_field<'a>(r: &'a Value, k: &str) -> Option<&'a str> {
     r.get(k).and_then(Value::as_str)
+}
+
+/// A test proxy's listener on a free loopback port, non-blocking so its accept loop can
+/// see that it was stopped.
+fn proxy_listener() -> (TcpListener, u16) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+/// Each of `stages` is in the record's `stages_ns` (`what` names the record on failure).
+pub fn assert_has_stages(r: &Value, stages: &[&str], what: &str) {
+    let have = r["stages_ns"].as_object().expect("stages_ns");
+    for s in stages {
+        assert!(have.contains_key(*s), "no {s}: {what}");
+    }
 }
 
 /// Every stage present is >= 0, and the stages between accept and the end of the

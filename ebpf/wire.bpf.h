@@ -116,9 +116,11 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
 			c->last_arrive = c->arrive_pending;
 		c->arrive_pending = 0;
 	}
-	/* the times of the handshake's four flights, while the record is open */
+	/* the times of the handshake's four flights, until the handshake is done: writes
+	 * after it are the response even when no read came between (a 0-RTT answer right
+	 * behind the server's first flight) */
 	fi = (__u8)f;
-	if (fi >= HS_FLIGHTS || c->r.phase == HS_PH_DONE)
+	if (fi >= HS_FLIGHTS || c->r.phase != HS_PH_HANDSHAKE)
 		return new_flight;
 	/* the compiler drops this mask as redundant; the verifier needs it to bound the index */
 	barrier_var(fi);
@@ -128,8 +130,7 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
 		c->r.cpu_first[fi] = thread_cpu_now(now);
 	}
 	c->r.t_last[fi] = now;
-	if (c->r.phase == HS_PH_HANDSHAKE)
-		c->r.cpu_last[fi] = thread_cpu_now(now);
+	c->r.cpu_last[fi] = thread_cpu_now(now);
 	return new_flight;
 }
 

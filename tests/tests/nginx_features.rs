@@ -192,6 +192,17 @@ fn early_data() {
         assert_has_stages(early, &want, &format!("{what}: {early}"));
         let stages = early["stages_ns"].as_object().unwrap();
         assert!(stages["response"].as_u64() > Some(0), "{what}: {early}");
+        // the answer's writes are the response, not more of the first flight: from the
+        // wire the handshake ends where that flight does, with uprobes a little later
+        let handshake: u64 = ["wait_client_hello", "client_hello_queue", "server_flight_1"]
+            .iter()
+            .map(|s| stages.get(*s).and_then(Value::as_u64).unwrap_or(0))
+            .sum();
+        let total = early["handshake_ns"].as_u64().unwrap();
+        assert!(handshake <= total, "{what}: {early}");
+        if mode == "none" {
+            assert_eq!(handshake, total, "{what}: {early}");
+        }
         // the client's Finished was never read: no stage waits for it
         assert!(
             !stages.contains_key("wait_client_flight_2"),

@@ -149,7 +149,6 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 		c->r.flags |= HS_F_EST_SEEN;
 		c->arrive_pending = e->t_arrive;
 		c->r.flags |= e->flags;
-		bpf_map_delete_elem(&est_socks, &skey);
 	}
 	if (fd >= 0)
 		c->fkey = fd_key(tgid, fd);
@@ -157,8 +156,23 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 	 * not tracked */
 	if (bpf_map_update_elem(&conns, &skey, c, BPF_ANY)) {
 		count(HS_C_TABLE_FULL);
+		if (e)
+			bpf_map_delete_elem(&est_socks, &skey);
 		return;
 	}
+	/* The client's bytes may have arrived (on another CPU) between the copy above and the
+	 * insert: on_data_ready then wrote them into the est entry. Re-read it now that the
+	 * connection is in the table; on_data_ready does the mirror check, so one side sees
+	 * the other (both through a locked, fully ordered instruction). */
+	if (e && !c->arrive_pending) {
+		__u64 t = __sync_fetch_and_add(&e->t_arrive, 0);
+		struct hs_conn_state *stored;
+
+		if (t && (stored = bpf_map_lookup_elem(&conns, &skey)))
+			__sync_val_compare_and_swap(&stored->arrive_pending, 0, t);
+	}
+	if (e)
+		bpf_map_delete_elem(&est_socks, &skey);
 	if (fd >= 0) {
 		fkey = c->fkey;
 		bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
@@ -310,6 +324,7 @@ static __always_inline void on_data_ready(__u64 skey, __u16 port)
 {
 	struct hs_conn_state *c;
 	struct est *e;
+	__u64 now;
 
 	if (!is_server_port(port))
 		return;
@@ -321,8 +336,15 @@ static __always_inline void on_data_ready(__u64 skey, __u16 port)
 		return;
 	}
 	e = bpf_map_lookup_elem(&est_socks, &skey);
-	if (e && !e->t_arrive)
-		e->t_arrive = bpf_ktime_get_ns();
+	if (!e || e->t_arrive)
+		return;
+	now = bpf_ktime_get_ns();
+	__sync_val_compare_and_swap(&e->t_arrive, 0, now);
+	/* on_accept may have copied the est entry just before this write: see it there
+	 * (unless the server has read since, which consumed the arrival) */
+	c = bpf_map_lookup_elem(&conns, &skey);
+	if (c && c->flight < 0)
+		__sync_val_compare_and_swap(&c->arrive_pending, 0, now);
 }
 
 /* BTF-typed: the socket's fields are plain loads, not helper calls */

@@ -203,6 +203,7 @@ fn check_record(r: &Value, e: &Expect, server: &TestServer, hs_done_from: &str) 
     let want = [
         "accept_queue",
         "wait_client_hello",
+        "client_hello_queue",
         "server_flight_1",
         "wait_client_flight_2",
         "server_flight_2",
@@ -637,6 +638,14 @@ fn thousand_back_to_back_handshakes_none_lost() {
     for r in &out.records {
         check_stages(r);
     }
+    // Every ClientHello's arrival is seen, also one that lands while accept() moves the
+    // socket into the table (issue 13 item 10: ~1 in 2,000 handshakes lost it).
+    let no_arrival: Vec<&Value> = out
+        .records
+        .iter()
+        .filter(|r| r["kind"] == "full" && r["stages_ns"].get("client_hello_queue").is_none())
+        .collect();
+    assert!(no_arrival.is_empty(), "ClientHello arrival not seen: {no_arrival:?}");
     // the accounting: every connection reported, none lost or open, no state left
     let h = &out.health;
     assert_accounted(h, true);

@@ -87,7 +87,7 @@ struct SourceArgs {
     /// completed: failed, "timeout")
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     idle_timeout: f64,
-    /// Connections tracked at once in the kernel (LRU maps)
+    /// Connections tracked at once in the kernel; past it, new ones are counted (table_full), not tracked
     #[arg(long, default_value_t = hstrace::abi::MAX_CONNS, value_name = "N")]
     max_conns: u32,
     /// Pass over the probe-table alternatives that use this hook (an event or kernel

@@ -27,6 +27,7 @@ const volatile __u8 targ_all = 0;     /* trace every process that accepts (no se
 const volatile __u16 targ_port = 0;   /* only connections to this local port (0: any) */
 const volatile __u8 targ_lazy_fd = 0; /* accept is hooked in the kernel, not at the syscall:
 					 find a connection's fd at its first read/write */
+const volatile __u8 targ_uprobes = 0; /* OpenSSL functions may be hooked (not --uprobes none) */
 const volatile char targ_comm[16] = {}; /* --comm: a process is traced from its exec under
 					   this name (NUL-padded; empty: none) */
 
@@ -215,6 +216,23 @@ struct {
 	__type(value, struct hs_conn_state);
 } conn_scratch SEC(".maps");
 
+/* Settings userspace writes once its probes are attached, HS_SET_* bits (an array: its
+ * lookups are inlined, no helper call). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} settings SEC(".maps");
+
+/* Does a hook read the fds table? Yes until userspace says otherwise. */
+static __always_inline int fds_used(void)
+{
+	__u32 zero = 0, *v = bpf_map_lookup_elem(&settings, &zero);
+
+	return !v || !(*v & HS_SET_NO_FDS);
+}
+
 /* Hand a reserved record to userspace, waking it only once enough has piled up. */
 static __always_inline void submit(void *rec)
 {
@@ -235,19 +253,46 @@ static __always_inline int tgid_traced(__u32 tgid)
 	return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
 }
 
+/* The last reading of thread_cpu_now on this CPU: a program run reads the clock once, and
+ * every on-CPU reading it takes with that time is this one (an inlined array lookup, where
+ * each thread_cpu lookup is a hash). */
+struct cpu_memo {
+	__u64 now;
+	__u64 cpu;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cpu_memo);
+} cpu_memo SEC(".maps");
+
 /* The current thread's on-CPU time so far (it is on CPU now). The first call for a
  * thread starts its clock at 1 ns, so differences between two calls are exact. */
 static __always_inline __u64 thread_cpu_now(__u64 now)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct oncpu *o = bpf_map_lookup_elem(&thread_cpu, &tid), fresh = { .since = now, .total = 1 };
+	__u32 zero = 0, tid;
+	struct cpu_memo *m = bpf_map_lookup_elem(&cpu_memo, &zero);
+	struct oncpu *o, fresh = { .since = now, .total = 1 };
+	__u64 cpu;
 
+	if (m && m->now == now)
+		return m->cpu;
+	tid = (__u32)bpf_get_current_pid_tgid();
+	o = bpf_map_lookup_elem(&thread_cpu, &tid);
 	if (!o) {
 		bpf_map_update_elem(&thread_cpu, &tid, &fresh, BPF_ANY);
 		mark_cpu_thread(tid);
-		return 1;
+		cpu = 1;
+	} else {
+		cpu = o->total + (o->since && now > o->since ? now - o->since : 0);
 	}
-	return o->total + (o->since && now > o->since ? now - o->since : 0);
+	if (m) {
+		m->now = now;
+		m->cpu = cpu;
+	}
+	return cpu;
 }
 
 /* Send the connection's record; from here on only bytes and exchanges are counted. */

@@ -92,19 +92,23 @@ static __always_inline __u64 fd_key(__u32 tgid, __u32 fd)
 	return ((__u64)tgid << 32) | fd;
 }
 
-/* A server accepted `sk` (as `fd`, or -1 when accept is hooked in the kernel). */
-static __always_inline void on_accept(struct sock *sk, int fd)
+/* Does this accept belong to a traced process? (With no selector, every process that
+ * accepts is.) */
+static __always_inline int accept_traced(__u32 tgid)
 {
-	__u64 now = bpf_ktime_get_ns();
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	__u64 skey = (__u64)sk, fkey;
+	return targ_all || tgid_traced(tgid);
+}
+
+/* Traced process `tgid` accepted `sk` (as `fd`, or -1 when accept is hooked in the
+ * kernel). */
+static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
+{
+	__u64 skey = (__u64)sk, fkey, now;
 	__u32 zero = 0;
 	__u16 family;
 	struct hs_conn_state *c;
 	struct est *e;
 
-	if (!targ_all && !tgid_traced(tgid))
-		return;
 	if (!sk) {
 		count(HS_C_ACCEPTED);
 		count(HS_C_NO_SOCK);
@@ -118,6 +122,7 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 	if (targ_port && BPF_CORE_READ(sk, __sk_common.skc_num) != targ_port)
 		return;
 	count(HS_C_ACCEPTED);
+	now = bpf_ktime_get_ns();
 
 	/* build the connection in per-CPU scratch, then store it */
 	c = bpf_map_lookup_elem(&conn_scratch, &zero);
@@ -150,7 +155,9 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 		c->arrive_pending = e->t_arrive;
 		c->r.flags |= e->flags;
 	}
-	if (fd >= 0)
+	/* the fd, only while some hook reads the fds table: a connection has an fds entry
+	 * exactly when its fkey is set */
+	if (fd >= 0 && fds_used())
 		c->fkey = fd_key(tgid, fd);
 	/* a full table (userspace's sweep keeps room by evicting idle connections): counted,
 	 * not tracked */
@@ -173,7 +180,7 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 	}
 	if (e)
 		bpf_map_delete_elem(&est_socks, &skey);
-	if (fd >= 0) {
+	if (c->fkey) {
 		fkey = c->fkey;
 		bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
 	}
@@ -187,9 +194,11 @@ static __always_inline void on_accept(struct sock *sk, int fd)
 /* accept() returned `ret`: the new fd, or an error. */
 static __always_inline int on_accept_fd(long ret)
 {
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
 	/* untraced processes leave before the walk from fd to socket */
-	if (ret >= 0 && (targ_all || tgid_traced(bpf_get_current_pid_tgid() >> 32)))
-		on_accept(sock_from_fd(ret), ret);
+	if (ret >= 0 && accept_traced(tgid))
+		on_accept(sock_from_fd(ret), ret, tgid);
 	return 0;
 }
 
@@ -201,14 +210,20 @@ int accept_exit(struct trace_event_raw_sys_exit *ctx) { return on_accept_fd(ctx-
 SEC("fexit/inet_csk_accept")
 int BPF_PROG(accept_fexit, struct sock *sk, struct proto_accept_arg *arg, struct sock *newsk)
 {
-	on_accept(newsk, -1);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	if (accept_traced(tgid))
+		on_accept(newsk, -1, tgid);
 	return 0;
 }
 
 SEC("kretprobe/inet_csk_accept")
 int BPF_KRETPROBE(accept_kretprobe, struct sock *newsk)
 {
-	on_accept(newsk, -1);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	if (accept_traced(tgid))
+		on_accept(newsk, -1, tgid);
 	return 0;
 }
 
@@ -303,17 +318,21 @@ static __always_inline void on_destroy(__u64 skey)
 	end_conn(c, skey);
 }
 
+/* (clients' sockets, and every other one on the host, leave at the port: inet_sport,
+ * as skc_num is already cleared) */
 SEC("tp_btf/tcp_destroy_sock")
 int BPF_PROG(destroy_btf, struct sock *sk)
 {
-	on_destroy((__u64)sk);
+	if (is_server_port(bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport))))
+		on_destroy((__u64)sk);
 	return 0;
 }
 
 SEC("tracepoint/tcp/tcp_destroy_sock")
 int tcp_destroy(struct trace_event_raw_tcp_event_sk *ctx)
 {
-	on_destroy((__u64)ctx->skaddr);
+	if (is_server_port(ctx->sport))
+		on_destroy((__u64)ctx->skaddr);
 	return 0;
 }
 
@@ -390,8 +409,9 @@ static __always_inline void on_conn_io(struct hs_conn_state *c, __u64 skey, __u3
 	struct ssl_call *sc;
 	int new_flight;
 
-	/* inside SSL_do_handshake: that call belongs to this connection */
-	if (c->r.phase == HS_PH_HANDSHAKE) {
+	/* inside SSL_do_handshake: that call belongs to this connection (once an SSL object
+	 * is tied to it, its calls are found by the object) */
+	if (targ_uprobes && c->r.phase == HS_PH_HANDSHAKE && !c->ssl) {
 		sc = bpf_map_lookup_elem(&ssl_in_flight, &tid);
 		if (sc) {
 			sc->sk = skey;
@@ -500,7 +520,7 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 	regs = user_regs();
 	ptr = call_buffer(regs, &iovcnt);
 	/* accept was hooked in the kernel: the connection's fd is the one this call names */
-	if (targ_lazy_fd && ptr && !c->fkey) {
+	if (targ_lazy_fd && ptr && !c->fkey && fds_used()) {
 		__u64 fkey = fd_key(bpf_get_current_pid_tgid() >> 32, SYSCALL_ARG1(regs));
 
 		c->fkey = fkey;
@@ -752,16 +772,21 @@ int BPF_PROG(process_exec, struct task_struct *p, pid_t old_pid, struct linux_bi
 
 static __always_inline void on_switch(__u32 prev, __u32 next)
 {
-	__u64 now = bpf_ktime_get_ns();
+	int leaving = is_cpu_thread(prev), coming = is_cpu_thread(next);
 	struct oncpu *o;
+	__u64 now;
 
-	/* only threads that handled a traced connection have an entry */
-	o = is_cpu_thread(prev) ? bpf_map_lookup_elem(&thread_cpu, &prev) : NULL;
+	/* only threads that handled a traced connection have an entry: every other switch on
+	 * the host leaves here, before the clock is read */
+	if (!leaving && !coming)
+		return;
+	now = bpf_ktime_get_ns();
+	o = leaving ? bpf_map_lookup_elem(&thread_cpu, &prev) : NULL;
 	if (o && o->since) {
 		o->total += now - o->since;
 		o->since = 0;
 	}
-	o = is_cpu_thread(next) ? bpf_map_lookup_elem(&thread_cpu, &next) : NULL;
+	o = coming ? bpf_map_lookup_elem(&thread_cpu, &next) : NULL;
 	if (o)
 		o->since = now;
 }
@@ -839,6 +864,17 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 	c->r.cpu_hs_done = thread_cpu_now(now);
 	c->r.flags |= HS_F_HS_DONE_SSL;
 	handshake_complete(c);
+	return 0;
+}
+
+/* ---- the cost of counting ----------------------------------------------------------- */
+
+/* Does nothing: attached only by `hstrace bench-stats-floor`, its run time under
+ * kernel.bpf_stats_enabled is what the counting itself adds to every program run, which
+ * the bench subtracts from the figures of the real programs. */
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(stats_floor)
+{
 	return 0;
 }
 

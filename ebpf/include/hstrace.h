@@ -179,6 +179,10 @@ struct hs_conn {
 #define HS_PH_RESPONSE 3     /* its response is being written */
 #define HS_PH_DONE 4         /* record sent; bytes and exchanges are still counted */
 
+/* Bits of the `settings` map's word, written by userspace once its probes are attached. */
+#define HS_SET_NO_FDS 1 /* no attached hook reads the fds table (reads, writes and closes
+			 * are all seen at the socket layer): accept does not fill it */
+
 /* At the end of every connection, after its hs_conn record. */
 struct hs_close {
 	__u32 rec;       /* HS_REC_CLOSE */

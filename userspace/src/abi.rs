@@ -50,6 +50,9 @@ pub const PH_REQUEST: u8 = 2;
 pub const PH_RESPONSE: u8 = 3;
 pub const PH_DONE: u8 = 4;
 
+/// The `settings` map's bit: no attached hook reads the fds table.
+pub const SET_NO_FDS: u32 = 1;
+
 pub const F_UPROBE: u32 = 1 << 0;
 pub const F_HS_DONE_SSL: u32 = 1 << 1;
 pub const F_DESYNC: u32 = 1 << 2;

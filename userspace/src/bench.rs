@@ -163,3 +163,42 @@ pub fn sweep_ms(n: u32) -> Result<f64> {
     times.sort_by(|a, b| a.total_cmp(b));
     Ok(times[times.len() / 2])
 }
+
+/// What kernel.bpf_stats_enabled adds to the run time it reports for each program run
+/// (two clock reads around the program, and the counting): the mean run time of a program
+/// that does nothing, attached to sock_recv_length while this process makes `calls`
+/// loopback TCP reads. Turns the counting on for the measurement and restores it after.
+pub fn stats_floor_ns(calls: u32) -> Result<f64> {
+    use std::io::{Read, Write};
+    const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+    let mut bpf = EbpfLoader::new()
+        .map_max_entries("conns", 64)
+        .load(crate::BPF_OBJECT)
+        .context("loading the BPF object")?;
+    let btf = aya::Btf::from_sys_fs().context("reading the kernel's BTF")?;
+    let prog: &mut aya::programs::BtfTracePoint = bpf
+        .program_mut("stats_floor")
+        .context("no stats_floor program in the object")?
+        .try_into()?;
+    prog.load("sock_recv_length", &btf)?;
+    prog.attach()?;
+    let was = std::fs::read_to_string(STATS).context(STATS)?;
+    std::fs::write(STATS, "1").context("enabling kernel.bpf_stats_enabled")?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let mut tx = std::net::TcpStream::connect(listener.local_addr()?)?;
+    let (mut rx, _) = listener.accept()?;
+    let mut b = [0u8; 1];
+    for _ in 0..calls {
+        tx.write_all(&b)?;
+        rx.read_exact(&mut b)?;
+    }
+    let info = prog.info()?;
+    std::fs::write(STATS, was.trim()).context("restoring kernel.bpf_stats_enabled")?;
+    anyhow::ensure!(
+        info.run_count() >= calls as u64,
+        "the empty program ran {} times for {calls} reads",
+        info.run_count()
+    );
+    Ok(info.run_time().as_nanos() as f64 / info.run_count() as f64)
+}

@@ -114,6 +114,13 @@ enum Command {
         #[arg(long, default_value_t = 65536)]
         conns: u32,
     },
+    /// Nanoseconds kernel.bpf_stats_enabled adds to each program run, from an empty
+    /// program on sock_recv_length (for `cargo xtask bench`)
+    #[command(hide = true)]
+    BenchStatsFloor {
+        #[arg(long, default_value_t = 200_000)]
+        calls: u32,
+    },
     /// Print one record per finished connection handshake, live
     Trace {
         #[command(flatten)]
@@ -316,6 +323,10 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::BenchPipeline { records, serve } => {
             println!("{:.0}", hstrace::bench::pipeline(records, serve)?);
+            Ok(())
+        }
+        Command::BenchStatsFloor { calls } => {
+            println!("{:.1}", hstrace::bench::stats_floor_ns(calls)?);
             Ok(())
         }
         Command::BenchSweep { conns } => {

@@ -303,6 +303,17 @@ impl Hook {
     }
 }
 
+/// Does an attached hook look connections up by fd (the `fds` table)? Only the syscall
+/// alternatives of the read, send and close groups do: at the socket layer the kernel
+/// names the socket itself, and accept then leaves the table alone.
+pub fn fds_read(choices: &[Choice]) -> bool {
+    choices
+        .iter()
+        .filter(|c| matches!(c.group, "read" | "send" | "close"))
+        .flat_map(|c| c.hooks.iter().flatten())
+        .any(|h| matches!(h, Hook::Tracepoint("syscalls", _)))
+}
+
 /// Attach every group of the probe table, best alternative first, passing over those
 /// that use a hook named in `avoid`.
 pub fn attach_kernel_probes(bpf: &mut Ebpf, btf: &Btf, avoid: &[String]) -> Result<Vec<Choice>> {

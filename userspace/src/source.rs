@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{Context, Result};
 use aya::{
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     Btf, Ebpf, EbpfLoader,
 };
 use tokio::io::unix::AsyncFd;
@@ -97,6 +97,11 @@ impl Source {
             .override_global("targ_port", &port, true)
             .override_global("targ_comm", &comm, true)
             .override_global("targ_lazy_fd", &(lazy_fd as u8), true)
+            .override_global(
+                "targ_uprobes",
+                &((opts.uprobes != probes::Uprobes::None) as u8),
+                true,
+            )
             .map_max_entries("conns", opts.max_conns)
             .map_max_entries("fds", opts.max_conns)
             .map_max_entries("est_socks", opts.max_conns)
@@ -124,6 +129,11 @@ impl Source {
             for e in &c.errors {
                 log::debug!("probe group {}: alternative failed: {e}", c.group);
             }
+        }
+        if !probes::fds_read(&choices) {
+            let mut settings: Array<_, u32> =
+                Array::try_from(bpf.map_mut("settings").context("map settings")?)?;
+            settings.set(0, abi::SET_NO_FDS, 0)?;
         }
         let ssl = probes::SslProbes::load(&mut bpf, opts.uprobes)?;
         let tgids =

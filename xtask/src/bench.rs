@@ -371,6 +371,7 @@ impl Tracer {
             "conn_scratch",
             "hello_scratch",
             "thread_cpu",
+            "cpu_memo",
         ];
         let mut total = 0;
         let mut ours = false;

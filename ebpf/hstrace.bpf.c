@@ -405,13 +405,14 @@ int BPF_KPROBE(data_ready_kprobe, struct sock *sk)
 static __always_inline void on_conn_io(struct hs_conn_state *c, __u64 skey, __u32 dir, long ret, __u64 ptr,
 				       __u32 iovcnt, __u32 peek, __u64 now)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct ssl_call *sc;
 	int new_flight;
+	__u32 tid;
 
 	/* inside SSL_do_handshake: that call belongs to this connection (once an SSL object
 	 * is tied to it, its calls are found by the object) */
 	if (targ_uprobes && c->r.phase == HS_PH_HANDSHAKE && !c->ssl) {
+		tid = (__u32)bpf_get_current_pid_tgid();
 		sc = bpf_map_lookup_elem(&ssl_in_flight, &tid);
 		if (sc) {
 			sc->sk = skey;

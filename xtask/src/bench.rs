@@ -14,6 +14,8 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 /// Off/on pairs per workload and mode.
+
+pub mod cost;
 const PAIRS: usize = 7;
 /// Seconds each s_time run lasts.
 const STIME_SECS: &str = "3";
@@ -611,7 +613,7 @@ pub fn build_syscall_cost(dir: &Path) -> Result<std::path::PathBuf> {
     Ok(exe)
 }
 
-pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path) -> Result<String> {
+pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path, uprobe_exe: &Path) -> Result<String> {
     let mut doc = String::new();
     let mut kernel_cost = String::new();
     let (mut cpu_per_sec, mut rss_kib, mut attach_ms, mut map_bytes) =
@@ -756,6 +758,7 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path) -> Result<String>
          | workload | mode | BPF run time per operation | machine CPU per operation | BPF share |\n\
          |---|---|---|---|---|\n{kernel_cost}"
     ));
+    doc.push_str(&cost::section(bin, nginx, uprobe_exe)?);
     let rows: String = SYSCALL_ROWS
         .iter()
         .zip(syscall_cost(bin, nginx.master, syscall_exe)?)

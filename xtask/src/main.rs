@@ -73,13 +73,13 @@ fn xtask() -> Result<()> {
             bench_serve_memory()
         }
         Some("hold-connections") => bench::hold_connections(&args[1..]),
-        Some("bench") => bench(),
+        Some("bench") => bench(&args[1..]),
         Some("validate-model") => validate_model(&args[1..]),
         Some("fuzz-wire") => fuzz_wire(&args[1..]),
         Some("soak") => soak(&args[1..]),
         Some("fuzz-parsers") => fuzz_parsers(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | fuzz-parsers [--runs N] | soak [--minutes M] | vmlinux");
+            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench [--cost] | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | fuzz-parsers [--runs N] | soak [--minutes M] | vmlinux");
             std::process::exit(2);
         }
     }
@@ -309,29 +309,42 @@ fn bench_serve_memory() -> Result<()> {
 }
 
 /// Throughput with and without hstrace, side by side in one run: docs/benchmarks.md.
-fn bench() -> Result<()> {
+fn bench(args: &[String]) -> Result<()> {
     setup()?;
     let bin = build()?;
     let nginx = DemoNginx::start("bench", 1, 18443, 18080)?;
     let syscall_exe = bench::build_syscall_cost(&nginx.dir)?;
-    let table = bench::run(
-        &bin,
-        &bench::BenchNginx {
-            master: nginx.pid,
-            tls_port: 18443,
-            plain_port: 18080,
-        },
-        &syscall_exe,
-    )?;
-    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let uprobe_exe = bench::cost::build_uprobe_cost(&nginx.dir)?;
+    let target = bench::BenchNginx {
+        master: nginx.pid,
+        tls_port: 18443,
+        plain_port: 18080,
+    };
     let commit = Command::new("git")
         .args(["rev-parse", "--short", "HEAD"])
         .current_dir(root())
         .output()?;
+    let commit = String::from_utf8_lossy(&commit.stdout).trim().to_string();
+    if args.iter().any(|a| a == "--cost") {
+        // the cost section alone, in place: the rest of the page stays as the last full run
+        let section = bench::cost::section(&bin, &target, &uprobe_exe)?;
+        let section = section.replacen(
+            "(also part of the full bench).",
+            &format!("(also part of the full bench; this section from commit {commit}, run alone)."),
+            1,
+        );
+        let path = root().join("docs/benchmarks.md");
+        let old = fs::read_to_string(&path).unwrap_or_default();
+        fs::write(&path, bench::cost::replace_section(&old, &section))?;
+        eprintln!("xtask: wrote the cost section of docs/benchmarks.md");
+        return Ok(());
+    }
+    let table = bench::run(&bin, &target, &syscall_exe, &uprobe_exe)?;
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let doc = format!(
         "# Benchmarks\n\nWritten by `cargo xtask bench` (commit {}, kernel {}, {} CPUs). The machines are \
          shared and noisy: compare rows of one run, not runs.\n\n{table}",
-        String::from_utf8_lossy(&commit.stdout).trim(),
+        commit,
         kernel.trim(),
         thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     );

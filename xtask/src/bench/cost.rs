@@ -1,0 +1,344 @@
+//! The cost of observing one connection or request, per operation, from figures that hold
+//! still on a shared machine: the BPF programs' run time as the kernel counts it (less
+//! what the counting itself adds), the uprobe traps (count × measured cost), the tracer
+//! process's own CPU, and the CPU the whole machine spends per operation with hstrace on
+//! and off in short interleaved runs.
+
+use std::{
+    collections::HashMap,
+    fs,
+    io::{BufRead, BufReader, Write},
+    path::Path,
+    process::{Command, Stdio},
+};
+
+use anyhow::{bail, Context, Result};
+
+use super::{
+    median, process_cpu_secs, run_load, BenchNginx, Tracer, SERVE, WORKLOADS,
+};
+
+const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+/// Calls of the uprobe loop per run.
+const UPROBE_CALLS: &str = "200000";
+/// Interleaved off/on pairs of the CPU-per-connection rows.
+const CPU_PAIRS: usize = 9;
+
+/// Run count and run time (ns) of each of one process's BPF programs, by program name
+/// (the uprobe programs are one program each, however many processes they are attached to).
+fn programs(pid: u32) -> Result<HashMap<String, (u64, u64)>> {
+    let mut ids = Vec::new();
+    for fd in fs::read_dir(format!("/proc/{pid}/fdinfo"))? {
+        let Ok(text) = fs::read_to_string(fd?.path()) else {
+            continue;
+        };
+        if let Some(id) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("prog_id:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            ids.push(id);
+        }
+    }
+    let out = Command::new("bpftool")
+        .args(["prog", "show", "-j"])
+        .output()
+        .context("bpftool prog show")?;
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).context("bpftool's JSON")?;
+    let mut by_name = HashMap::new();
+    for p in all.as_array().context("a list of programs")? {
+        if !p["id"].as_u64().is_some_and(|id| ids.contains(&id)) {
+            continue;
+        }
+        let e = by_name
+            .entry(p["name"].as_str().unwrap_or("?").to_string())
+            .or_insert((0, 0));
+        e.0 += p["run_cnt"].as_u64().unwrap_or(0);
+        e.1 += p["run_time_ns"].as_u64().unwrap_or(0);
+    }
+    Ok(by_name)
+}
+
+/// One workload's figures per operation.
+struct PerOp {
+    runs: f64,
+    counted_ns: f64,
+    traps: f64,
+    tracer_ns: f64,
+    /// (program, runs, ns) per operation, costliest first
+    top: Vec<(String, f64, f64)>,
+}
+
+fn per_op(bin: &Path, master: u32, extra: &[&str], cmd: &[String]) -> Result<PerOp> {
+    let tracer = Tracer::start(bin, master, extra)?;
+    let pid = tracer.child.id();
+    fs::write(STATS, "1").context("enabling kernel.bpf_stats_enabled")?;
+    let before = programs(pid);
+    let cpu_before = process_cpu_secs(pid);
+    let run = run_load(cmd);
+    let cpu_after = process_cpu_secs(pid);
+    let after = programs(pid);
+    let _ = fs::write(STATS, "0");
+    tracer.stop();
+    let (before, after, (_, ops)) = (before?, after?, run?);
+    let mut top = Vec::new();
+    let (mut runs, mut ns, mut traps) = (0.0, 0.0, 0.0);
+    for (name, (c1, t1)) in &after {
+        let (c0, t0) = before.get(name).copied().unwrap_or((0, 0));
+        let (c, t) = ((c1 - c0) as f64 / ops, (t1 - t0) as f64 / ops);
+        runs += c;
+        ns += t;
+        // every uprobe or uretprobe program run is one trap into the kernel
+        if name.starts_with("ssl_") {
+            traps += c;
+        }
+        if c > 0.0 {
+            top.push((name.clone(), c, t));
+        }
+    }
+    top.sort_by(|a, b| b.2.total_cmp(&a.2));
+    Ok(PerOp {
+        runs,
+        counted_ns: ns,
+        traps,
+        tracer_ns: (cpu_after? - cpu_before?) * 1e9 / ops,
+        top,
+    })
+}
+
+/// ns per call of the uprobe loop, with hstrace tracing it or not.
+fn uprobe_loop_ns(bin: &Path, exe: &Path, traced: bool) -> Result<f64> {
+    let mut child = Command::new(exe)
+        .arg(UPROBE_CALLS)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| exe.display().to_string())?;
+    let mut out = BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    out.read_line(&mut line)?;
+    if line.trim() != "ready" {
+        bail!("{} printed {line:?}", exe.display());
+    }
+    let tracer = if traced {
+        Some(Tracer::start(bin, child.id(), &[])?)
+    } else {
+        None
+    };
+    child.stdin.take().expect("piped").write_all(b"go\n")?;
+    line.clear();
+    out.read_line(&mut line)?;
+    child.wait()?;
+    if let Some(t) = tracer {
+        t.stop();
+    }
+    line.trim()
+        .parse()
+        .with_context(|| format!("{} printed {line:?}", exe.display()))
+}
+
+/// The cost of one SSL_do_handshake call's two traps and their programs (ns): the median
+/// over interleaved pairs of the traced loop less the untraced one.
+fn uprobe_trap_pair_ns(bin: &Path, exe: &Path) -> Result<f64> {
+    let mut d = Vec::new();
+    for _ in 0..5 {
+        let off = uprobe_loop_ns(bin, exe, false)?;
+        let on = uprobe_loop_ns(bin, exe, true)?;
+        d.push(on - off);
+    }
+    Ok(median(d))
+}
+
+/// CPU seconds used so far by the children of this process that have been waited for
+/// (the load generator, once its run is over).
+fn waited_children_cpu_secs() -> f64 {
+    // SAFETY: getrusage writes only the struct it is given
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(u.ru_utime) + secs(u.ru_stime)
+}
+
+/// CPU seconds of nginx's workers (the master's children) so far.
+fn workers_cpu_secs(master: u32) -> f64 {
+    fs::read_to_string(format!("/proc/{master}/task/{master}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .filter_map(|p| process_cpu_secs(p).ok())
+        .sum()
+}
+
+/// CPU per operation (ns) of nginx's workers, the client and the tracer, hstrace off and
+/// on (default mode), in short interleaved runs: the medians of each side, and of the
+/// pairs' ratios.
+fn cpu_on_off(bin: &Path, master: u32, cmd: &[String]) -> Result<(f64, f64, f64)> {
+    let once = |tracer: Option<u32>| -> Result<f64> {
+        let (w0, c0) = (workers_cpu_secs(master), waited_children_cpu_secs());
+        let t0 = tracer.map_or(Ok(0.0), process_cpu_secs)?;
+        let (_, ops) = run_load(cmd)?;
+        let t1 = tracer.map_or(Ok(0.0), process_cpu_secs)?;
+        let spent = workers_cpu_secs(master) - w0 + waited_children_cpu_secs() - c0 + t1 - t0;
+        Ok(spent * 1e9 / ops)
+    };
+    let (mut offs, mut ons, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for pair in 0..CPU_PAIRS {
+        let off_first = pair % 2 == 0;
+        let off_before = if off_first { Some(once(None)?) } else { None };
+        let tracer = Tracer::start(bin, master, &[])?;
+        let on = once(Some(tracer.child.id()));
+        tracer.stop();
+        let on = on?;
+        let off = match off_before {
+            Some(v) => v,
+            None => once(None)?,
+        };
+        offs.push(off);
+        ons.push(on);
+        ratios.push(on / off);
+    }
+    Ok((median(offs), median(ons), median(ratios)))
+}
+
+/// The "Cost per operation" section of docs/benchmarks.md.
+pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<String> {
+    let floor = super::hstrace_number(bin, &["bench-stats-floor"])?;
+    let trap_pair = uprobe_trap_pair_ns(bin, uprobe_exe)?;
+    let mut rows = String::new();
+    let mut detail = String::new();
+    for w in WORKLOADS {
+        let port = if w.tls {
+            nginx.tls_port
+        } else {
+            nginx.plain_port
+        };
+        let cmd = (w.args)(port);
+        for (mode, extra) in [
+            ("default", &[][..]),
+            ("wire only", &["--uprobes", "none"][..]),
+            ("serve", &[SERVE][..]),
+        ] {
+            let p = per_op(bin, nginx.master, extra, &cmd)?;
+            let net = p.counted_ns - p.runs * floor;
+            let line = format!(
+                "| {} | {mode} | {:.1} | {:.2} µs | {:.2} µs | {:.1} (~{:.1} µs) | {:.2} µs |\n",
+                w.name,
+                p.runs,
+                p.counted_ns / 1e3,
+                net / 1e3,
+                p.traps,
+                p.traps / 2.0 * trap_pair / 1e3,
+                p.tracer_ns / 1e3,
+            );
+            eprint!("{line}");
+            rows.push_str(&line);
+            if mode == "default" {
+                let top: Vec<String> = p
+                    .top
+                    .iter()
+                    .map(|(n, c, t)| {
+                        format!("{n} {:.1}×{:.0} ns", c, (t / c - floor).max(0.0))
+                    })
+                    .collect();
+                detail.push_str(&format!("| {} | {} |\n", w.name, top.join(", ")));
+            }
+        }
+    }
+    let mut cpu_rows = String::new();
+    for w in WORKLOADS.iter().filter(|w| w.tls).take(3) {
+        let (off, on, ratio) = cpu_on_off(bin, nginx.master, &(w.args)(nginx.tls_port))?;
+        let line = format!(
+            "| {} | {:.1} µs | {:.1} µs | {:+.1} % |\n",
+            w.name,
+            off / 1e3,
+            on / 1e3,
+            (ratio - 1.0) * 100.0
+        );
+        eprint!("{line}");
+        cpu_rows.push_str(&line);
+    }
+    Ok(format!(
+        "\n## Cost per operation\n\n\
+         `cargo xtask bench --cost` (also part of the full bench). Per connection (handshakes) \
+         or request (keep-alive), one run per row:\n\n\
+         - **program runs** and **BPF run time, counted**: every run of hstrace's programs, \
+         as `kernel.bpf_stats_enabled=1` counts them (the tracer's own program ids, from \
+         /proc/PID/fdinfo; the client's calls on loopback fire them too);\n\
+         - **less the counting**: minus runs × {floor:.0} ns, the mean run time the kernel \
+         reports for a program that does nothing (`hstrace bench-stats-floor`: an empty \
+         program on sock_recv_length, 200,000 loopback reads): that is the counting's own \
+         two clock reads, not hstrace's;\n\
+         - **uprobe traps**: runs of the uprobe and uretprobe programs, × the measured cost \
+         of one SSL_do_handshake call's pair of traps with their programs, {:.2} µs \
+         (xtask/bench/uprobe_cost.c: a loop of calls traced by hstrace against the same \
+         loop untraced, median of 5 pairs);\n\
+         - **tracer CPU**: the tracer process's user + system time (/proc/PID/stat) over \
+         the run, per operation (serve is scraped every second).\n\n\
+         | workload | mode | program runs | BPF run time, counted | less the counting | uprobe traps (cost) | tracer CPU |\n\
+         |---|---|---|---|---|---|---|\n{rows}\n\
+         Where the default mode's run time goes (program runs per operation × ns per run, \
+         less the counting):\n\n| workload | programs |\n|---|---|\n{detail}\n\
+         CPU per connection of nginx's worker, the client (`openssl s_time`) and the tracer \
+         (user + system time from /proc and the client's rusage: other tenants of the \
+         machine are left out), hstrace off and on (default mode, `trace`), {CPU_PAIRS} \
+         interleaved pairs of short runs, medians:\n\n\
+         | workload | off | on | on/off |\n|---|---|---|---|\n{cpu_rows}",
+        trap_pair / 1e3
+    ))
+}
+
+/// The uprobe loop, built from xtask/bench/uprobe_cost.c.
+pub fn build_uprobe_cost(dir: &Path) -> Result<std::path::PathBuf> {
+    let exe = dir.join("uprobe_cost");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/uprobe_cost.c");
+    let ok = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-lssl")
+        .arg("-lcrypto")
+        .status()
+        .context("gcc")?
+        .success();
+    if !ok {
+        bail!("gcc could not build {}", src.display());
+    }
+    Ok(exe)
+}
+
+/// `doc` with its "Cost per operation" section replaced by `section` (which starts with
+/// its own heading), or the section put before the next one when there was none.
+pub fn replace_section(doc: &str, section: &str) -> String {
+    const HEADING: &str = "\n## Cost per operation\n";
+    if let Some(start) = doc.find(HEADING) {
+        let end = doc[start + HEADING.len()..]
+            .find("\n## ")
+            .map_or(doc.len(), |i| start + HEADING.len() + i);
+        return format!("{}{section}{}", &doc[..start], &doc[end..]);
+    }
+    match doc.find("\n## Cost for processes") {
+        Some(at) => format!("{}{section}{}", &doc[..at], &doc[at..]),
+        None => format!("{doc}{section}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replace_section;
+
+    #[test]
+    fn the_cost_section_is_replaced_in_place() {
+        let doc = "# B\n\n## In-kernel\nx\n\n## Cost for processes\ny\n";
+        let once = replace_section(doc, "\n## Cost per operation\nA\n");
+        assert_eq!(
+            once,
+            "# B\n\n## In-kernel\nx\n\n## Cost per operation\nA\n\n## Cost for processes\ny\n"
+        );
+        let twice = replace_section(&once, "\n## Cost per operation\nB\n");
+        assert_eq!(
+            twice,
+            "# B\n\n## In-kernel\nx\n\n## Cost per operation\nB\n\n## Cost for processes\ny\n"
+        );
+    }
+}

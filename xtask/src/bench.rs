@@ -13,9 +13,9 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-/// Off/on pairs per workload and mode.
-
 pub mod cost;
+
+/// Off/on pairs per workload and mode.
 const PAIRS: usize = 7;
 /// Seconds each s_time run lasts.
 const STIME_SECS: &str = "3";

@@ -53,7 +53,11 @@ enum DisciplineArg {
     /// seed 002's: requests share the processor (threads, processes)
     ProcessorSharing,
     /// one event loop (an nginx worker): each flight is answered to completion, in turn
+    /// (approximate MVA)
     EventLoop,
+    /// the same event loop as nginx runs it (gated passes over the ready list, one accept
+    /// per pass), by discrete-event simulation (--seed)
+    EventLoopSim,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -227,9 +231,31 @@ enum Command {
         )]
         servers: i64,
         /// How the web server shares its processor (event-loop: approximate MVA, one
-        /// processor)
+        /// processor; event-loop-sim: simulated, with a 95 % confidence half-width)
         #[arg(long, value_enum, default_value = "processor-sharing")]
         discipline: DisciplineArg,
+        /// The seed of --discipline event-loop-sim (the same seed, the same answer)
+        #[arg(long, default_value_t = 1, value_name = "SEED")]
+        seed: u32,
+        /// With event-loop-sim: the worker's CPU per request that no stage measures
+        /// (accepting, closing, logging, epoll; e.g. its CPU time over its requests, less
+        /// the service stages), shared among each request's handler calls
+        #[arg(
+            long,
+            default_value = "0",
+            value_name = "TIME",
+            allow_hyphen_values = true
+        )]
+        overhead: String,
+        /// With event-loop-sim: how long a worker asleep in epoll_wait takes to run after
+        /// an event (its CPU waking up)
+        #[arg(
+            long,
+            default_value = "0",
+            value_name = "TIME",
+            allow_hyphen_values = true
+        )]
+        wakeup: String,
         /// text (a table), json (hstrace.model/v1), csv (a row per curve, N and class)
         #[arg(long, value_enum, default_value = "text")]
         format: ModelFormatArg,
@@ -410,6 +436,9 @@ fn run(cli: Cli) -> Result<()> {
             scale_stage,
             servers,
             discipline,
+            seed,
+            overhead,
+            wakeup,
             format,
             plot,
             measured,
@@ -445,7 +474,11 @@ fn run(cli: Cli) -> Result<()> {
                 discipline: match discipline {
                     DisciplineArg::ProcessorSharing => Discipline::ProcessorSharing,
                     DisciplineArg::EventLoop => Discipline::EventLoop,
+                    DisciplineArg::EventLoopSim => Discipline::EventLoopSim,
                 },
+                seed: u64::from(seed),
+                overhead_s: knobs::parse_seconds("--overhead", &overhead)?,
+                wakeup_s: knobs::parse_seconds("--wakeup", &wakeup)?,
             };
             model::run(ModelOptions {
                 source,

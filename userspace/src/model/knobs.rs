@@ -7,6 +7,7 @@ use anyhow::{anyhow, bail, Result};
 use super::{
     input::{ClassInput, ServerInput, StageMean},
     mva::{Discipline, Network},
+    sim::Step,
 };
 use crate::stage::{RequestClass, Stage, StageClass};
 
@@ -32,6 +33,12 @@ pub struct Knobs {
     pub scale_stages: Vec<(String, f64)>,
     /// how the web server shares its processor
     pub discipline: Discipline,
+    /// the seed of `--discipline event-loop-sim`
+    pub seed: u64,
+    /// `--overhead`: the web server's CPU per request that no stage measures, seconds
+    pub overhead_s: f64,
+    /// `--wakeup`: how long an idle worker takes to run after an event, seconds
+    pub wakeup_s: f64,
 }
 
 impl Default for Knobs {
@@ -43,6 +50,9 @@ impl Default for Knobs {
             cpu_speedup: 1.0,
             scale_stages: Vec::new(),
             discipline: Discipline::ProcessorSharing,
+            seed: 1,
+            overhead_s: 0.0,
+            wakeup_s: 0.0,
         }
     }
 }
@@ -58,6 +68,10 @@ impl Knobs {
     pub fn web_server(&self) -> String {
         match (self.discipline, self.servers) {
             (Discipline::EventLoop, _) => "one event loop, each flight answered in turn".into(),
+            (Discipline::EventLoopSim, _) => format!(
+                "one event loop (nginx's: gated passes, one accept per pass), simulated, seed {}",
+                self.seed
+            ),
             (_, 1) => "1 processor shared by all requests".into(),
             (_, c) => format!("{c} processors shared by all requests"),
         }
@@ -103,10 +117,12 @@ pub fn parse_users(s: &str) -> Result<Vec<u32>> {
     Ok(out)
 }
 
-/// `2s`, `500ms` or plain seconds (`2`, `0.5`): from 0 to a day.
+/// `2s`, `500ms`, `150us` or plain seconds (`2`, `0.5`): from 0 to a day.
 pub fn parse_seconds(flag: &str, s: &str) -> Result<f64> {
     let t = s.trim();
-    let (num, scale) = if let Some(ms) = t.strip_suffix("ms") {
+    let (num, scale) = if let Some(us) = t.strip_suffix("us").or_else(|| t.strip_suffix("µs")) {
+        (us, 1e-6)
+    } else if let Some(ms) = t.strip_suffix("ms") {
         (ms, 1e-3)
     } else if let Some(sec) = t.strip_suffix('s') {
         (sec, 1.0)
@@ -265,6 +281,80 @@ pub fn visits(class: &ClassInput, knobs: &Knobs) -> Vec<f64> {
     out
 }
 
+/// A delay before a queue stage under this mean: the client's message was (nearly always)
+/// in when the server finished its last visit, and the same handler reads it and goes on
+/// (a resumed TLS 1.2 client's request comes behind its Finished: `wait_request` ≈ 0).
+/// Longer, and it is a visit of its own.
+const CONTINUATION_DELAY_S: f64 = 10e-6;
+
+/// Listeners: TLS and plain HTTP come to different listening ports, each its own
+/// listening socket in the worker's epoll set.
+const TLS_LISTENER: usize = 0;
+const PLAIN_LISTENER: usize = 1;
+
+/// A class's route through the server and the client, stage by stage in wire order (knobs
+/// applied), for the event-loop simulation: `accept_queue` is the wait in the listener's
+/// accept queue (nginx's accept handler reads nothing: the next message is read in a visit
+/// of its own); each other queue stage starts a visit (the connection back on the ready
+/// list), served by the service stages after it; a delay stage is time at the client. A
+/// queue stage after a delay of (nearly) zero, not after the accept, is the same handler
+/// reading on (see CONTINUATION_DELAY_S). Queue stages give the route's shape, never a
+/// time: queueing is what the simulation predicts. A service stage with no queue stage
+/// before it (a hand-written file, seed 002's) is a visit of its own.
+pub fn route(class: &ClassInput, knobs: &Knobs) -> Vec<Step> {
+    let listener = match class.class {
+        RequestClass::Plain => PLAIN_LISTENER,
+        _ => TLS_LISTENER,
+    };
+    let mut stages: Vec<&StageMean> = class.stages.iter().collect();
+    stages.sort_by_key(|m| Stage::from_name(&m.name).map_or(usize::MAX, Stage::index));
+    let mut out: Vec<Step> = Vec::new();
+    // a visit is open: a service stage now is its work
+    let mut open = false;
+    for m in stages {
+        let known = Stage::from_name(&m.name).is_some();
+        match m.class {
+            StageClass::Queue if m.name == Stage::AcceptQueue.name() => {
+                out.push(Step::Accept { listener });
+                open = false;
+            }
+            StageClass::Queue => {
+                let n = out.len();
+                let continues = n >= 2
+                    && matches!(out[n - 1], Step::Delay { mean_s } if mean_s < CONTINUATION_DELAY_S)
+                    && matches!(out[n - 2], Step::Visit { .. });
+                if continues {
+                    out.pop();
+                } else {
+                    out.push(Step::Visit {
+                        queue: Some(m.name.clone()),
+                        service_s: 0.0,
+                    });
+                }
+                open = known;
+            }
+            StageClass::Service => {
+                let s = m.mean_s * scale(knobs, &m.name) / knobs.cpu_speedup;
+                match (open && known, out.last_mut()) {
+                    (true, Some(Step::Visit { service_s, .. })) => *service_s += s,
+                    _ => out.push(Step::Visit {
+                        queue: None,
+                        service_s: s,
+                    }),
+                }
+                open = false;
+            }
+            StageClass::Delay => {
+                out.push(Step::Delay {
+                    mean_s: m.mean_s * scale(knobs, &m.name),
+                });
+                open = false;
+            }
+        }
+    }
+    out
+}
+
 /// The product of the --scale-stage factors naming `stage`.
 fn scale(knobs: &Knobs, stage: &str) -> f64 {
     knobs
@@ -324,9 +414,18 @@ pub fn network(
         discipline: knobs.discipline,
         visits: visits.each_ref().map(|v| v.len() as f64),
         visit_sq_s: visits.map(|v| v.iter().map(|s| s * s).sum()),
+        routes: server.classes.each_ref().map(|c| route(c, knobs)),
+        seed: knobs.seed,
+        overhead_s: knobs.overhead_s,
+        wakeup_s: knobs.wakeup_s,
     };
-    if knobs.discipline == Discipline::EventLoop && knobs.servers > 1 {
-        bail!("--discipline event-loop models one event loop: give --servers 1 (for several workers, model one with its share of the users)");
+    if knobs.discipline != Discipline::EventLoopSim
+        && (knobs.overhead_s > 0.0 || knobs.wakeup_s > 0.0)
+    {
+        bail!("--overhead and --wakeup are parts of the simulated event loop: give --discipline event-loop-sim");
+    }
+    if knobs.discipline.is_event_loop() && knobs.servers > 1 {
+        bail!("--discipline {} models one event loop: give --servers 1 (for several workers, model one with its share of the users)", knobs.discipline.name().replace('_', "-"));
     }
     if net.service_demand() <= 0.0 {
         bail!(
@@ -386,6 +485,126 @@ mod tests {
     }
 
     #[test]
+    fn routes_from_the_stage_table() {
+        let stage = |name: &str, ms: f64| StageMean {
+            name: name.into(),
+            class: Stage::from_name(name).unwrap().class(),
+            mean_s: ms * 1e-3,
+        };
+        let class = |c: RequestClass, stages: Vec<StageMean>| ClassInput {
+            class: c,
+            share: 0.5,
+            stages,
+        };
+        let visit = |queue: &str, ms: f64| Step::Visit {
+            queue: Some(queue.into()),
+            service_s: ms * 1e-3,
+        };
+        let delay = |ms: f64| Step::Delay { mean_s: ms * 1e-3 };
+        let close = |a: &[Step], b: &[Step]| {
+            a.len() == b.len()
+                && a.iter().zip(b).all(|(x, y)| match (x, y) {
+                    (
+                        Step::Visit {
+                            queue: q,
+                            service_s: s,
+                        },
+                        Step::Visit {
+                            queue: r,
+                            service_s: t,
+                        },
+                    ) => q == r && (s - t).abs() < 1e-15,
+                    (Step::Delay { mean_s: s }, Step::Delay { mean_s: t }) => (s - t).abs() < 1e-15,
+                    (x, y) => x == y,
+                })
+        };
+        // a full TLS 1.2 handshake, stages out of order as a JSON object may give them
+        let full = class(
+            RequestClass::TlsFull,
+            vec![
+                stage("response", 0.1),
+                stage("accept_queue", 2.0),
+                stage("wait_client_hello", 0.05),
+                stage("client_hello_queue", 0.9),
+                stage("server_flight_1", 6.0),
+                stage("wait_client_flight_2", 1.1),
+                stage("client_flight_2_queue", 3.5),
+                stage("server_flight_2", 0.25),
+                stage("wait_request", 0.4),
+                stage("request_queue", 2.0),
+            ],
+        );
+        let r = route(&full, &Knobs::default());
+        let want = [
+            Step::Accept { listener: 0 },
+            delay(0.05),
+            visit("client_hello_queue", 6.0),
+            delay(1.1),
+            visit("client_flight_2_queue", 0.25),
+            delay(0.4),
+            visit("request_queue", 0.1),
+        ];
+        assert!(close(&r, &want), "{r:?}");
+        // the knobs act on the route too; queue stages' means never do
+        let k = Knobs {
+            cpu_speedup: 2.0,
+            scale_stages: vec![("wait_client_flight_2".into(), 3.0)],
+            ..Knobs::default()
+        };
+        let mut waited = full.clone();
+        for m in &mut waited.stages {
+            if m.class == StageClass::Queue {
+                m.mean_s *= 10.0;
+            }
+        }
+        let r = route(&waited, &k);
+        assert!(
+            matches!(r[2], Step::Visit { service_s, .. } if (service_s - 3.0e-3).abs() < 1e-15)
+        );
+        assert!(matches!(r[3], Step::Delay { mean_s } if (mean_s - 3.3e-3).abs() < 1e-15));
+        // resumed TLS 1.2: the request came behind the Finished (no wait): the same handler
+        let mut resumed = full.clone();
+        resumed.class = RequestClass::TlsResumed;
+        for m in &mut resumed.stages {
+            match m.name.as_str() {
+                "wait_request" => m.mean_s = 0.0,
+                "request_queue" => m.mean_s = 0.3e-3,
+                _ => {}
+            }
+        }
+        let r = route(&resumed, &Knobs::default());
+        assert!(close(&r[..4], &want[..4]), "{r:?}");
+        assert!(
+            close(&r[4..], &[visit("client_flight_2_queue", 0.35)]),
+            "{r:?}"
+        );
+        // plain HTTP on its own listener; its request is read in a pass after the accept
+        // even when it was there at once
+        let plain = class(
+            RequestClass::Plain,
+            vec![
+                stage("accept_queue", 1.0),
+                stage("wait_request", 0.0),
+                stage("request_queue", 0.04),
+                stage("response", 0.1),
+            ],
+        );
+        let r = route(&plain, &Knobs::default());
+        let want = [
+            Step::Accept { listener: 1 },
+            delay(0.0),
+            visit("request_queue", 0.1),
+        ];
+        assert!(close(&r, &want), "{r:?}");
+        // seed 002's file: no queue stages, no accept; each service stage a visit
+        let s = seed();
+        let r = route(&s.classes[0], &Knobs::default());
+        let visits = r.iter().filter(|s| matches!(s, Step::Visit { .. })).count();
+        assert_eq!(visits, 5, "{r:?}");
+        assert!(r.iter().all(|s| !matches!(s, Step::Accept { .. })));
+    }
+
+    #[test]
     fn option_values() {
         assert_eq!(parse_users("50,1,10,10").unwrap(), [1, 10, 50]);
         assert_eq!(parse_users("1..4").unwrap(), [1, 2, 3, 4]);
@@ -396,6 +615,8 @@ mod tests {
         assert_eq!(parse_seconds("--think-time", "2s").unwrap(), 2.0);
         assert_eq!(parse_seconds("--think-time", "500ms").unwrap(), 0.5);
         assert_eq!(parse_seconds("--think-time", "0.25").unwrap(), 0.25);
+        assert!((parse_seconds("--overhead", "150us").unwrap() - 150e-6).abs() < 1e-18);
+        assert!((parse_seconds("--wakeup", "80µs").unwrap() - 80e-6).abs() < 1e-18);
         assert!(parse_seconds("--think-time", "-1s").is_err());
         assert!(parse_seconds("--think-time", "2h").is_err());
         assert_eq!(parse_fractions("-p", "0.1, 0.3").unwrap(), [0.1, 0.3]);
@@ -472,6 +693,31 @@ mod tests {
     #[test]
     fn bad_knobs_say_what_to_do() {
         let s = seed();
+        // the loop's platform parts belong to the simulated loop
+        for k in [
+            Knobs {
+                overhead_s: 1e-4,
+                ..Knobs::default()
+            },
+            Knobs {
+                wakeup_s: 1e-4,
+                discipline: Discipline::EventLoop,
+                ..Knobs::default()
+            },
+        ] {
+            let e = network(&s, &k, None).unwrap_err().to_string();
+            assert!(e.contains("--discipline event-loop-sim"), "{e}");
+        }
+        let k = Knobs {
+            discipline: Discipline::EventLoopSim,
+            servers: 2,
+            ..Knobs::default()
+        };
+        let e = network(&s, &k, None).unwrap_err().to_string();
+        assert!(
+            e.contains("event-loop-sim") && e.contains("--servers 1"),
+            "{e}"
+        );
         let k = |stage: &str| Knobs {
             scale_stages: vec![(stage.into(), 2.0)],
             ..Knobs::default()

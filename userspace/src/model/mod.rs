@@ -5,13 +5,15 @@
 //! - `input`: the parameters (a `hstrace.parameters/v1` file, a daemon, Prometheus)
 //! - `knobs`: the what-if knobs and the network they make
 //! - `mva`: the solver (one processor or c), the bounds and N*
+//! - `sim`: one event loop (an nginx worker) by discrete-event simulation
 //! - `report`: the table, JSON (`hstrace.model/v1`) and CSV
 //! - `plot`: the SVG picture, measured points overlaid
 //!
 //! The model: a user thinks (mean Z), then makes a request of class tls_full, tls_resumed
 //! or plain with the measured shares. Its service stages (`server_flight_1`,
 //! `server_flight_2`, `response`: the server working) are demand at a processor-sharing
-//! web server; its delay stages (waiting for the client and the network) at an
+//! web server (or, `--discipline`, one event loop: approximate MVA, or the loop nginx
+//! runs, simulated); its delay stages (waiting for the client and the network) at an
 //! infinite-server delay centre. Each stage's wall-clock `mean_s` is its demand, as seed
 //! 002 measured its stages with one user on an idle server: measure at low load, or the
 //! service stages carry time the thread spent on other connections. Queue stages are never
@@ -22,6 +24,7 @@ pub mod knobs;
 pub mod mva;
 pub mod plot;
 pub mod report;
+pub mod sim;
 
 #[cfg(test)]
 mod ctmc;
@@ -33,6 +36,7 @@ use anyhow::{bail, Result};
 use self::{
     input::ServerInput,
     knobs::Knobs,
+    mva::Discipline,
     report::{Curve, Report},
 };
 
@@ -104,6 +108,14 @@ pub fn build(
     };
     users.sort_unstable();
     users.dedup();
+    if knobs.discipline == Discipline::EventLoopSim {
+        if let Some(&n) = users.last().filter(|&&n| n > sim::MAX_USERS) {
+            bail!(
+                "--discipline event-loop-sim simulates up to {} users, not {n}: give fewer --users (or --discipline event-loop, the approximation)",
+                sim::MAX_USERS
+            );
+        }
+    }
     let curves = nets
         .into_iter()
         .map(|(secure_fraction, network)| {
@@ -268,6 +280,40 @@ mod tests {
         let csv = r.to_csv();
         assert_eq!(csv.lines().count(), 1 + 2 * 4);
         assert!(csv.lines().nth(1).unwrap().starts_with(",1,all,1,"));
+    }
+
+    #[test]
+    fn the_simulation_reports_its_error_and_queue_stages() {
+        let k = Knobs {
+            discipline: Discipline::EventLoopSim,
+            think_s: 0.5,
+            ..Knobs::default()
+        };
+        let r = build(&seed(), "seed".into(), &k, &[], Some(&[1, 40])).unwrap();
+        let v: Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(v["discipline"], "event_loop_sim");
+        assert_eq!(v["seed"], 1);
+        let p = &v["curves"][0]["points"][1];
+        assert!(p["ci95"]["response_s"].as_f64().unwrap() > 0.0);
+        assert!(p["ci95"]["throughput_per_s"].as_f64().unwrap() > 0.0);
+        assert!(p["classes"]["tls_full"]["response_ci95_s"].is_f64());
+        assert_eq!(p["classes"]["tls_resumed"]["response_ci95_s"], Value::Null);
+        // seed 002 measured no queue stages: no named waits to predict
+        assert!(p["classes"]["tls_full"]["queue_s"]
+            .as_object()
+            .unwrap()
+            .is_empty());
+        assert!(r.text().contains("± ms"));
+        // an exact discipline has no error to report
+        let exact = build(&seed(), "seed".into(), &Knobs::default(), &[], Some(&[40])).unwrap();
+        let v: Value = serde_json::from_str(&exact.to_json()).unwrap();
+        assert_eq!(v["curves"][0]["points"][0]["ci95"], Value::Null);
+        assert_eq!(v["seed"], Value::Null);
+        // too many users to simulate: one clear line
+        let e = build(&seed(), "seed".into(), &k, &[], Some(&[sim::MAX_USERS + 1]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("event-loop-sim") && e.contains("--users"), "{e}");
     }
 
     #[test]

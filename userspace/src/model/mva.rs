@@ -13,6 +13,8 @@
 //! p(j | n) for j < c − 1 are carried along, as in multi-server MVA:
 //! R_c,ws(n) = D_c,ws / c · (1 + Q_ws(n − 1) + Σ_{j=0}^{c−2} (c − 1 − j) p(j | n − 1)).
 
+use super::sim::{self, Step};
+
 /// How the web server shares its processor among the requests at it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Discipline {
@@ -23,6 +25,9 @@ pub enum Discipline {
     /// one event loop (an nginx worker): each visit (a flight read and answered) runs to
     /// completion, in arrival order. Not product form: approximate MVA (below).
     EventLoop,
+    /// the same event loop as nginx runs it (gated passes over the epoll ready list, one
+    /// accept per listener per pass), solved by discrete-event simulation (`sim`).
+    EventLoopSim,
 }
 
 impl Discipline {
@@ -30,7 +35,13 @@ impl Discipline {
         match self {
             Discipline::ProcessorSharing => "processor_sharing",
             Discipline::EventLoop => "event_loop",
+            Discipline::EventLoopSim => "event_loop_sim",
         }
+    }
+
+    /// One event loop (one processor), however solved.
+    pub fn is_event_loop(self) -> bool {
+        matches!(self, Discipline::EventLoop | Discipline::EventLoopSim)
     }
 }
 
@@ -57,6 +68,24 @@ pub struct Network {
     pub visits: [f64; 3],
     /// each class's sum over its visits of the visit's service time squared, s²
     pub visit_sq_s: [f64; 3],
+    /// each class's route, stage by stage (what `EventLoopSim` simulates)
+    pub routes: [Vec<Step>; 3],
+    /// `EventLoopSim`'s seed
+    pub seed: u64,
+    /// `EventLoopSim`: the web server's CPU per request that no stage measures (accepting,
+    /// closing, logging, epoll), seconds; part of its demand
+    pub overhead_s: f64,
+    /// `EventLoopSim`: how long a worker asleep in `epoll_wait` takes to run after an
+    /// event, seconds
+    pub wakeup_s: f64,
+}
+
+/// 95 % confidence half-widths of a simulated solution.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ci95 {
+    pub response_s: f64,
+    pub throughput_per_s: f64,
+    pub class_response_s: [f64; 3],
 }
 
 /// The network's means at one user count.
@@ -75,6 +104,10 @@ pub struct Solution {
     pub utilisation: f64,
     /// mean requests at the web server, Q_ws(N)
     pub web_server_users: f64,
+    /// a simulation's statistical error (None: solved, not simulated)
+    pub ci95: Option<Ci95>,
+    /// per class, each queue stage's predicted mean (simulated only; else empty)
+    pub queue_s: [Vec<(String, f64)>; 3],
 }
 
 impl Solution {
@@ -105,9 +138,10 @@ fn mixed(mix: &[f64; 3], v: &[f64; 3]) -> f64 {
 }
 
 impl Network {
-    /// D_ws: the mean request's demand at the web server.
+    /// D_ws: the mean request's demand at the web server (its service stages, and the
+    /// CPU no stage measures when given).
     pub fn service_demand(&self) -> f64 {
-        mixed(&self.mix, &self.service_s)
+        mixed(&self.mix, &self.service_s) + self.overhead_s
     }
 
     /// The mean request's delay.
@@ -115,9 +149,10 @@ impl Network {
         mixed(&self.mix, &self.delay_s)
     }
 
-    /// D: the mean request's total demand (its response time alone).
+    /// D: the mean request's total demand (its response time alone: its stages; the CPU
+    /// no stage measures runs after them).
     pub fn demand(&self) -> f64 {
-        self.service_demand() + self.delay_demand()
+        mixed(&self.mix, &self.service_s) + self.delay_demand()
     }
 
     /// D_max: the bottleneck's demand per processor (the delay centre has no bottleneck).
@@ -153,6 +188,7 @@ impl Network {
         match self.discipline {
             Discipline::ProcessorSharing => self.solve_ps(users),
             Discipline::EventLoop => self.solve_event_loop(users),
+            Discipline::EventLoopSim => sim::solve_at(self, users),
         }
     }
 
@@ -230,6 +266,8 @@ impl Network {
             class_web_server_s,
             utilisation: x * self.service_demand() / f64::from(self.servers.max(1)),
             web_server_users: x * r_ws,
+            ci95: None,
+            queue_s: Default::default(),
         }
     }
 }
@@ -284,6 +322,22 @@ mod tests {
             discipline: Discipline::ProcessorSharing,
             visits: [0, 1, 2].map(|c| ws_phases(c).count() as f64),
             visit_sq_s: [0, 1, 2].map(|c| ws_phases(c).map(|p| p.mean_s * p.mean_s).sum()),
+            routes: [0, 1, 2].map(|c| {
+                routes[c]
+                    .phases
+                    .iter()
+                    .map(|p| match p.at_web_server {
+                        true => Step::Visit {
+                            queue: None,
+                            service_s: p.mean_s,
+                        },
+                        false => Step::Delay { mean_s: p.mean_s },
+                    })
+                    .collect()
+            }),
+            seed: 1,
+            overhead_s: 0.0,
+            wakeup_s: 0.0,
         }
     }
 
@@ -334,6 +388,10 @@ mod tests {
             discipline: Discipline::EventLoop,
             visits: [1.0, 0.0, 0.0],
             visit_sq_s: [0.004 * 0.004, 0.0, 0.0],
+            routes: Default::default(),
+            seed: 1,
+            overhead_s: 0.0,
+            wakeup_s: 0.0,
         };
         let ps = Network {
             discipline: Discipline::ProcessorSharing,

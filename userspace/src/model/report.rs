@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     knobs::Knobs,
-    mva::{Bounds, Network, Solution},
+    mva::{Bounds, Discipline, Network, Solution},
 };
 use crate::stage::RequestClass;
 
@@ -35,6 +35,28 @@ pub struct Report {
     pub curves: Vec<Curve>,
 }
 
+/// A half-width for CSV: empty when solved (not simulated) or too few samples.
+fn ci_text(v: Option<f64>) -> String {
+    v.and_then(finite)
+        .map(|v| v.to_string())
+        .unwrap_or_default()
+}
+
+/// A number for JSON, None for NaN (too few samples to say).
+fn finite(v: f64) -> Option<f64> {
+    v.is_finite().then_some(v)
+}
+
+/// A class's predicted queue stages, by name (a simulation's; else empty).
+fn queue_stages(s: &Solution, c: RequestClass) -> Value {
+    Value::Object(
+        s.queue_s[c.index()]
+            .iter()
+            .map(|(name, v)| (name.clone(), json!(v)))
+            .collect::<Map<_, _>>(),
+    )
+}
+
 impl Report {
     fn class_response(&self, s: &Solution, c: RequestClass) -> Option<f64> {
         self.measured[c.index()].then(|| s.class_response_s[c.index()])
@@ -59,15 +81,23 @@ impl Report {
                     .points
                     .iter()
                     .map(|(s, b)| {
+                        let ci = s.ci95.as_ref();
                         json!({
                             "users": s.users,
                             "throughput_per_s": s.throughput_per_s,
                             "response_s": s.response_s,
                             "utilisation": s.utilisation,
                             "web_server_users": s.web_server_users,
+                            "ci95": ci.map(|ci| json!({
+                                "response_s": finite(ci.response_s),
+                                "throughput_per_s": finite(ci.throughput_per_s),
+                            })),
                             "classes": classes(&|c| json!({
                                 "response_s": self.class_response(s, c),
                                 "throughput_per_s": s.throughput_per_s * net.mix[c.index()],
+                                "response_ci95_s": ci.filter(|_| self.measured[c.index()])
+                                    .and_then(|ci| finite(ci.class_response_s[c.index()])),
+                                "queue_s": queue_stages(s, c),
                             })),
                             "bounds": {
                                 "throughput_max_per_s": b.throughput_max_per_s,
@@ -91,11 +121,14 @@ impl Report {
             "think_time_s": self.knobs.think_s,
             "servers": self.knobs.servers,
             "discipline": self.knobs.discipline.name(),
+            "seed": (self.knobs.discipline == Discipline::EventLoopSim).then_some(self.knobs.seed),
             "knobs": {
                 "hit_ratio": self.knobs.hit_ratio,
                 "cpu_speedup": self.knobs.cpu_speedup,
                 "scale_stage": self.knobs.scale_stages.iter()
                     .map(|(s, k)| (s.clone(), json!(k))).collect::<Map<_, _>>(),
+                "overhead_s": self.knobs.overhead_s,
+                "wakeup_s": self.knobs.wakeup_s,
             },
             "mix": mix(&self.base),
             "measured": classes(&|c| json!(self.measured[c.index()])),
@@ -125,6 +158,7 @@ impl Report {
             "utilisation",
             "throughput_max_per_s",
             "response_min_s",
+            "response_ci95_s",
         ]);
         for curve in &self.curves {
             let net = &curve.network;
@@ -143,6 +177,7 @@ impl Report {
                     s.utilisation.to_string(),
                     b.throughput_max_per_s.to_string(),
                     b.response_min_s.to_string(),
+                    ci_text(s.ci95.map(|ci| ci.response_s)),
                 ]);
                 for c in RequestClass::ALL {
                     let i = c.index();
@@ -159,6 +194,11 @@ impl Report {
                         (x * net.service_s[i] / f64::from(net.servers)).to_string(),
                         String::new(),
                         String::new(),
+                        ci_text(
+                            s.ci95
+                                .filter(|_| self.measured[i])
+                                .map(|ci| ci.class_response_s[i]),
+                        ),
                     ]);
                 }
             }
@@ -185,6 +225,15 @@ impl Report {
         }
         for (st, f) in &k.scale_stages {
             what_if.push(format!("{st} x{f}"));
+        }
+        if k.overhead_s > 0.0 {
+            what_if.push(format!(
+                "{} ms of CPU a request outside the stages",
+                ms(k.overhead_s)
+            ));
+        }
+        if k.wakeup_s > 0.0 {
+            what_if.push(format!("{} ms to wake the worker", ms(k.wakeup_s)));
         }
         if !what_if.is_empty() {
             s.push_str(&format!("what if: {}\n", what_if.join(", ")));
@@ -222,11 +271,20 @@ impl Report {
                 ms(net.service_demand()),
                 net.n_star()
             ));
+            let simulated = curve.points.iter().any(|(p, _)| p.ci95.is_some());
+            if simulated {
+                s.push_str("simulated: ± is the 95 % confidence half-width of R\n");
+            }
             s.push_str(&format!(
-                "{:>7} {:>10} {:>10} {:>10} {:>11} {:>10} {:>6} {:>10} {:>10}\n",
+                "{:>7} {:>10} {:>10}{} {:>10} {:>11} {:>10} {:>6} {:>10} {:>10}\n",
                 "users",
                 "X /s",
                 "R ms",
+                if simulated {
+                    format!(" {:>7}", "± ms")
+                } else {
+                    String::new()
+                },
                 "tls_full",
                 "tls_resumed",
                 "plain",
@@ -237,8 +295,15 @@ impl Report {
             for (p, bd) in &curve.points {
                 let class =
                     |c: RequestClass| self.class_response(p, c).map_or_else(|| "-".to_owned(), ms);
+                let ci = match (simulated, p.ci95) {
+                    (true, Some(ci)) if ci.response_s.is_finite() => {
+                        format!(" {:>7}", ms(ci.response_s))
+                    }
+                    (true, _) => format!(" {:>7}", "-"),
+                    (false, _) => String::new(),
+                };
                 s.push_str(&format!(
-                    "{:>7} {:>10.3} {:>10} {:>10} {:>11} {:>10} {:>6.3} {:>10.3} {:>10}\n",
+                    "{:>7} {:>10.3} {:>10}{ci} {:>10} {:>11} {:>10} {:>6.3} {:>10.3} {:>10}\n",
                     p.users,
                     p.throughput_per_s,
                     ms(p.response_s),

@@ -682,13 +682,13 @@ fn seed_figure_8_as_svg_and_csv() {
     let mut lines = out.lines();
     assert_eq!(
         lines.next(),
-        Some("secure_fraction,users,class,share,throughput_per_s,response_s,utilisation,throughput_max_per_s,response_min_s")
+        Some("secure_fraction,users,class,share,throughput_per_s,response_s,utilisation,throughput_max_per_s,response_min_s,response_ci95_s")
     );
     // (p, users) -> class -> (share, response)
     let mut rows: BTreeMap<(String, u32), BTreeMap<String, (f64, String)>> = BTreeMap::new();
     for line in lines {
         let f: Vec<&str> = line.split(',').collect();
-        assert_eq!(f.len(), 9, "{line}");
+        assert_eq!(f.len(), 10, "{line}");
         let users: u32 = f[1].parse().unwrap();
         let fresh = rows
             .entry((f[0].to_owned(), users))

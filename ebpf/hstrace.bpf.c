@@ -202,13 +202,8 @@ static __always_inline int on_accept_fd(long ret)
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_exit_accept4")
-int accept4_exit(struct trace_event_raw_sys_exit *ctx) { return on_accept_fd(ctx->ret); }
-SEC("tracepoint/syscalls/sys_exit_accept")
-int accept_exit(struct trace_event_raw_sys_exit *ctx) { return on_accept_fd(ctx->ret); }
-
-SEC("fexit/inet_csk_accept")
-int BPF_PROG(accept_fexit, struct sock *sk, struct proto_accept_arg *arg, struct sock *newsk)
+/* accept() returned socket `newsk` (hooked in the kernel: its fd is learned later). */
+static __always_inline int on_accept_sock(struct sock *newsk)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
@@ -217,14 +212,21 @@ int BPF_PROG(accept_fexit, struct sock *sk, struct proto_accept_arg *arg, struct
 	return 0;
 }
 
+SEC("tracepoint/syscalls/sys_exit_accept4")
+int accept4_exit(struct trace_event_raw_sys_exit *ctx) { return on_accept_fd(ctx->ret); }
+SEC("tracepoint/syscalls/sys_exit_accept")
+int accept_exit(struct trace_event_raw_sys_exit *ctx) { return on_accept_fd(ctx->ret); }
+
+SEC("fexit/inet_csk_accept")
+int BPF_PROG(accept_fexit, struct sock *sk, struct proto_accept_arg *arg, struct sock *newsk)
+{
+	return on_accept_sock(newsk);
+}
+
 SEC("kretprobe/inet_csk_accept")
 int BPF_KRETPROBE(accept_kretprobe, struct sock *newsk)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-
-	if (accept_traced(tgid))
-		on_accept(newsk, -1, tgid);
-	return 0;
+	return on_accept_sock(newsk);
 }
 
 /* ---- TCP state and arrival ------------------------------------------------------- */

@@ -30,6 +30,17 @@ struct Workload {
     args: fn(u16) -> Vec<String>,
 }
 
+impl Workload {
+    /// The load generator's command line against `nginx`'s TLS or plain port.
+    fn cmd(&self, nginx: &BenchNginx) -> Vec<String> {
+        (self.args)(if self.tls {
+            nginx.tls_port
+        } else {
+            nginx.plain_port
+        })
+    }
+}
+
 fn s_time(port: u16, extra: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = [
         "openssl",
@@ -625,12 +636,7 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path, uprobe_exe: &Path
          | workload | mode | off (ops/s, median) | on/off | goal |\n|---|---|---|---|---|\n"
     ));
     for w in WORKLOADS {
-        let port = if w.tls {
-            nginx.tls_port
-        } else {
-            nginx.plain_port
-        };
-        let cmd = (w.args)(port);
+        let cmd = w.cmd(nginx);
         for (mode, extra) in MODES {
             let (mut ratios, mut offs) = (Vec::new(), Vec::new());
             for pair in 0..PAIRS {
@@ -709,8 +715,8 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path, uprobe_exe: &Path
     let serve_pipeline = median(serve_pipelines);
     // a scrape of a daemon that has seen every workload's kinds of connection
     let daemon = Tracer::start(bin, nginx.master, &[SERVE])?;
-    throughput(&(WORKLOADS[0].args)(nginx.tls_port))?;
-    throughput(&(WORKLOADS[4].args)(nginx.plain_port))?;
+    throughput(&WORKLOADS[0].cmd(nginx))?;
+    throughput(&WORKLOADS[4].cmd(nginx))?;
     let scrapes = (0..21).map(|_| scrape_ms()).collect::<Result<Vec<f64>>>()?;
     let (_, serve_rss) = daemon.usage();
     daemon.stop();

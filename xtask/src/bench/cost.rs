@@ -208,12 +208,7 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
     let mut rows = String::new();
     let mut detail = String::new();
     for w in WORKLOADS {
-        let port = if w.tls {
-            nginx.tls_port
-        } else {
-            nginx.plain_port
-        };
-        let cmd = (w.args)(port);
+        let cmd = w.cmd(nginx);
         for (mode, extra) in [
             ("default", &[][..]),
             ("wire only", &["--uprobes", "none"][..]),
@@ -247,7 +242,7 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
     }
     let mut cpu_rows = String::new();
     for w in WORKLOADS.iter().filter(|w| w.tls).take(3) {
-        let (off, on, ratio) = cpu_on_off(bin, nginx.master, &(w.args)(nginx.tls_port))?;
+        let (off, on, ratio) = cpu_on_off(bin, nginx.master, &w.cmd(nginx))?;
         let line = format!(
             "| {} | {:.1} µs | {:.1} µs | {:+.1} % |\n",
             w.name,

@@ -17,6 +17,7 @@
 #define TCP_CLOSE 7
 #define TCP_CLOSE_WAIT 8
 #define TCP_LAST_ACK 9
+#define TCP_LISTEN 10
 #define EAGAIN 11
 #define EPIPE 32
 #define ECONNRESET 104
@@ -74,7 +75,14 @@ struct est {
 	__u64 t_est;
 	__u64 t_arrive; /* first bytes queued before accept() */
 	__u32 flags;    /* HS_F_PEER_FIN when the client closed before accept() */
-	__u32 pad;
+	/* the addresses, taken where the state change has them at hand (a BTF socket or the
+	 * tracepoint's fields): accept then reads no socket field */
+	__u16 family;
+	__u16 sport; /* host byte order */
+	__u16 dport;
+	__u16 pad[3];
+	__u8 saddr[16]; /* as in struct hs_conn */
+	__u8 daddr[16];
 };
 
 /* A read- or write-family syscall in progress, by thread id. */

@@ -68,23 +68,27 @@ static __always_inline struct pt_regs *user_regs(void)
 
 /* ---- sockets and accept ---------------------------------------------------------- */
 
-/* The struct sock behind fd `fd` of the current process, or NULL. */
-static __always_inline struct sock *sock_from_fd(__u32 fd)
+/* The struct sock behind fd `fd` of the current process, or NULL. `is_socket`: the fd is
+ * known to be a socket (accept just returned it), so its file's mode is not checked. The
+ * task's fields are BTF loads; the fd array and the file are read by helper calls. */
+static __always_inline struct sock *sock_from_fd(__u32 fd, int is_socket)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct fdtable *fdt = bpf_get_current_task_btf()->files->fdt;
 	struct file **fdarr, *file = NULL;
-	struct socket *sock;
+	struct socket *sock = NULL;
+	struct sock *sk = NULL;
 
-	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+	if (!fdt || fd >= fdt->max_fds)
 		return NULL;
-	fdarr = BPF_CORE_READ(fdt, fd);
+	fdarr = fdt->fd;
 	if (bpf_probe_read_kernel(&file, sizeof(file), &fdarr[fd]) || !file)
 		return NULL;
-	if ((BPF_CORE_READ(file, f_inode, i_mode) & S_IFMT) != S_IFSOCK)
+	if (!is_socket && (BPF_CORE_READ(file, f_inode, i_mode) & S_IFMT) != S_IFSOCK)
 		return NULL;
-	sock = BPF_CORE_READ(file, private_data);
-	return sock ? BPF_CORE_READ(sock, sk) : NULL;
+	if (bpf_core_read(&sock, sizeof(sock), &file->private_data) || !sock)
+		return NULL;
+	bpf_core_read(&sk, sizeof(sk), &sock->sk);
+	return sk;
 }
 
 static __always_inline __u64 fd_key(__u32 tgid, __u32 fd)
@@ -105,7 +109,6 @@ static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
 {
 	__u64 skey = (__u64)sk, fkey, now;
 	__u32 zero = 0;
-	__u16 family;
 	struct hs_conn_state *c;
 	struct est *e;
 
@@ -114,41 +117,49 @@ static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
 		count(HS_C_NO_SOCK);
 		return;
 	}
-	family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	if (family != AF_INET && family != AF_INET6)
-		return;
-	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
-		return;
-	if (targ_port && BPF_CORE_READ(sk, __sk_common.skc_num) != targ_port)
-		return;
-	count(HS_C_ACCEPTED);
-	now = bpf_ktime_get_ns();
-
-	/* build the connection in per-CPU scratch, then store it */
+	/* a socket whose handshake was seen carries its addresses (and is TCP); one
+	 * established before hstrace attached is read from the socket */
+	e = bpf_map_lookup_elem(&est_socks, &skey);
 	c = bpf_map_lookup_elem(&conn_scratch, &zero);
 	if (!c)
 		return;
 	__builtin_memset(c, 0, sizeof(*c));
+	if (e) {
+		c->r.family = e->family;
+		c->r.sport = e->sport;
+		c->r.dport = e->dport;
+		__builtin_memcpy(c->r.saddr, e->saddr, sizeof(c->r.saddr));
+		__builtin_memcpy(c->r.daddr, e->daddr, sizeof(c->r.daddr));
+	} else {
+		c->r.family = BPF_CORE_READ(sk, __sk_common.skc_family);
+		if (c->r.family != AF_INET && c->r.family != AF_INET6)
+			return;
+		if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+			return;
+		c->r.sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+		c->r.dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+		if (c->r.family == AF_INET) {
+			bpf_core_read(c->r.saddr, 4, &sk->__sk_common.skc_rcv_saddr);
+			bpf_core_read(c->r.daddr, 4, &sk->__sk_common.skc_daddr);
+		} else {
+			bpf_core_read(c->r.saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+			bpf_core_read(c->r.daddr, 16, &sk->__sk_common.skc_v6_daddr);
+		}
+		/* for a connection established before hstrace attached too */
+		mark_server_port(c->r.sport);
+	}
+	if (targ_port && c->r.sport != targ_port)
+		return;
+	count(HS_C_ACCEPTED);
+	now = bpf_ktime_get_ns();
+
 	c->flight = -1;
 	c->r.rec = HS_REC_CONN;
 	c->r.outcome = HS_OUTCOME_FAILED; /* until its handshake completes */
 	c->r.conn_id = __sync_fetch_and_add(&next_conn_id, 1) + 1;
 	c->r.tgid = tgid;
 	bpf_get_current_comm(c->r.comm, sizeof(c->r.comm));
-	c->r.family = family;
-	c->r.sport = BPF_CORE_READ(sk, __sk_common.skc_num);
-	/* for a connection established before hstrace attached too */
-	mark_server_port(c->r.sport);
-	c->r.dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-	if (family == AF_INET) {
-		bpf_core_read(c->r.saddr, 4, &sk->__sk_common.skc_rcv_saddr);
-		bpf_core_read(c->r.daddr, 4, &sk->__sk_common.skc_daddr);
-	} else {
-		bpf_core_read(c->r.saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
-		bpf_core_read(c->r.daddr, 16, &sk->__sk_common.skc_v6_daddr);
-	}
 	c->r.t_accept = now;
-	e = bpf_map_lookup_elem(&est_socks, &skey);
 	if (e) {
 		c->r.t_est = e->t_est;
 		c->r.flags |= HS_F_EST_SEEN;
@@ -198,7 +209,7 @@ static __always_inline int on_accept_fd(long ret)
 
 	/* untraced processes leave before the walk from fd to socket */
 	if (ret >= 0 && accept_traced(tgid))
-		on_accept(sock_from_fd(ret), ret, tgid);
+		on_accept(sock_from_fd(ret, 1), ret, tgid);
 	return 0;
 }
 
@@ -238,20 +249,26 @@ static __always_inline int server_closing(struct hs_conn_state *c)
 	return (bpf_get_current_pid_tgid() >> 32) == c->r.tgid && SYSCALL_NR(user_regs()) == NR_close;
 }
 
+/* A server's child socket `sk` finished the three-way handshake (`fresh` holds its
+ * addresses): it waits in the accept queue from now. */
+static __always_inline void on_established(__u64 skey, struct est *fresh)
+{
+	fresh->t_est = bpf_ktime_get_ns();
+	mark_server_port(fresh->sport);
+	bpf_map_update_elem(&est_socks, &skey, fresh, BPF_ANY);
+}
+
+static __always_inline int is_established(int oldstate, int newstate)
+{
+	return newstate == TCP_ESTABLISHED && oldstate == TCP_SYN_RECV;
+}
+
 static __always_inline void on_set_state(struct sock *sk, int oldstate, int newstate, __u16 sport)
 {
 	__u64 skey = (__u64)sk;
 	struct hs_conn_state *c;
 	struct est *e;
 
-	if (newstate == TCP_ESTABLISHED && oldstate == TCP_SYN_RECV) {
-		/* a server's child socket finished the three-way handshake */
-		struct est fresh = { .t_est = bpf_ktime_get_ns() };
-
-		mark_server_port(sport);
-		bpf_map_update_elem(&est_socks, &skey, &fresh, BPF_ANY);
-		return;
-	}
 	/* clients' sockets (and every other one on the host) leave here */
 	if (!is_server_port(sport))
 		return;
@@ -295,17 +312,51 @@ int BPF_PROG(set_state_btf, const struct sock *sk, const int oldstate, const int
 {
 	/* the port from inet_sport: a close has already cleared skc_num (inet_put_port) by
 	 * the time the tracepoint fires for TCP_CLOSE */
-	if (sk->sk_protocol == IPPROTO_TCP)
-		on_set_state((struct sock *)sk, oldstate, newstate,
-			     bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport)));
+	const struct sock_common *skc = &sk->__sk_common;
+
+	if (sk->sk_protocol != IPPROTO_TCP)
+		return 0;
+	if (is_established(oldstate, newstate)) {
+		struct est fresh = { .family = skc->skc_family, .sport = skc->skc_num,
+				     .dport = bpf_ntohs(skc->skc_dport) };
+		__u32 *s = (__u32 *)fresh.saddr, *d = (__u32 *)fresh.daddr;
+
+		if (fresh.family == AF_INET) {
+			s[0] = skc->skc_rcv_saddr;
+			d[0] = skc->skc_daddr;
+		} else {
+			for (int i = 0; i < 4; i++) {
+				s[i] = skc->skc_v6_rcv_saddr.in6_u.u6_addr32[i];
+				d[i] = skc->skc_v6_daddr.in6_u.u6_addr32[i];
+			}
+		}
+		on_established((__u64)sk, &fresh);
+		return 0;
+	}
+	on_set_state((struct sock *)sk, oldstate, newstate,
+		     bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport)));
 	return 0;
 }
 
 SEC("tracepoint/sock/inet_sock_set_state")
 int sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
 {
-	if (ctx->protocol == IPPROTO_TCP)
-		on_set_state((struct sock *)ctx->skaddr, ctx->oldstate, ctx->newstate, ctx->sport);
+	if (ctx->protocol != IPPROTO_TCP)
+		return 0;
+	if (is_established(ctx->oldstate, ctx->newstate)) {
+		struct est fresh = { .family = ctx->family, .sport = ctx->sport, .dport = ctx->dport };
+
+		if (fresh.family == AF_INET) {
+			__builtin_memcpy(fresh.saddr, ctx->saddr, 4);
+			__builtin_memcpy(fresh.daddr, ctx->daddr, 4);
+		} else {
+			__builtin_memcpy(fresh.saddr, ctx->saddr_v6, 16);
+			__builtin_memcpy(fresh.daddr, ctx->daddr_v6, 16);
+		}
+		on_established((__u64)ctx->skaddr, &fresh);
+		return 0;
+	}
+	on_set_state((struct sock *)ctx->skaddr, ctx->oldstate, ctx->newstate, ctx->sport);
 	return 0;
 }
 
@@ -513,9 +564,9 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 		return;
 	peek = dir == HS_DIR_IN && (flags & MSG_PEEK);
 	/* after the record is sent only bytes and exchanges are counted: no clock, and the
-	 * buffer only for a read that may open a client flight (its first record header) */
+	 * buffer only for the read that opens a client flight (its first record header) */
 	if (c->r.phase == HS_PH_DONE) {
-		if (dir == HS_DIR_IN && ret > 0 && !peek)
+		if (dir == HS_DIR_IN && ret > 0 && !peek && flight_dir(c->flight) != HS_DIR_IN)
 			ptr = call_buffer(user_regs(), &iovcnt);
 		on_conn_io(c, skey, dir, ret, ptr, iovcnt, peek, 0);
 		return;
@@ -561,7 +612,7 @@ static __always_inline __u64 conn_sock(__u32 tgid, __u32 fd)
 	if (!targ_lazy_fd)
 		return 0;
 	/* accept was hooked in the kernel: learn which socket this fd is, once */
-	skey = (__u64)sock_from_fd(fd);
+	skey = (__u64)sock_from_fd(fd, 0);
 	c = skey ? bpf_map_lookup_elem(&conns, &skey) : NULL;
 	if (c)
 		c->fkey = fkey;

@@ -30,7 +30,7 @@ pub struct Tables {
     pub(crate) conns: BpfHashMap<MapData, u64, ConnState>,
     fds: BpfHashMap<MapData, u64, u64>,
     ssl_socks: BpfHashMap<MapData, SslKey, u64>,
-    est_socks: BpfHashMap<MapData, u64, [u64; 3]>,
+    est_socks: BpfHashMap<MapData, u64, [u64; 8]>,
 }
 
 impl Tables {

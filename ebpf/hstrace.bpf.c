@@ -269,6 +269,11 @@ static __always_inline void on_set_state(struct sock *sk, int oldstate, int news
 	struct hs_conn_state *c;
 	struct est *e;
 
+	/* a new server (or one started again): userspace's next scan finds its process */
+	if (newstate == TCP_LISTEN) {
+		count(HS_C_LISTENS);
+		return;
+	}
 	/* clients' sockets (and every other one on the host) leave here */
 	if (!is_server_port(sport))
 		return;

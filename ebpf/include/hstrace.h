@@ -253,6 +253,8 @@ struct hs_conn_state {
 #define HS_C_IO_SLOT_TAKEN 8  /* a traced read/write found its thread slot held by another */
 #define HS_C_ACCEPTED 9       /* connections the selected servers accepted: tracked, table
 			       * full or no socket */
-#define HS_C_MAX 10
+#define HS_C_LISTENS 10       /* TCP sockets that started listening, any process: userspace
+			       * looks for new servers when this moves */
+#define HS_C_MAX 11
 
 #endif

@@ -197,7 +197,7 @@ pub struct Close {
 }
 
 /// Counters kept by the BPF side, by index into the per-CPU `counters` map.
-pub const COUNTERS: [(u32, &str); 10] = [
+pub const COUNTERS: [(u32, &str); 11] = [
     (0, "connections_tracked"),
     (1, "records_sent"),
     (2, "records_dropped"),
@@ -208,6 +208,7 @@ pub const COUNTERS: [(u32, &str); 10] = [
     (7, "close_records_dropped"),
     (8, "io_slot_taken"),
     (9, "connections_accepted"),
+    (10, "listens_seen"),
 ];
 pub const C_CONNS: u32 = 0;
 pub const C_RECORDS_DROPPED: u32 = 2;
@@ -218,6 +219,7 @@ pub const C_NO_SOCK: u32 = 6;
 pub const C_CLOSES_DROPPED: u32 = 7;
 pub const C_IO_SLOT_TAKEN: u32 = 8;
 pub const C_ACCEPTED: u32 = 9;
+pub const C_LISTENS: u32 = 10;
 pub const C_MAX: u32 = 10;
 
 /// One direction of a connection's TLS record stream (`struct hs_stream`).

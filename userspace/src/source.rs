@@ -6,7 +6,7 @@ use std::{
     collections::{BTreeSet, HashSet},
     future::Future,
     io,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result};
@@ -66,7 +66,21 @@ pub struct Source {
     exited: bool,
     /// the ring buffer's items to finished records
     pipe: Pipeline,
+    /// the last full look for the selected processes
+    resolved: Option<Resolved>,
 }
+
+/// When `targets::resolve` last looked through /proc (a look at every process's fds for
+/// `--port`: ~15 ms of CPU on a quiet host), and the kernel's count of sockets that had
+/// started listening by then.
+struct Resolved {
+    at: Instant,
+    listens: u64,
+}
+
+/// A full look for the selected processes at least this often, even when the kernel's
+/// hooks say nothing changed (a process renamed, a hook that missed an event).
+const RESOLVE_EVERY: Duration = Duration::from_secs(10);
 
 impl Source {
     /// Check, load and attach everything; returns once the selected processes are traced.
@@ -157,6 +171,7 @@ impl Source {
             table_entries: Vec::new(),
             exited: false,
             pipe: Pipeline::new(max_conns),
+            resolved: None,
         };
         s.rescan();
         // loaded and attached: keep only what following new processes needs
@@ -171,7 +186,15 @@ impl Source {
     /// started again), forget exited ones (returned).
     pub fn rescan(&mut self) -> Vec<u32> {
         let mut gone = Vec::new();
-        let want = targets::resolve(&self.opts.selector);
+        let want = if self.resolve_due() {
+            self.resolved = Some(Resolved {
+                at: Instant::now(),
+                listens: self.counter(abi::C_LISTENS),
+            });
+            targets::resolve(&self.opts.selector)
+        } else {
+            BTreeSet::new()
+        };
         for pid in &want {
             if self.tgids.get(pid, 0).is_err() {
                 if let Err(e) = self.tgids.insert(pid, 1, 0) {
@@ -196,6 +219,31 @@ impl Source {
             }
         }
         gone
+    }
+
+    /// Must the next rescan look through /proc? Once a second only where the kernel does
+    /// not follow the selection itself: the fork hook traces a traced process's children
+    /// (`--pid`, `--comm`), the exec hook a program named by `--comm`, and with `--port` or
+    /// no selector every process is traced from its first accept (the look then finds a
+    /// new server early, for its uprobes: it follows the kernel's count of new listening
+    /// sockets). Otherwise every RESOLVE_EVERY.
+    fn resolve_due(&self) -> bool {
+        let Some(last) = &self.resolved else {
+            return true;
+        };
+        if last.at.elapsed() >= RESOLVE_EVERY {
+            return true;
+        }
+        let hooked = |group: &str| {
+            self.choices
+                .iter()
+                .any(|c| c.group == group && c.hooks.is_some())
+        };
+        let sel = &self.opts.selector;
+        (!sel.pids.is_empty() && !hooked("fork"))
+            || (sel.comm.is_some() && !(hooked("fork") && hooked("exec")))
+            || ((sel.port.is_some() || sel.is_all())
+                && self.counter(abi::C_LISTENS) != last.listens)
     }
 
     /// Selected by `--pid` alone, and none of those processes or their children is left:

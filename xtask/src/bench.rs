@@ -165,28 +165,6 @@ fn run_load(cmd: &[String]) -> Result<(f64, f64)> {
     Ok((n / secs, n))
 }
 
-/// Total run time (ns) of every loaded BPF program so far, while
-/// kernel.bpf_stats_enabled is on (hstrace's are the only programs on these machines).
-fn bpf_run_time_ns() -> Result<u64> {
-    let out = Command::new("bpftool")
-        .args(["prog", "show"])
-        .output()
-        .context("bpftool prog show")?;
-    if !out.status.success() {
-        bail!(
-            "bpftool prog show: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let words: Vec<&str> = text.split_whitespace().collect();
-    Ok(words
-        .windows(2)
-        .filter(|w| w[0] == "run_time_ns")
-        .filter_map(|w| w[1].parse::<u64>().ok())
-        .sum())
-}
-
 /// CPU seconds (user + system) a process has used so far, from /proc/PID/stat.
 pub fn process_cpu_secs(pid: u32) -> Result<f64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -205,47 +183,6 @@ pub fn process_cpu_secs(pid: u32) -> Result<f64> {
         .sum();
     // SAFETY: sysconf has no preconditions
     Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
-}
-
-/// CPU seconds the whole machine has spent busy (user, system, interrupts; not idle, not
-/// stolen by the hypervisor), from /proc/stat.
-fn machine_busy_secs() -> Result<f64> {
-    let stat = fs::read_to_string("/proc/stat").context("/proc/stat")?;
-    let ticks: Vec<f64> = stat
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("cpu "))
-        .context("/proc/stat has no cpu line")?
-        .split_whitespace()
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal ...
-    let busy: f64 = [0, 1, 2, 5, 6].iter().filter_map(|i| ticks.get(*i)).sum();
-    // SAFETY: sysconf has no preconditions
-    Ok(busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
-}
-
-/// One run of `cmd` with hstrace attached: the BPF run time per operation, as the kernel
-/// counts it (kernel.bpf_stats_enabled, which itself adds some tens of ns to each program
-/// run), and the CPU time the whole machine spent per operation (server, client, kernel and
-/// hstrace), both in ns.
-fn bpf_ns_per_op(bin: &Path, master: u32, extra: &[&str], cmd: &[String]) -> Result<(f64, f64)> {
-    const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
-    let tracer = Tracer::start(bin, master, extra)?;
-    fs::write(STATS, "1").context("enabling kernel.bpf_stats_enabled")?;
-    let before = bpf_run_time_ns();
-    let busy_before = machine_busy_secs();
-    let run = run_load(cmd);
-    let busy_after = machine_busy_secs();
-    let after = bpf_run_time_ns();
-    let _ = fs::write(STATS, "0");
-    tracer.stop();
-    let (_, ops) = run?;
-    // the counters only grow while the programs stay loaded
-    Ok((
-        (after? - before?) as f64 / ops,
-        (busy_after? - busy_before?) * 1e9 / ops,
-    ))
 }
 
 /// What the syscall loop measures, in the order it prints them (ns per call or pair).
@@ -626,7 +563,6 @@ pub fn build_syscall_cost(dir: &Path) -> Result<std::path::PathBuf> {
 
 pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path, uprobe_exe: &Path) -> Result<String> {
     let mut doc = String::new();
-    let mut kernel_cost = String::new();
     let (mut cpu_per_sec, mut rss_kib, mut attach_ms, mut map_bytes) =
         (Vec::new(), 0u64, Vec::new(), 0u64);
     doc.push_str(&format!(
@@ -683,16 +619,6 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path, uprobe_exe: &Path
             );
             eprint!("{line}");
             doc.push_str(&line);
-            if *mode != "uprobes all" && *mode != "serve" {
-                let (bpf, cpu) = bpf_ns_per_op(bin, nginx.master, extra, &cmd)?;
-                kernel_cost.push_str(&format!(
-                    "| {} | {mode} | {:.2} µs | {:.1} µs | {:.1} % |\n",
-                    w.name,
-                    bpf / 1e3,
-                    cpu / 1e3,
-                    bpf / cpu * 100.0
-                ));
-            }
         }
     }
     // the machine's other tenants only ever slow a run down: the median of several, with
@@ -750,19 +676,6 @@ pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path, uprobe_exe: &Path
         rss_kib as f64 / 1024.0,
         median(cpu_per_sec) * 100.0,
         map_bytes as f64 / (1024.0 * 1024.0),
-    ));
-    doc.push_str(&format!(
-        "\n## In-kernel cost per operation\n\n\
-         Run time of the BPF programs per connection or request, as the kernel counts it \
-         (`kernel.bpf_stats_enabled=1`, one extra run per row; the counting itself adds some \
-         tens of ns per program run). It leaves out what the kernel spends reaching the \
-         programs, measured below, and uprobe traps. Beside it, the CPU time the whole \
-         machine spent per operation in the same run (busy time in /proc/stat: server, \
-         client, kernel and hstrace), and the programs' share of it. Every program run adds to \
-         the CPU an operation takes, so the on/off ratio is at best about 1 minus that share \
-         (less the counting's own cost): a goal of 0.99 needs the share under 1 %.\n\n\
-         | workload | mode | BPF run time per operation | machine CPU per operation | BPF share |\n\
-         |---|---|---|---|---|\n{kernel_cost}"
     ));
     doc.push_str(&cost::section(bin, nginx, uprobe_exe)?);
     let rows: String = SYSCALL_ROWS

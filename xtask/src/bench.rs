@@ -165,6 +165,23 @@ fn run_load(cmd: &[String]) -> Result<(f64, f64)> {
     Ok((n / secs, n))
 }
 
+/// CPU seconds a process has run so far, to the nanosecond: the sum of its threads' run
+/// times in /proc/PID/task/*/schedstat, else /proc/PID/stat's clock ticks (10 ms steps).
+pub fn process_run_secs(pid: u32) -> Result<f64> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task"));
+    let ns: Option<f64> = tasks.ok().and_then(|dir| {
+        dir.map(|t| {
+            let text = fs::read_to_string(t.ok()?.path().join("schedstat")).ok()?;
+            text.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .sum()
+    });
+    match ns {
+        Some(ns) => Ok(ns / 1e9),
+        None => process_cpu_secs(pid),
+    }
+}
+
 /// CPU seconds (user + system) a process has used so far, from /proc/PID/stat.
 pub fn process_cpu_secs(pid: u32) -> Result<f64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -25,7 +25,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use crate::bench::process_cpu_secs;
+use crate::bench::process_run_secs;
 use hstrace_tests::{daemon::Daemon, Nginx, TestServer};
 use serde_json::Value;
 
@@ -176,18 +176,6 @@ fn pin(pid: u32, cpu: usize) -> Result<()> {
     Ok(())
 }
 
-/// CPU seconds `pid` has run: its main thread's run time from /proc/PID/schedstat
-/// (nanoseconds; nginx's worker has one thread), else /proc/PID/stat's clock ticks.
-fn worker_cpu_secs(pid: u32) -> Result<f64> {
-    let ns = fs::read_to_string(format!("/proc/{pid}/schedstat"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok());
-    match ns {
-        Some(ns) => Ok(ns / 1e9),
-        None => process_cpu_secs(pid),
-    }
-}
-
 /// Samples of `wakeup_latency`, and the pause before each (long enough for an idle CPU
 /// to go to sleep, as nginx's does between requests at low load).
 const WAKEUP_SAMPLES: usize = 500;
@@ -302,8 +290,8 @@ fn drive(
     for line in stderr.lines() {
         let line = line?;
         match line.as_str() {
-            "hsload: measuring" => from = Some((Instant::now(), worker_cpu_secs(worker)?)),
-            "hsload: measured" => to = Some((Instant::now(), worker_cpu_secs(worker)?)),
+            "hsload: measuring" => from = Some((Instant::now(), process_run_secs(worker)?)),
+            "hsload: measured" => to = Some((Instant::now(), process_run_secs(worker)?)),
             _ => said.push_str(&line),
         }
     }

@@ -10,12 +10,13 @@ use std::{
     io::{BufRead, BufReader, Write},
     path::Path,
     process::{Command, Stdio},
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
 
 use super::{
-    median, process_cpu_secs, run_load, BenchNginx, Tracer, SERVE, WORKLOADS,
+    median, process_run_secs, run_load, BenchNginx, Tracer, SERVE, WORKLOADS,
 };
 
 const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
@@ -66,6 +67,9 @@ struct PerOp {
     counted_ns: f64,
     traps: f64,
     tracer_ns: f64,
+    /// the run's length, to take the tracer's idle CPU out of tracer_ns
+    secs: f64,
+    ops: f64,
     /// (program, runs, ns) per operation, costliest first
     top: Vec<(String, f64, f64)>,
 }
@@ -75,9 +79,11 @@ fn per_op(bin: &Path, master: u32, extra: &[&str], cmd: &[String]) -> Result<Per
     let pid = tracer.child.id();
     fs::write(STATS, "1").context("enabling kernel.bpf_stats_enabled")?;
     let before = programs(pid);
-    let cpu_before = process_cpu_secs(pid);
+    let cpu_before = process_run_secs(pid);
+    let started = Instant::now();
     let run = run_load(cmd);
-    let cpu_after = process_cpu_secs(pid);
+    let secs = started.elapsed().as_secs_f64();
+    let cpu_after = process_run_secs(pid);
     let after = programs(pid);
     let _ = fs::write(STATS, "0");
     tracer.stop();
@@ -103,8 +109,25 @@ fn per_op(bin: &Path, master: u32, extra: &[&str], cmd: &[String]) -> Result<Per
         counted_ns: ns,
         traps,
         tracer_ns: (cpu_after? - cpu_before?) * 1e9 / ops,
+        secs,
+        ops,
         top,
     })
+}
+
+/// CPU seconds per second the tracer spends with no connection to trace (its timers, the
+/// once-a-second checks and sweep), over IDLE_SECS.
+fn idle_cpu(bin: &Path, master: u32, extra: &[&str]) -> Result<f64> {
+    const IDLE_SECS: u64 = 10;
+    let tracer = Tracer::start(bin, master, extra)?;
+    let pid = tracer.child.id();
+    let before = process_run_secs(pid)?;
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(IDLE_SECS));
+    let cpu = process_run_secs(pid)? - before;
+    let secs = started.elapsed().as_secs_f64();
+    tracer.stop();
+    Ok(cpu / secs)
 }
 
 /// ns per call of the uprobe loop, with hstrace tracing it or not.
@@ -166,7 +189,7 @@ fn workers_cpu_secs(master: u32) -> f64 {
         .unwrap_or_default()
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
-        .filter_map(|p| process_cpu_secs(p).ok())
+        .filter_map(|p| process_run_secs(p).ok())
         .sum()
 }
 
@@ -176,9 +199,9 @@ fn workers_cpu_secs(master: u32) -> f64 {
 fn cpu_on_off(bin: &Path, master: u32, cmd: &[String]) -> Result<(f64, f64, f64)> {
     let once = |tracer: Option<u32>| -> Result<f64> {
         let (w0, c0) = (workers_cpu_secs(master), waited_children_cpu_secs());
-        let t0 = tracer.map_or(Ok(0.0), process_cpu_secs)?;
+        let t0 = tracer.map_or(Ok(0.0), process_run_secs)?;
         let (_, ops) = run_load(cmd)?;
-        let t1 = tracer.map_or(Ok(0.0), process_cpu_secs)?;
+        let t1 = tracer.map_or(Ok(0.0), process_run_secs)?;
         let spent = workers_cpu_secs(master) - w0 + waited_children_cpu_secs() - c0 + t1 - t0;
         Ok(spent * 1e9 / ops)
     };
@@ -205,6 +228,13 @@ fn cpu_on_off(bin: &Path, master: u32, cmd: &[String]) -> Result<(f64, f64, f64)
 pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<String> {
     let floor = super::hstrace_number(bin, &["bench-stats-floor"])?;
     let trap_pair = uprobe_trap_pair_ns(bin, uprobe_exe)?;
+    let idle_trace = idle_cpu(bin, nginx.master, &[])?;
+    let idle_serve = idle_cpu(bin, nginx.master, &[SERVE])?;
+    eprintln!(
+        "tracer idle: trace {:.2} ms/s, serve {:.2} ms/s",
+        idle_trace * 1e3,
+        idle_serve * 1e3
+    );
     let mut rows = String::new();
     let mut detail = String::new();
     for w in WORKLOADS {
@@ -216,8 +246,10 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
         ] {
             let p = per_op(bin, nginx.master, extra, &cmd)?;
             let net = p.counted_ns - p.runs * floor;
+            let idle = if mode == "serve" { idle_serve } else { idle_trace };
+            let tracer_busy_ns = p.tracer_ns - idle * p.secs * 1e9 / p.ops;
             let line = format!(
-                "| {} | {mode} | {:.1} | {:.2} µs | {:.2} µs | {:.1} (~{:.1} µs) | {:.2} µs |\n",
+                "| {} | {mode} | {:.1} | {:.2} µs | {:.2} µs | {:.1} (~{:.1} µs) | {:.2} µs | {:.2} µs |\n",
                 w.name,
                 p.runs,
                 p.counted_ns / 1e3,
@@ -225,6 +257,7 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
                 p.traps,
                 p.traps / 2.0 * trap_pair / 1e3,
                 p.tracer_ns / 1e3,
+                tracer_busy_ns / 1e3,
             );
             eprint!("{line}");
             rows.push_str(&line);
@@ -268,18 +301,23 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
          of one SSL_do_handshake call's pair of traps with their programs, {:.2} µs \
          (xtask/bench/uprobe_cost.c: a loop of calls traced by hstrace against the same \
          loop untraced, median of 5 pairs);\n\
-         - **tracer CPU**: the tracer process's user + system time (/proc/PID/stat) over \
-         the run, per operation (serve is scraped every second).\n\n\
-         | workload | mode | program runs | BPF run time, counted | less the counting | uprobe traps (cost) | tracer CPU |\n\
-         |---|---|---|---|---|---|---|\n{rows}\n\
+         - **tracer CPU**: the tracer process's run time (its threads' /proc schedstat) over \
+         the run, per operation (serve is scraped every second); **less idle**: the same \
+         less what the tracer spends with nothing to trace, {:.2} ms a second for `trace` \
+         and {:.2} ms for `serve` (10 s each, attached to the idle nginx): its timers, the \
+         once-a-second checks and sweep.\n\n\
+         | workload | mode | program runs | BPF run time, counted | less the counting | uprobe traps (cost) | tracer CPU | less idle |\n\
+         |---|---|---|---|---|---|---|---|\n{rows}\n\
          Where the default mode's run time goes (program runs per operation × ns per run, \
          less the counting):\n\n| workload | programs |\n|---|---|\n{detail}\n\
          CPU per connection of nginx's worker, the client (`openssl s_time`) and the tracer \
-         (user + system time from /proc and the client's rusage: other tenants of the \
+         (run time from /proc schedstat and the client's rusage: other tenants of the \
          machine are left out), hstrace off and on (default mode, `trace`), {CPU_PAIRS} \
          interleaved pairs of short runs, medians:\n\n\
          | workload | off | on | on/off |\n|---|---|---|---|\n{cpu_rows}",
-        trap_pair / 1e3
+        trap_pair / 1e3,
+        idle_trace * 1e3,
+        idle_serve * 1e3,
     ))
 }
 

@@ -388,7 +388,7 @@ fn random_snis_leave_series_and_memory_flat() {
 #[test]
 fn serve_follows_a_restarted_server() {
     let nginx = Nginx::start("serve-restart", 1);
-    let daemon = Daemon::start(&["--comm", "nginx"]);
+    let daemon = Daemon::start(&["--comm", "nginx", "--uprobes", "handshake", "-v"]);
     // this server's connections: the daemon also traces the other tests' nginx
     let server = format!("nginx:{}", nginx.port);
     let count = || {
@@ -417,7 +417,37 @@ fn serve_follows_a_restarted_server() {
         "{}",
         m.text
     );
-    daemon.stop();
+    let new_master = nginx.master_pid();
+    let stderr = daemon.stop();
+    assert!(
+        stderr.contains(&format!("pid {new_master} (nginx): SSL_do_handshake uprobes on")),
+        "{stderr}"
+    );
+}
+
+/// `serve` is wire only unless asked: no uprobe on the servers, and CAP_SYS_ADMIN (bit 21),
+/// which only uprobes need, dropped once attached. Its records are still complete.
+#[test]
+fn serve_is_wire_only_by_default() {
+    let nginx = Nginx::start("serve-wire", 1);
+    let master = nginx.master_pid().to_string();
+    let daemon = Daemon::start(&["--pid", &master, "-v"]);
+    let server = format!("nginx:{}", nginx.port);
+    assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
+    eventually("the connection", || {
+        daemon.scrape().sum(
+            "hstrace_connections_total",
+            &[("server", &server), ("kind", "full")],
+        ) == 1.0
+    });
+    let stderr = daemon.stop();
+    assert!(!stderr.contains("SSL_do_handshake uprobes on"), "{stderr}");
+    let kept = stderr
+        .lines()
+        .find_map(|l| l.split("capabilities kept after attach: 0x").nth(1))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or_else(|| panic!("no capabilities line: {stderr}"));
+    assert_eq!(kept & 1 << 21, 0, "CAP_SYS_ADMIN kept: {kept:#x}");
 }
 
 #[test]

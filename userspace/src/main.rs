@@ -84,9 +84,10 @@ struct SourceArgs {
     no_uprobes: bool,
     /// OpenSSL functions hooked in the traced processes: none; handshake
     /// (SSL_do_handshake); all (also SSL_read/SSL_write: the library's view of the
-    /// first request and response, at a uprobe hit per call)
-    #[arg(long, value_enum, default_value = "handshake")]
-    uprobes: UprobesArg,
+    /// first request and response, at a uprobe hit per call) [default: handshake for
+    /// trace and export, none for serve]
+    #[arg(long, value_enum)]
+    uprobes: Option<UprobesArg>,
     /// Report a connection idle this long as it stands (a handshake that never
     /// completed: failed, "timeout")
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
@@ -304,7 +305,8 @@ fn seconds(flag: &str, v: f64) -> Result<Duration> {
 }
 
 impl SourceArgs {
-    fn options(self) -> Result<Options> {
+    /// The options, with `uprobes` unless --uprobes or --no-uprobes says otherwise.
+    fn options(self, uprobes: Uprobes) -> Result<Options> {
         if self.max_conns < 16 || self.max_conns > 1 << 22 {
             bail!(
                 "--max-conns {} is out of range: give between 16 and {} (default {})",
@@ -327,9 +329,10 @@ impl SourceArgs {
                 port: self.port,
             },
             uprobes: match (self.no_uprobes, self.uprobes) {
-                (true, _) | (_, UprobesArg::None) => Uprobes::None,
-                (_, UprobesArg::Handshake) => Uprobes::Handshake,
-                (_, UprobesArg::All) => Uprobes::All,
+                (true, _) | (_, Some(UprobesArg::None)) => Uprobes::None,
+                (_, Some(UprobesArg::Handshake)) => Uprobes::Handshake,
+                (_, Some(UprobesArg::All)) => Uprobes::All,
+                (false, None) => uprobes,
             },
             max_conns: self.max_conns,
             idle_timeout: seconds("--idle-timeout", self.idle_timeout)?,
@@ -364,7 +367,7 @@ fn run(cli: Cli) -> Result<()> {
             duration,
             format,
         } => {
-            let opts = source.options()?;
+            let opts = source.options(Uprobes::Handshake)?;
             let duration = duration.map(|d| seconds("--duration", d)).transpose()?;
             let format = match format {
                 FormatArg::Text => Format::Text,
@@ -378,9 +381,12 @@ fn run(cli: Cli) -> Result<()> {
             window,
             max_sni,
         } => {
+            // wire only: the daemon's metrics all come from the wire, and SSL_do_handshake's
+            // two uprobe round trips per handshake are a third of what hstrace costs one
+            // (README, "What it costs"); --uprobes handshake asks for them
             let opts = Options {
                 end_when_selection_exits: false,
-                ..source.options()?
+                ..source.options(Uprobes::None)?
             };
             let listen: SocketAddr = listen.parse().map_err(|_| {
                 anyhow::anyhow!(
@@ -414,7 +420,7 @@ fn run(cli: Cli) -> Result<()> {
                 (Some(url), _) => export::from_daemon(&url, format),
                 (None, Some(d)) => {
                     let d = seconds("--duration", d)?;
-                    let opts = source.options()?;
+                    let opts = source.options(Uprobes::Handshake)?;
                     runtime()?.block_on(export::traced(opts, d, format))
                 }
                 (None, None) => bail!(

@@ -103,7 +103,8 @@ fn a_restarted_server_is_traced_from_its_first_connection() {
             curl(&["--tlsv1.2"], std::slice::from_ref(&url));
         }
         let out = tracer.stop();
-        let full: Vec<&serde_json::Value> = out.records.iter().filter(|r| r["kind"] == "full").collect();
+        let full: Vec<&serde_json::Value> =
+            out.records.iter().filter(|r| r["kind"] == "full").collect();
         assert_eq!(full.len(), HANDSHAKES + 3, "{args:?}: {}", out.stderr);
         for r in &full[HANDSHAKES..] {
             assert_eq!(r["hs_done_from"], "ssl", "{args:?}, after 2 s: {r}");

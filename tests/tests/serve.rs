@@ -327,6 +327,88 @@ fn export_duration_measures_a_run() {
     assert!((7.0..=9.5).contains(&secs), "window {secs}");
 }
 
+/// CPU time (ns) `pid` has run, all threads: /proc/PID/stat's ticks.
+fn cpu_ticks_ns(pid: u32) -> f64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions
+    ticks * 1e9 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// The parameters carry the server's CPU per connection: the worker's own CPU time over
+/// its connections (as /proc counts it), and what of it lies outside the service stages.
+#[test]
+fn parameters_carry_the_servers_cpu_per_connection() {
+    let nginx = Nginx::start("serve-cpu", 1);
+    let worker = *nginx.worker_pids().iter().next().unwrap();
+    let master = nginx.master_pid().to_string();
+    let daemon = Daemon::start(&["--pid", &master]);
+    // the daemon's first look at the worker's CPU comes a second after it starts
+    thread::sleep(Duration::from_millis(1500));
+    let before = cpu_ticks_ns(worker);
+    let out = Command::new("openssl")
+        .args([
+            "s_time",
+            "-connect",
+            &format!("127.0.0.1:{}", nginx.port),
+            "-new",
+            "-time",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // the daemon's last look after the load
+    thread::sleep(Duration::from_millis(1500));
+    let used = cpu_ticks_ns(worker) - before;
+    let p: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
+    let server = format!("nginx:{}", nginx.port);
+    let s = p["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["server"] == server.as_str())
+        .unwrap_or_else(|| panic!("no {server}: {p}"));
+    let conns = s["connections"].as_f64().unwrap();
+    assert!(conns >= 200.0, "{s}");
+    let per = s["cpu"]["per_connection_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{s}"));
+    let outside = s["cpu"]["outside_stages_s"].as_f64().unwrap();
+    let expected = used / 1e9 / conns;
+    assert!(
+        (per - expected).abs() <= 0.1 * expected,
+        "per connection {per} s, the worker's /proc {expected} s: {s}"
+    );
+    // the handshake's service stages hold most of it, not all
+    let full = &s["classes"]["tls_full"];
+    let stages: f64 = full["stages"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(|st| st["cpu_mean_s"].as_f64())
+        .sum();
+    assert!(
+        stages > 0.5 * per && stages < per,
+        "stages {stages} s of {per} s: {s}"
+    );
+    assert!(
+        (outside - (per - stages)).abs() <= 0.05 * per,
+        "outside {outside} s, per connection {per} s, stages {stages} s"
+    );
+    daemon.stop();
+}
+
 /// 10,000 TLS handshakes, each with a random SNI: the SNI label stays capped and the
 /// series count and the daemon's memory stay flat.
 #[test]
@@ -420,7 +502,9 @@ fn serve_follows_a_restarted_server() {
     let new_master = nginx.master_pid();
     let stderr = daemon.stop();
     assert!(
-        stderr.contains(&format!("pid {new_master} (nginx): SSL_do_handshake uprobes on")),
+        stderr.contains(&format!(
+            "pid {new_master} (nginx): SSL_do_handshake uprobes on"
+        )),
         "{stderr}"
     );
 }

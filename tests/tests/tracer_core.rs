@@ -645,7 +645,10 @@ fn thousand_back_to_back_handshakes_none_lost() {
         .iter()
         .filter(|r| r["kind"] == "full" && r["stages_ns"].get("client_hello_queue").is_none())
         .collect();
-    assert!(no_arrival.is_empty(), "ClientHello arrival not seen: {no_arrival:?}");
+    assert!(
+        no_arrival.is_empty(),
+        "ClientHello arrival not seen: {no_arrival:?}"
+    );
     // the accounting: every connection reported, none lost or open, no state left
     let h = &out.health;
     assert_accounted(h, true);

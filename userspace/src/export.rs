@@ -39,6 +39,10 @@ impl Sink for ParamsSink {
     fn close(&mut self, _c: &CloseRecord) -> std::io::Result<()> {
         Ok(())
     }
+
+    fn process_cpu(&mut self, pid: u32, ns: u64) {
+        self.0.add_cpu(Instant::now(), pid, ns);
+    }
 }
 
 /// Trace for `duration` (or until Ctrl-C), then print the parameters of the whole run.

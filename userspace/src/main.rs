@@ -239,15 +239,10 @@ enum Command {
         #[arg(long, default_value_t = 1, value_name = "SEED")]
         seed: u32,
         /// With event-loop-sim: the worker's CPU per request that no stage measures
-        /// (accepting, closing, logging, epoll; e.g. its CPU time over its requests, less
-        /// the service stages), shared among each request's handler calls
-        #[arg(
-            long,
-            default_value = "0",
-            value_name = "TIME",
-            allow_hyphen_values = true
-        )]
-        overhead: String,
+        /// (accepting, closing, logging, epoll), shared among each request's handler
+        /// calls [default: the parameters' measured cpu.outside_stages_s, else 0]
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        overhead: Option<String>,
         /// With event-loop-sim: how long a worker asleep in epoll_wait takes to run after
         /// an event (its CPU waking up)
         #[arg(
@@ -483,7 +478,12 @@ fn run(cli: Cli) -> Result<()> {
                     DisciplineArg::EventLoopSim => Discipline::EventLoopSim,
                 },
                 seed: u64::from(seed),
-                overhead_s: knobs::parse_seconds("--overhead", &overhead)?,
+                overhead_s: overhead
+                    .as_deref()
+                    .map(|o| knobs::parse_seconds("--overhead", o))
+                    .transpose()?
+                    .unwrap_or(0.0),
+                overhead_given: overhead.is_some(),
                 wakeup_s: knobs::parse_seconds("--wakeup", &wakeup)?,
             };
             model::run(ModelOptions {

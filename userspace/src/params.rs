@@ -33,6 +33,8 @@ const OTHER_SERVER: &str = "other";
 pub struct Sample<'a> {
     /// "comm:port", e.g. "nginx:443"
     pub server: &'a str,
+    /// the process that accepted the connection
+    pub pid: u32,
     pub kind: Kind,
     /// wall-clock ns of each stage present
     pub stages: &'a [(Stage, u64)],
@@ -78,6 +80,8 @@ impl StageAcc {
 #[derive(Clone, Default)]
 struct ServerAcc {
     connections: u64,
+    /// connections by the process that accepted them
+    by_pid: BTreeMap<u32, u64>,
     failed: u64,
     offered: u64,
     classes: [u64; 3],
@@ -88,6 +92,7 @@ struct ServerAcc {
 impl ServerAcc {
     fn add(&mut self, s: &Sample) {
         self.connections += 1;
+        *self.by_pid.entry(s.pid).or_default() += 1;
         let Some(class) = s.kind.class() else {
             self.failed += 1;
             return;
@@ -115,6 +120,9 @@ impl ServerAcc {
 
     fn merge(&mut self, o: &ServerAcc) {
         self.connections += o.connections;
+        for (pid, n) in &o.by_pid {
+            *self.by_pid.entry(*pid).or_default() += n;
+        }
         self.failed += o.failed;
         self.offered += o.offered;
         for c in 0..3 {
@@ -135,6 +143,29 @@ struct Slot {
     /// index of the slot since the estimator began
     seq: u64,
     servers: BTreeMap<String, ServerAcc>,
+    /// by process: what its connections' service stages and the process itself ran
+    procs: BTreeMap<u32, ProcAcc>,
+}
+
+/// One traced process's CPU in one slot.
+#[derive(Clone, Copy, Default)]
+struct ProcAcc {
+    connections: u64,
+    /// the on-CPU time of its connections' service stages
+    stage_cpu_ns: u128,
+    /// connections without any stage CPU (no on-CPU hook): its CPU cannot be split
+    without_cpu: u64,
+    /// the process's whole CPU time (`Estimator::add_cpu`)
+    cpu_ns: u128,
+}
+
+impl ProcAcc {
+    fn merge(&mut self, o: &ProcAcc) {
+        self.connections += o.connections;
+        self.stage_cpu_ns += o.stage_cpu_ns;
+        self.without_cpu += o.without_cpu;
+        self.cpu_ns += o.cpu_ns;
+    }
 }
 
 /// The sliding-window estimator.
@@ -174,15 +205,34 @@ impl Estimator {
         self.slots.retain(|s| s.seq + SLOTS as u64 > seq);
     }
 
-    pub fn add(&mut self, now: Instant, s: &Sample) {
+    /// The slot of `now`, made if new.
+    fn slot(&mut self, now: Instant) -> &mut Slot {
         self.expire(now);
         let seq = self.seq(now);
         if self.slots.last().is_none_or(|l| l.seq != seq) {
             self.slots.push(Slot {
                 seq,
                 servers: BTreeMap::new(),
+                procs: BTreeMap::new(),
             });
         }
+        self.slots.last_mut().expect("pushed above")
+    }
+
+    /// Process `pid` ran `ns` more nanoseconds of CPU (the source's once-a-second look at
+    /// the traced processes).
+    pub fn add_cpu(&mut self, now: Instant, pid: u32, ns: u64) {
+        self.slot(now).procs.entry(pid).or_default().cpu_ns += u128::from(ns);
+    }
+
+    pub fn add(&mut self, now: Instant, s: &Sample) {
+        let slot = self.slot(now);
+        let proc = slot.procs.entry(s.pid).or_default();
+        proc.connections += 1;
+        if s.cpu.is_empty() {
+            proc.without_cpu += 1;
+        }
+        proc.stage_cpu_ns += s.cpu.iter().map(|(_, ns)| u128::from(*ns)).sum::<u128>();
         let server = if self.known.contains(s.server) {
             s.server
         } else if self.known.len() < self.max_servers {
@@ -191,7 +241,7 @@ impl Estimator {
         } else {
             OTHER_SERVER
         };
-        let slot = self.slots.last_mut().expect("pushed above");
+        let slot = self.slots.last_mut().expect("made above");
         match slot.servers.get_mut(server) {
             Some(acc) => acc.add(s),
             None => slot.servers.entry(server.to_owned()).or_default().add(s),
@@ -203,9 +253,13 @@ impl Estimator {
     pub fn parameters(&mut self, now: Instant, wall_now: SystemTime) -> Parameters {
         self.expire(now);
         let mut merged: BTreeMap<String, ServerAcc> = BTreeMap::new();
+        let mut procs: BTreeMap<u32, ProcAcc> = BTreeMap::new();
         for slot in &self.slots {
             for (name, acc) in &slot.servers {
                 merged.entry(name.clone()).or_default().merge(acc);
+            }
+            for (pid, acc) in &slot.procs {
+                procs.entry(*pid).or_default().merge(acc);
             }
         }
         // the window covers whole slots: from the oldest kept slot's start, or the start
@@ -221,7 +275,10 @@ impl Estimator {
             window_seconds: seconds,
             servers: merged
                 .into_iter()
-                .map(|(name, acc)| server_params(name, &acc, seconds))
+                .map(|(name, acc)| {
+                    let cpu = server_cpu(&acc, &procs);
+                    server_params(name, &acc, seconds, cpu)
+                })
                 .collect(),
         }
     }
@@ -256,6 +313,9 @@ pub struct ClassParams {
 pub struct ServerParams {
     pub server: String,
     pub connections: u64,
+    /// the CPU time of the processes that accepted this server's connections, per
+    /// connection (`ServerCpu`), when known
+    pub cpu: Option<ServerCpu>,
     pub failed: u64,
     pub offered: u64,
     pub accepted: u64,
@@ -273,11 +333,51 @@ pub struct Parameters {
     pub servers: Vec<ServerParams>,
 }
 
+/// The CPU per connection of the processes behind a server: each process's CPU time over
+/// the window divided among all the connections it accepted (whatever their server), and
+/// averaged over this server's connections by process.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServerCpu {
+    /// the processes' whole CPU time per connection
+    pub per_connection_s: f64,
+    /// the same less the connections' service stages: accepting, closing, logging, the
+    /// event loop's own work (what `hstrace model`'s simulated event loop adds)
+    pub outside_stages_s: f64,
+}
+
+/// `ServerCpu` of a server's connections (`acc`) from its processes' CPU (`procs`): None
+/// when no process's CPU was seen, or a connection has no stage CPU (no on-CPU hook).
+fn server_cpu(acc: &ServerAcc, procs: &BTreeMap<u32, ProcAcc>) -> Option<ServerCpu> {
+    let (mut whole, mut outside, mut n) = (0.0, 0.0, 0u64);
+    for (pid, count) in &acc.by_pid {
+        let p = procs.get(pid)?;
+        if p.cpu_ns == 0 || p.connections == 0 || p.without_cpu > 0 {
+            return None;
+        }
+        let per = p.cpu_ns as f64 / 1e9 / p.connections as f64;
+        let stages = p.stage_cpu_ns as f64 / 1e9 / p.connections as f64;
+        whole += per * *count as f64;
+        // the stages' CPU is read at their edges, the process's once a second: over a
+        // short window the two can cross; never less than nothing outside
+        outside += (per - stages).max(0.0) * *count as f64;
+        n += count;
+    }
+    (n > 0).then(|| ServerCpu {
+        per_connection_s: whole / n as f64,
+        outside_stages_s: outside / n as f64,
+    })
+}
+
 fn ratio(a: u64, b: u64) -> Option<f64> {
     (b > 0).then(|| a as f64 / b as f64)
 }
 
-fn server_params(server: String, acc: &ServerAcc, seconds: f64) -> ServerParams {
+fn server_params(
+    server: String,
+    acc: &ServerAcc,
+    seconds: f64,
+    cpu: Option<ServerCpu>,
+) -> ServerParams {
     let classified: u64 = acc.classes.iter().sum();
     let classes = RequestClass::ALL
         .into_iter()
@@ -324,6 +424,7 @@ fn server_params(server: String, acc: &ServerAcc, seconds: f64) -> ServerParams 
     ServerParams {
         server,
         connections: acc.connections,
+        cpu,
         failed: acc.failed,
         offered: acc.offered,
         accepted: resumed,
@@ -473,6 +574,10 @@ fn server_json(s: &ServerParams, o: &mut Object) {
             .opt_f64("hit_ratio", s.hit_ratio)
             .opt_f64("resumption_rate", s.resumption_rate);
     });
+    o.object("cpu", |c| {
+        c.opt_f64("per_connection_s", s.cpu.map(|c| c.per_connection_s))
+            .opt_f64("outside_stages_s", s.cpu.map(|c| c.outside_stages_s));
+    });
     o.object("classes", |m| {
         for c in &s.classes {
             m.object(c.class.name(), |o| {
@@ -515,6 +620,7 @@ mod tests {
     ) -> Sample<'a> {
         Sample {
             server,
+            pid: 1,
             kind,
             stages,
             cpu: &[],
@@ -603,6 +709,56 @@ mod tests {
             .unwrap();
         assert!(row.contains(",0.00175,"), "{row}");
         assert!(p.text_table().contains("server_flight_1"));
+    }
+
+    /// Each process's CPU is divided among all the connections it accepted; a server's
+    /// figure averages its connections' processes; the stages' CPU is what is not outside.
+    #[test]
+    fn cpu_per_connection_and_outside_the_stages() {
+        let mut e = Estimator::new(Duration::from_secs(60), 8);
+        let now = e.start + Duration::from_secs(10);
+        let st = [(Stage::Response, 2_000_000)];
+        let cpu = [(Stage::Response, 1_000_000)];
+        let conn = |server, pid| Sample {
+            pid,
+            cpu: &cpu,
+            ..sample(server, Kind::Plain, &st, false)
+        };
+        // process 10: 3 connections of a:1 and 1 of b:2, 8 ms of CPU: 2 ms each, 1 outside
+        for _ in 0..3 {
+            e.add(now, &conn("a:1", 10));
+        }
+        e.add(now, &conn("b:2", 10));
+        e.add_cpu(now, 10, 5_000_000);
+        e.add_cpu(now + Duration::from_secs(1), 10, 3_000_000);
+        // process 20: 1 connection of b:2, 4 ms: 3 ms outside
+        e.add(now, &conn("b:2", 20));
+        e.add_cpu(now, 20, 4_000_000);
+        let p = e.parameters(now + Duration::from_secs(1), SystemTime::now());
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        let a = p.servers[0].cpu.unwrap();
+        assert!(
+            close(a.per_connection_s, 2e-3) && close(a.outside_stages_s, 1e-3),
+            "{a:?}"
+        );
+        let b = p.servers[1].cpu.unwrap();
+        assert!(close(b.per_connection_s, 3e-3), "{b:?}");
+        assert!(close(b.outside_stages_s, 2e-3), "{b:?}");
+        let v: Value = serde_json::from_str(&p.to_json()).unwrap();
+        assert_eq!(v["servers"][1]["cpu"]["outside_stages_s"], 2e-3);
+
+        // a connection without stage CPU (no on-CPU hook): its process's CPU cannot be split
+        e.add(
+            now,
+            &Sample {
+                pid: 10,
+                ..sample("a:1", Kind::Plain, &st, false)
+            },
+        );
+        let p = e.parameters(now + Duration::from_secs(1), SystemTime::now());
+        assert_eq!(p.servers[0].cpu, None);
+        let v: Value = serde_json::from_str(&p.to_json()).unwrap();
+        assert_eq!(v["servers"][0]["cpu"]["outside_stages_s"], Value::Null);
     }
 
     #[test]

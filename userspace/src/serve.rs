@@ -70,6 +70,11 @@ impl Sink for ServeSink {
         *self.0.health.lock().expect("health lock") = health.clone();
         Ok(())
     }
+
+    fn process_cpu(&mut self, pid: u32, ns: u64) {
+        let mut params = self.0.params.lock().expect("params lock");
+        params.add_cpu(Instant::now(), pid, ns);
+    }
 }
 
 /// A record as the estimator takes it.
@@ -79,6 +84,7 @@ pub fn add_sample(est: &mut Estimator, r: &Record) {
         Instant::now(),
         &Sample {
             server: &server,
+            pid: r.pid,
             kind: r.kind,
             stages: &r.stages_ns.0,
             cpu: &r.cpu_ns.0,

@@ -23,6 +23,9 @@ pub trait Sink {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+    /// About once a second: traced process `pid` used `ns` more CPU time since the last
+    /// call (its first reading only sets where it starts).
+    fn process_cpu(&mut self, _pid: u32, _ns: u64) {}
 }
 
 /// Two sinks fed the same records.
@@ -47,5 +50,10 @@ impl Sink for Both<'_> {
     fn flush(&mut self) -> io::Result<()> {
         self.0.flush()?;
         self.1.flush()
+    }
+
+    fn process_cpu(&mut self, pid: u32, ns: u64) {
+        self.0.process_cpu(pid, ns);
+        self.1.process_cpu(pid, ns);
     }
 }

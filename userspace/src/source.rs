@@ -3,7 +3,7 @@
 //! connection. It hands finished records and its `Health` to a sink.
 
 use std::{
-    collections::{BTreeSet, HashSet},
+    collections::{BTreeSet, HashMap, HashSet},
     future::Future,
     io,
     time::{Duration, Instant},
@@ -68,6 +68,8 @@ pub struct Source {
     pipe: Pipeline,
     /// the last full look for the selected processes
     resolved: Option<Resolved>,
+    /// each traced process's CPU time (ns) at the last look, for the sinks' CPU figures
+    cpu_seen: HashMap<u32, u64>,
 }
 
 /// When `targets::resolve` last looked through /proc (a look at every process's fds for
@@ -172,6 +174,7 @@ impl Source {
             exited: false,
             pipe: Pipeline::new(max_conns),
             resolved: None,
+            cpu_seen: HashMap::new(),
         };
         s.rescan();
         // loaded and attached: keep only what following new processes needs
@@ -219,6 +222,21 @@ impl Source {
             }
         }
         gone
+    }
+
+    /// Hand the sink what each traced process ran since the last look (the parameters'
+    /// CPU outside the stages); exited processes are forgotten.
+    fn feed_cpu(&mut self, sink: &mut dyn Sink) {
+        let traced: Vec<u32> = self.tgids.keys().filter_map(|k| k.ok()).collect();
+        self.cpu_seen.retain(|pid, _| traced.contains(pid));
+        for pid in traced {
+            let Some(now) = targets::cpu_ns(pid) else {
+                continue;
+            };
+            if let Some(before) = self.cpu_seen.insert(pid, now) {
+                sink.process_cpu(pid, now.saturating_sub(before));
+            }
+        }
     }
 
     /// Must the next rescan look through /proc? Once a second only where the kernel does
@@ -419,6 +437,7 @@ impl Source {
                         break Ok(());
                     }
                     self.detach_untied();
+                    self.feed_cpu(sink);
                     self.sweep(&gone, sink)
                         .and_then(|_| sink.tick(&self.health()))
                 }

@@ -56,6 +56,18 @@ fn alive_with_parent(pid: u32) -> Option<u32> {
     fields.next()?.parse().ok()
 }
 
+/// The CPU time a process has used so far (user + system, all its threads), ns: from
+/// /proc/PID/stat, in clock ticks (the differences of two readings add up exactly).
+pub fn cpu_ns(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime, stime: fields 14 and 15 of stat, 12 and 13 after the comm
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(ticks * (1_000_000_000 / hz))
+}
+
 pub fn exists(pid: u32) -> bool {
     PathBuf::from(format!("/proc/{pid}")).exists()
 }

@@ -578,7 +578,12 @@ pub fn build_syscall_cost(dir: &Path) -> Result<std::path::PathBuf> {
     Ok(exe)
 }
 
-pub fn run(bin: &Path, nginx: &BenchNginx, syscall_exe: &Path, uprobe_exe: &Path) -> Result<String> {
+pub fn run(
+    bin: &Path,
+    nginx: &BenchNginx,
+    syscall_exe: &Path,
+    uprobe_exe: &Path,
+) -> Result<String> {
     let mut doc = String::new();
     let (mut cpu_per_sec, mut rss_kib, mut attach_ms, mut map_bytes) =
         (Vec::new(), 0u64, Vec::new(), 0u64);

@@ -330,7 +330,9 @@ fn bench(args: &[String]) -> Result<()> {
         let section = bench::cost::section(&bin, &target, &uprobe_exe)?;
         let section = section.replacen(
             "(also part of the full bench).",
-            &format!("(also part of the full bench; this section from commit {commit}, run alone)."),
+            &format!(
+                "(also part of the full bench; this section from commit {commit}, run alone)."
+            ),
             1,
         );
         let path = root().join("docs/benchmarks.md");

@@ -100,12 +100,15 @@ struct Point {
     cpu_busy: f64,
     /// the daemon's parameters of this point (`hstrace.parameters/v1`)
     params: Value,
-    /// the worker's CPU per request outside the measured service stages: its CPU time over
-    /// the requests measured, less the stages' demand
+    /// the worker's CPU per request outside the measured service stages, as the daemon
+    /// measured it (the parameters' cpu.outside_stages_s, which the model took)
     overhead_s: f64,
-    /// `hstrace model --discipline event-loop-sim` from this point's own parameters, the
-    /// worker's CPU outside the stages and its wake-up (the `hstrace.model/v1` point): what
-    /// the criterion is checked on
+    /// the same from this harness's own reading of the worker's CPU (/proc) over the
+    /// measured window, less the stages' demand: a check of the daemon's figure
+    overhead_proc_s: f64,
+    /// `hstrace model --discipline event-loop-sim` from this point's own parameters (the
+    /// CPU outside the stages among them) and the wake-up (the `hstrace.model/v1` point):
+    /// what the criterion is checked on
     live: Value,
     /// the simulation from the parameters alone
     params_only: Value,
@@ -365,10 +368,9 @@ struct Platform {
     wakeup_median_s: f64,
 }
 
-/// The one-user point's parameters and the worker's CPU outside its stages.
+/// The one-user point's parameters (its CPU outside the stages among them).
 struct OneUser {
     params: PathBuf,
-    overhead_s: f64,
 }
 
 /// One point's predictions from its parameters (`file`), hsload's output and the
@@ -403,27 +405,24 @@ fn predict(
             discipline.into(),
         ]
     };
-    let loop_of = |params: &Path, overhead_s: f64| -> Vec<String> {
+    // the simulated loop with the parameters' own CPU outside the stages (the daemon's
+    // measurement) and the platform's wake-up
+    let loop_of = |params: &Path| -> Vec<String> {
         let mut args = with(params, SIMULATED);
-        args.extend([
-            "--overhead".into(),
-            format!("{overhead_s}"),
-            "--wakeup".into(),
-            format!("{}", platform.wakeup_s),
-        ]);
+        args.extend(["--wakeup".into(), format!("{}", platform.wakeup_s)]);
         args
     };
-    let answer = model(bin, &with(file, SIMULATED))?;
+    let mut stages_only = with(file, SIMULATED);
+    stages_only.extend(["--overhead".into(), "0".into()]);
+    let answer = model(bin, &stages_only)?;
     let params_only = point(&answer);
-    // the worker's CPU a request (the service demand law, D = U / X), less the stages'
+    let live_answer = model(bin, &loop_of(file))?;
+    let live = point(&live_answer);
+    let overhead_s = f(&live_answer["knobs"]["overhead_s"]);
+    // the same from /proc beside it: the worker's CPU a request (the service demand law,
+    // D = U / X), less the stages'
     let stages_s = f(&params_only["utilisation"]) / f(&params_only["throughput_per_s"]);
-    let overhead_s = (cpu_busy / f(&load["throughput_per_s"]) - stages_s).max(0.0);
-    let overhead_s = if overhead_s.is_finite() {
-        overhead_s
-    } else {
-        0.0
-    };
-    let live = point(&model(bin, &loop_of(file, overhead_s))?);
+    let overhead_proc_s = (cpu_busy / f(&load["throughput_per_s"]) - stages_s).max(0.0);
     let approx = point(&model(bin, &with(file, "event-loop"))?);
     let shared = point(&model(bin, &with(file, "processor-sharing"))?);
     // the one-user point's parameters and CPU at this point's mix: only the mix changes
@@ -431,7 +430,7 @@ fn predict(
         Some(one) => {
             let mix_of = |c: &str| f(&answer["mix"][c]);
             let tls = mix_of("tls_full") + mix_of("tls_resumed");
-            let mut args = loop_of(&one.params, one.overhead_s);
+            let mut args = loop_of(&one.params);
             args.extend(["--secure-fraction".into(), tls.to_string()]);
             if tls > 0.0 {
                 args.extend([
@@ -449,6 +448,7 @@ fn predict(
         cpu_busy,
         params,
         overhead_s,
+        overhead_proc_s,
         live,
         params_only,
         approx,
@@ -486,10 +486,7 @@ fn run_mix(rig: &Rig, mix: &Mix, index: usize, plan: &Plan) -> Result<Vec<Point>
         )?;
         let p = predict(bin, &file, load, cpu_busy, platform, one.as_ref())?;
         if one.is_none() {
-            one = Some(OneUser {
-                params: file,
-                overhead_s: p.overhead_s,
-            });
+            one = Some(OneUser { params: file });
         }
         points.push(p);
     }
@@ -582,20 +579,23 @@ fn report(
          - **measured**: hsload's own clock (connect to the last byte) and count;\n\
          - **model**: `hstrace model --params <the daemon's parameters of that point> \
          --server nginx:TLS[,nginx:PLAIN] --users N --think-time Z --discipline {SIMULATED} \
-         --overhead <CPU outside the stages> --wakeup <wake-up>`: the worker's event loop as \
+         --wakeup <wake-up>`: the worker's event loop as \
          nginx runs it, simulated (`epoll_wait` hands it the ready events, served in turn, \
          each to completion; one accept per listening port per pass; what becomes ready \
          meanwhile waits for the next pass; a connection's visits separated by the measured \
-         delays at the client), with the two parts of the loop no stage measures, each \
-         measured apart: the worker's CPU per request outside the service stages (*CPU \
-         outside*: its CPU time over the requests, from /proc, less the stages' demand), \
-         shared among each request's handler calls, and the time its idle CPU takes to run \
+         delays at the client), with the two parts of the loop no stage measures: the \
+         worker's CPU per request outside the service stages (*CPU outside*: the parameters' \
+         own `cpu.outside_stages_s`, the daemon's reading of the worker's CPU time per \
+         connection less the stages'; beside it the same from this harness's own /proc \
+         reading, a check), shared among each request's handler calls, and, measured apart, \
+         the time its idle CPU takes to run \
          it after an event ({:.0} µs: the mean of {WAKEUP_SAMPLES} messages, {} ms apart, to \
          a thread in `epoll_wait` on CPU 0, measured before the load; their median was {:.0} \
          µs: the mean, as the model predicts means, takes in the platform's long tail, a \
          halted vCPU waiting for the host to run it); ± is the simulation's 95 % confidence \
          half-width;\n\
-         - **stages only**: the same simulation from the parameters alone;\n\
+         - **stages only**: the same simulation from the stages alone (`--overhead 0`, no \
+         wake-up);\n\
          - **MVA**: the same loop by the event-loop MVA approximation (`--discipline \
          event-loop`: each visit waits for the visits queued before it, the one in progress \
          for half its time), from the parameters alone, for comparison;\n\
@@ -619,7 +619,7 @@ fn report(
         let _ = write!(
             doc,
             "## Mix {}: {} (p = {}, resume offered {})\n\n\
-             | N | nginx CPU | util (model) | CPU outside µs | X measured /s | X model /s | ΔX | R measured ms | R model ms | ΔR | R stages only ms | ΔR stages only | R MVA ms | ΔR MVA | R PS ms | ΔR PS | R from N=1 ms | ΔR N=1 | R full / resumed / plain measured ms | same, model ms | requests | errors | verdict |\n\
+             | N | nginx CPU | util (model) | CPU outside µs (hstrace / /proc) | X measured /s | X model /s | ΔX | R measured ms | R model ms | ΔR | R stages only ms | ΔR stages only | R MVA ms | ΔR MVA | R PS ms | ΔR PS | R from N=1 ms | ΔR N=1 | R full / resumed / plain measured ms | same, model ms | requests | errors | verdict |\n\
              |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
             i + 1,
             mix.name,
@@ -661,11 +661,12 @@ fn report(
             );
             let _ = writeln!(
                 doc,
-                "| {} | {:.1} % | {:.1} % | {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {one} | {one_err} | {} | {} | {} | {} | {verdict} |",
+                "| {} | {:.1} % | {:.1} % | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {one} | {one_err} | {} | {} | {} | {} | {verdict} |",
                 p.users,
                 p.cpu_busy * 100.0,
                 utilisation * 100.0,
                 p.overhead_s * 1e6,
+                p.overhead_proc_s * 1e6,
                 f(&p.load["throughput_per_s"]),
                 pct(p.throughput_error()),
                 ms(measured_r),
@@ -736,10 +737,11 @@ fn report(
          2 after a full handshake waits longer than after a resumed one (the backlog its RSA \
          signature built). The simulation predicts that shape from the service and delay \
          stages alone.\n\
-         - **What no stage holds.** Two parts of the loop are measured apart and given to \
-         the simulation: the worker's CPU outside the service stages (accepting, closing, the \
-         access-log line, epoll, the kernel's TCP work on its side of loopback, hstrace's own \
-         probes), which every other connection waits for, and the server waking up (an idle \
+         - **What no stage holds.** Two parts of the loop are given to the simulation \
+         beside the stages: the worker's CPU outside the service stages (accepting, closing, \
+         the access-log line, epoll, the kernel's TCP work on its side of loopback, hstrace's \
+         own probes), which every other connection waits for, measured by the daemon itself \
+         (the parameters' `cpu`), and the server waking up, measured apart (an idle \
          worker, asleep in `epoll_wait`, runs only once its CPU has woken: with one user every \
          visit pays it: the queue stages at N = 1, with nobody to wait for, are that and the \
          handler's own code before its read). Both only approximately: \
@@ -817,8 +819,6 @@ fn plot(
             &think.to_string(),
             "--discipline",
             SIMULATED,
-            "--overhead",
-            &from.overhead_s.to_string(),
             "--wakeup",
             &platform.wakeup_s.to_string(),
         ])

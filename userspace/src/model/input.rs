@@ -51,6 +51,9 @@ pub struct ServerInput {
     pub connections: f64,
     /// `RequestClass::ALL` order
     pub classes: [ClassInput; 3],
+    /// the server's processes' CPU per connection outside its service stages, seconds
+    /// (`cpu.outside_stages_s`; None where the parameters do not have it)
+    pub outside_stages_s: Option<f64>,
 }
 
 fn stage_class(name: &str) -> Option<StageClass> {
@@ -93,10 +96,21 @@ fn parse_server(s: &Value, origin: &str) -> Result<ServerInput> {
     let connections = count("connections")? - count("failed")?;
     let classes = RequestClass::ALL.map(|class| parse_class(s, &server, class, origin));
     let [a, b, c] = classes;
+    let outside_stages_s = match s.get("cpu").and_then(|c| c.get("outside_stages_s")) {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            let x = number(v, &|| format!("{origin}: {server}'s cpu.outside_stages_s"))?;
+            if x < 0.0 {
+                bail!("{origin}: {server}'s cpu.outside_stages_s {x} is negative");
+            }
+            Some(x)
+        }
+    };
     Ok(ServerInput {
         server,
         connections,
         classes: [a?, b?, c?],
+        outside_stages_s,
     })
 }
 
@@ -257,10 +271,17 @@ pub fn merge(parts: Vec<ServerInput>, origin: &str) -> Result<ServerInput> {
             stages,
         }
     });
+    // each connection pays its own port's CPU outside the stages (all ports, or unknown)
+    let outside_stages_s = parts
+        .iter()
+        .map(|p| p.outside_stages_s.map(|o| o * p.connections))
+        .sum::<Option<f64>>()
+        .map(|sum| sum / connections);
     Ok(ServerInput {
         server,
         connections,
         classes,
+        outside_stages_s,
     })
 }
 
@@ -486,6 +507,8 @@ fn prom_server(base: &str, server: String, w: &str) -> Result<ServerInput> {
             share: n / total,
             stages,
         }),
+        // the daemons export no per-process CPU series
+        outside_stages_s: None,
     })
 }
 

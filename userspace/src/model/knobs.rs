@@ -37,6 +37,9 @@ pub struct Knobs {
     pub seed: u64,
     /// `--overhead`: the web server's CPU per request that no stage measures, seconds
     pub overhead_s: f64,
+    /// `--overhead` was given; otherwise event-loop-sim takes the parameters' measured
+    /// CPU outside the stages (`ServerInput::outside_stages_s`) where they have it
+    pub overhead_given: bool,
     /// `--wakeup`: how long an idle worker takes to run after an event, seconds
     pub wakeup_s: f64,
 }
@@ -52,6 +55,7 @@ impl Default for Knobs {
             discipline: Discipline::ProcessorSharing,
             seed: 1,
             overhead_s: 0.0,
+            overhead_given: false,
             wakeup_s: 0.0,
         }
     }

@@ -145,6 +145,17 @@ pub fn build(
 }
 
 /// `hstrace model`: read, solve, print (and draw).
+/// The knobs a run uses: the simulated event loop takes the server's measured CPU outside
+/// its stages (`cpu.outside_stages_s` of the parameters) unless `--overhead` was given.
+/// The other disciplines are seed 002's network of the stages alone.
+fn effective_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
+    let mut k = knobs.clone();
+    if k.discipline == Discipline::EventLoopSim && !k.overhead_given {
+        k.overhead_s = server.outside_stages_s.unwrap_or(0.0);
+    }
+    k
+}
+
 pub fn run(opts: ModelOptions) -> Result<()> {
     if opts.measured.is_some() && opts.plot.is_none() {
         bail!("--measured draws points on the picture: give --plot FILE.svg too");
@@ -165,10 +176,11 @@ pub fn run(opts: ModelOptions) -> Result<()> {
             format!("{url}, last {window_s} s"),
         ),
     };
+    let knobs = effective_knobs(&opts.knobs, &server);
     let report = build(
         &server,
         source,
-        &opts.knobs,
+        &knobs,
         &opts.secure_fractions,
         opts.users.as_deref(),
     )?;
@@ -191,6 +203,54 @@ mod tests {
     use super::*;
     use crate::model::input::seed_parameters as seed;
     use serde_json::Value;
+
+    /// The simulated loop takes the measured CPU outside the stages; --overhead wins;
+    /// seed 002's disciplines stay the stages alone.
+    #[test]
+    fn the_simulation_takes_the_measured_cpu_outside_the_stages() {
+        let text = include_str!("../../../examples/seed002-parameters.json").replacen(
+            "\"server\": \"seed002:443\",",
+            "\"server\": \"seed002:443\", \"cpu\": {\"outside_stages_s\": 0.0004},",
+            1,
+        );
+        let server = input::pick(input::parse_parameters(&text, "t").unwrap(), None, "t").unwrap();
+        assert_eq!(server.outside_stages_s, Some(4e-4));
+        let sim = Knobs {
+            discipline: Discipline::EventLoopSim,
+            ..Knobs::default()
+        };
+        assert_eq!(effective_knobs(&sim, &server).overhead_s, 4e-4);
+        let given = Knobs {
+            overhead_s: 1e-4,
+            overhead_given: true,
+            ..sim.clone()
+        };
+        assert_eq!(effective_knobs(&given, &server).overhead_s, 1e-4);
+        assert_eq!(effective_knobs(&Knobs::default(), &server).overhead_s, 0.0);
+        assert_eq!(effective_knobs(&sim, &seed()).overhead_s, 0.0);
+        // two ports of one server: each connection pays its own port's
+        let server = ServerInput {
+            connections: 100.0,
+            ..server
+        };
+        let mut other = server.clone();
+        other.server = "seed002:80".into();
+        other.connections = 300.0;
+        other.outside_stages_s = Some(0.0);
+        let merged = input::merge(vec![server.clone(), other.clone()], "t").unwrap();
+        assert!((merged.outside_stages_s.unwrap() - 1e-4).abs() < 1e-15);
+        other.outside_stages_s = None;
+        assert_eq!(
+            input::merge(vec![server, other], "t")
+                .unwrap()
+                .outside_stages_s,
+            None
+        );
+        // a negative figure is refused
+        let bad = text.replace("0.0004", "-1");
+        let err = input::parse_parameters(&bad, "t").unwrap_err().to_string();
+        assert!(err.contains("negative"), "{err}");
+    }
 
     /// Fig. 8's setting: h = 2 s, p = 0.1, 0.2, 0.3, mean response time over all requests.
     #[test]

@@ -15,9 +15,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use super::{
-    median, process_run_secs, run_load, BenchNginx, Tracer, SERVE, WORKLOADS,
-};
+use super::{median, process_run_secs, run_load, BenchNginx, Tracer, SERVE, WORKLOADS};
 
 const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
@@ -246,7 +244,11 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
         ] {
             let p = per_op(bin, nginx.master, extra, &cmd)?;
             let net = p.counted_ns - p.runs * floor;
-            let idle = if mode == "serve" { idle_serve } else { idle_trace };
+            let idle = if mode == "serve" {
+                idle_serve
+            } else {
+                idle_trace
+            };
             let tracer_busy_ns = p.tracer_ns - idle * p.secs * 1e9 / p.ops;
             let line = format!(
                 "| {} | {mode} | {:.1} | {:.2} µs | {:.2} µs | {:.1} (~{:.1} µs) | {:.2} µs | {:.2} µs |\n",
@@ -265,9 +267,7 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
                 let top: Vec<String> = p
                     .top
                     .iter()
-                    .map(|(n, c, t)| {
-                        format!("{n} {:.1}×{:.0} ns", c, (t / c - floor).max(0.0))
-                    })
+                    .map(|(n, c, t)| format!("{n} {:.1}×{:.0} ns", c, (t / c - floor).max(0.0)))
                     .collect();
                 detail.push_str(&format!("| {} | {} |\n", w.name, top.join(", ")));
             }

@@ -35,10 +35,21 @@ const volatile char targ_comm[16] = {}; /* --comm: a process is traced from its 
 /* Unique id of each traced connection (socket addresses are reused). */
 __u64 next_conn_id = 0;
 
-/* Local ports on which this host completed a three-way handshake as the server since
- * hstrace started, one bit each. A socket on any other port (a client's ephemeral port)
- * cannot be a traced connection: its arrivals leave before any map lookup. */
+/* Local ports of the selected servers, one bit each: set here when a handshake completes
+ * on a port `port_selected` allows, or a traced process accepts on one. A socket on any
+ * other port (a client's ephemeral port, another server's) cannot be a traced connection:
+ * its state changes, arrivals, reads and writes leave before any map lookup. */
 __u64 server_ports[65536 / 64] = {};
+
+/* The ports the selected processes listen on, one bit each, as userspace found them in
+ * /proc (--pid and --comm: where the kernel cannot know them before the first accept).
+ * Only userspace writes it; an array, so its lookups are inlined. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536 / 64);
+	__type(key, __u32);
+	__type(value, __u64);
+} listen_ports SEC(".maps");
 
 static __always_inline void mark_server_port(__u16 port)
 {
@@ -51,6 +62,21 @@ static __always_inline void mark_server_port(__u16 port)
 static __always_inline int is_server_port(__u16 port)
 {
 	return (server_ports[port >> 6] >> (port & 63)) & 1;
+}
+
+/* May a connection on local port `port` belong to the selection? --port: that port; no
+ * selector: any; --pid, --comm: one their processes listen on or accepted on. */
+static __always_inline int port_selected(__u16 port)
+{
+	__u32 word = port >> 6;
+	__u64 *bits;
+
+	if (targ_port)
+		return port == targ_port;
+	if (targ_all || is_server_port(port))
+		return 1;
+	bits = bpf_map_lookup_elem(&listen_ports, &word);
+	return bits && ((*bits >> (port & 63)) & 1);
 }
 
 /* Thread ids that have an entry in thread_cpu, one bit each (ids below 2^22, the kernel's

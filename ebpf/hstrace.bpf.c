@@ -253,6 +253,9 @@ static __always_inline int server_closing(struct hs_conn_state *c)
  * addresses): it waits in the accept queue from now. */
 static __always_inline void on_established(__u64 skey, struct est *fresh)
 {
+	/* other servers' connections are not waited for */
+	if (!port_selected(fresh->sport))
+		return;
 	fresh->t_est = bpf_ktime_get_ns();
 	mark_server_port(fresh->sport);
 	bpf_map_update_elem(&est_socks, &skey, fresh, BPF_ANY);

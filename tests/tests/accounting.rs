@@ -14,6 +14,11 @@ fn a_mix_leaves_every_table_empty() {
     let nginx = Nginx::start("acct-mix", 2);
     let master = nginx.master_pid().to_string();
     let tracer = Hstrace::start(&["--pid", &master]);
+    // another server on the host, not selected, with a connection open past the end: its
+    // socket is none of the tracer's business (no table entry, no lookup)
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let _held = TcpStream::connect(other.local_addr().unwrap()).unwrap();
+    let (_accepted, _) = other.accept().unwrap();
     let mix = drive_mix(&nginx, 4);
     let made = mix.tls() + mix.plain + mix.failed;
     let out = tracer.stop();

@@ -70,6 +70,9 @@ pub struct Source {
     resolved: Option<Resolved>,
     /// each traced process's CPU time (ns) at the last look, for the sinks' CPU figures
     cpu_seen: HashMap<u32, u64>,
+    /// the kernel's `listen_ports` bitmap, and the ports set in it so far
+    listen_ports: Array<MapData, u64>,
+    ports_marked: HashSet<u16>,
 }
 
 /// When `targets::resolve` last looked through /proc (a look at every process's fds for
@@ -155,6 +158,8 @@ impl Source {
         let tgids =
             BpfHashMap::try_from(bpf.take_map("traced_tgids").context("map traced_tgids")?)?;
         let counters = PerCpuArray::try_from(bpf.take_map("counters").context("map counters")?)?;
+        let listen_ports =
+            Array::try_from(bpf.take_map("listen_ports").context("map listen_ports")?)?;
         let tables = Tables::take(&mut bpf)?;
         let max_conns = opts.max_conns as usize;
         let mut s = Source {
@@ -175,6 +180,8 @@ impl Source {
             pipe: Pipeline::new(max_conns),
             resolved: None,
             cpu_seen: HashMap::new(),
+            listen_ports,
+            ports_marked: HashSet::new(),
         };
         s.rescan();
         // loaded and attached: keep only what following new processes needs
@@ -189,7 +196,8 @@ impl Source {
     /// started again), forget exited ones (returned).
     pub fn rescan(&mut self) -> Vec<u32> {
         let mut gone = Vec::new();
-        let want = if self.resolve_due() {
+        let resolving = self.resolve_due();
+        let want = if resolving {
             self.resolved = Some(Resolved {
                 at: Instant::now(),
                 listens: self.counter(abi::C_LISTENS),
@@ -210,6 +218,9 @@ impl Source {
         }
         // the kernel adds processes too (forks of traced ones; every acceptor with no selector)
         let traced: BTreeSet<u32> = self.tgids.keys().filter_map(|k| k.ok()).collect();
+        if resolving {
+            self.mark_listen_ports(&traced);
+        }
         for pid in &traced {
             if !targets::alive(*pid) {
                 let _ = self.tgids.remove(pid);
@@ -239,6 +250,26 @@ impl Source {
         }
     }
 
+    /// Tell the kernel the ports the traced processes listen on (--pid, --comm: with --port
+    /// or no selector it knows them), so that their connections are followed from the
+    /// three-way handshake on, before any accept. Bits are only ever added.
+    fn mark_listen_ports(&mut self, traced: &BTreeSet<u32>) {
+        let sel = &self.opts.selector;
+        if sel.port.is_some() || sel.is_all() {
+            return;
+        }
+        for port in targets::listening_ports(traced) {
+            if !self.ports_marked.insert(port) {
+                continue;
+            }
+            let word = u32::from(port >> 6);
+            let bits = self.listen_ports.get(&word, 0).unwrap_or(0) | 1u64 << (port & 63);
+            if let Err(e) = self.listen_ports.set(word, bits, 0) {
+                log::warn!("cannot mark listening port {port}: {e}");
+            }
+        }
+    }
+
     /// Must the next rescan look through /proc? Once a second only where the kernel does
     /// not follow the selection itself: the fork hook traces a traced process's children
     /// (`--pid`, `--comm`), the exec hook a program named by `--comm`, and with `--port` or
@@ -260,8 +291,7 @@ impl Source {
         let sel = &self.opts.selector;
         (!sel.pids.is_empty() && !hooked("fork"))
             || (sel.comm.is_some() && !(hooked("fork") && hooked("exec")))
-            || ((sel.port.is_some() || sel.is_all())
-                && self.counter(abi::C_LISTENS) != last.listens)
+            || self.counter(abi::C_LISTENS) != last.listens
     }
 
     /// Selected by `--pid` alone, and none of those processes or their children is left:

@@ -210,6 +210,23 @@ pub fn resolve(sel: &Selector) -> BTreeSet<u32> {
     set
 }
 
+/// The TCP ports processes `pids` listen on, each in its own network namespace (whose
+/// socket table is read once).
+pub fn listening_ports(pids: &BTreeSet<u32>) -> BTreeSet<u16> {
+    let mut tables: HashMap<PathBuf, HashMap<u64, u16>> = HashMap::new();
+    let mut out = BTreeSet::new();
+    for pid in pids {
+        let Ok(ns) = fs::read_link(format!("/proc/{pid}/ns/net")) else {
+            continue;
+        };
+        let inodes = tables
+            .entry(ns)
+            .or_insert_with(|| listening_inodes_in(&format!("/proc/{pid}/net")));
+        out.extend(ports_held(*pid, inodes));
+    }
+    out
+}
+
 /// Fail early, with what to do, when a selector names nothing that exists.
 pub fn check(sel: &Selector) -> Result<()> {
     for pid in &sel.pids {

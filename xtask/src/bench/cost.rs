@@ -191,6 +191,45 @@ fn workers_cpu_secs(master: u32) -> f64 {
         .sum()
 }
 
+/// Send + recv pairs of the untraced loop.
+const UNTRACED_PAIRS: u32 = 100_000;
+
+/// BPF run time per loopback send + recv pair of a process hstrace does not trace (this
+/// one, its own listener): (program runs, ns counted) per pair, the tracer in default mode.
+fn untraced_pair(bin: &Path, master: u32) -> Result<(f64, f64)> {
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let mut tx = TcpStream::connect(listener.local_addr()?)?;
+    tx.set_nodelay(true)?;
+    let (mut rx, _) = listener.accept()?;
+    let tracer = Tracer::start(bin, master, &[])?;
+    let pid = tracer.child.id();
+    fs::write(STATS, "1").context("enabling kernel.bpf_stats_enabled")?;
+    let before = programs(pid);
+    let mut byte = [0u8; 1];
+    let mut io = || -> std::io::Result<()> {
+        for _ in 0..UNTRACED_PAIRS {
+            tx.write_all(b"x")?;
+            std::io::Read::read_exact(&mut rx, &mut byte)?;
+        }
+        Ok(())
+    };
+    let done = io();
+    let after = programs(pid);
+    let _ = fs::write(STATS, "0");
+    tracer.stop();
+    done?;
+    let (before, after) = (before?, after?);
+    let (mut runs, mut ns) = (0.0, 0.0);
+    for (name, (c1, t1)) in &after {
+        let (c0, t0) = before.get(name).copied().unwrap_or((0, 0));
+        runs += (c1 - c0) as f64;
+        ns += (t1 - t0) as f64;
+    }
+    let n = f64::from(UNTRACED_PAIRS);
+    Ok((runs / n, ns / n))
+}
+
 /// CPU per operation (ns) of nginx's workers, the client and the tracer, hstrace off and
 /// on (default mode), in short interleaved runs: the medians of each side, and of the
 /// pairs' ratios.
@@ -273,6 +312,11 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
             }
         }
     }
+    let (untraced_runs, untraced_ns) = untraced_pair(bin, nginx.master)?;
+    eprintln!(
+        "untraced send+recv pair: {untraced_runs:.2} runs, {untraced_ns:.0} ns counted, {:.0} ns less the counting",
+        untraced_ns - untraced_runs * floor
+    );
     let mut cpu_rows = String::new();
     for w in WORKLOADS.iter().filter(|w| w.tls).take(3) {
         let (off, on, ratio) = cpu_on_off(bin, nginx.master, &w.cmd(nginx))?;
@@ -310,6 +354,10 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
          |---|---|---|---|---|---|---|---|\n{rows}\n\
          Where the default mode's run time goes (program runs per operation × ns per run, \
          less the counting):\n\n| workload | programs |\n|---|---|\n{detail}\n\
+         A loopback send + recv pair of a process hstrace does not trace (the bench \
+         itself, its own listener, {UNTRACED_PAIRS} pairs, the tracer in default mode): \
+         {untraced_runs:.2} program runs, {untraced_ns:.0} ns counted, {:.0} ns less the \
+         counting.\n\n\
          CPU per connection of nginx's worker, the client (`openssl s_time`) and the tracer \
          (run time from /proc schedstat and the client's rusage: other tenants of the \
          machine are left out), hstrace off and on (default mode, `trace`), {CPU_PAIRS} \
@@ -318,6 +366,7 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
         trap_pair / 1e3,
         idle_trace * 1e3,
         idle_serve * 1e3,
+        untraced_ns - untraced_runs * floor,
     ))
 }
 

@@ -354,12 +354,22 @@ int sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
 	if (is_established(ctx->oldstate, ctx->newstate)) {
 		struct est fresh = { .family = ctx->family, .sport = ctx->sport, .dport = ctx->dport };
 
+		__u32 *s = (__u32 *)fresh.saddr, *d = (__u32 *)fresh.daddr;
+
+		/* one load per word at a constant offset: the verifier refuses a load through
+		 * a ctx pointer moved first (which a memcpy compiles to) */
 		if (fresh.family == AF_INET) {
-			__builtin_memcpy(fresh.saddr, ctx->saddr, 4);
-			__builtin_memcpy(fresh.daddr, ctx->daddr, 4);
+			s[0] = *(__u32 *)ctx->saddr;
+			d[0] = *(__u32 *)ctx->daddr;
 		} else {
-			__builtin_memcpy(fresh.saddr, ctx->saddr_v6, 16);
-			__builtin_memcpy(fresh.daddr, ctx->daddr_v6, 16);
+			s[0] = *(__u32 *)&ctx->saddr_v6[0];
+			s[1] = *(__u32 *)&ctx->saddr_v6[4];
+			s[2] = *(__u32 *)&ctx->saddr_v6[8];
+			s[3] = *(__u32 *)&ctx->saddr_v6[12];
+			d[0] = *(__u32 *)&ctx->daddr_v6[0];
+			d[1] = *(__u32 *)&ctx->daddr_v6[4];
+			d[2] = *(__u32 *)&ctx->daddr_v6[8];
+			d[3] = *(__u32 *)&ctx->daddr_v6[12];
 		}
 		on_established((__u64)ctx->skaddr, &fresh);
 		return 0;

@@ -42,12 +42,14 @@ fn every_program_variant_verifies() {
                 if trampoline && refused_before_verification(&e) {
                     refused.push(probe.program);
                 } else {
+                    // the verifier says why at the end of its log
                     let msg = format!("{e:#}");
-                    failures.push(format!(
-                        "{}: {}",
-                        probe.program,
-                        &msg[..msg.len().min(2000)]
-                    ));
+                    let tail = msg
+                        .char_indices()
+                        .map(|(i, _)| i)
+                        .find(|i| msg.len() - i <= 2000)
+                        .unwrap_or(0);
+                    failures.push(format!("{}: …{}", probe.program, &msg[tail..]));
                 }
             }
         }

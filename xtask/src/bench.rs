@@ -561,14 +561,15 @@ pub struct BenchNginx {
     pub plain_port: u16,
 }
 
-/// The syscall loop, built from xtask/bench/syscall_cost.c.
-pub fn build_syscall_cost(dir: &Path) -> Result<std::path::PathBuf> {
-    let exe = dir.join("syscall_cost");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/syscall_cost.c");
+/// xtask/bench/NAME.c built into `dir` (gcc -O2, with `libs`), for the bench's loops.
+pub fn build_c(dir: &Path, name: &str, libs: &[&str]) -> Result<std::path::PathBuf> {
+    let exe = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("bench/{name}.c"));
     let ok = Command::new("gcc")
         .args(["-O2", "-o"])
         .arg(&exe)
         .arg(&src)
+        .args(libs)
         .status()
         .context("gcc")?
         .success();

@@ -313,8 +313,8 @@ fn bench(args: &[String]) -> Result<()> {
     setup()?;
     let bin = build()?;
     let nginx = DemoNginx::start("bench", 1, 18443, 18080)?;
-    let syscall_exe = bench::build_syscall_cost(&nginx.dir)?;
-    let uprobe_exe = bench::cost::build_uprobe_cost(&nginx.dir)?;
+    let syscall_exe = bench::build_c(&nginx.dir, "syscall_cost", &[])?;
+    let uprobe_exe = bench::build_c(&nginx.dir, "uprobe_cost", &["-lssl", "-lcrypto"])?;
     let target = bench::BenchNginx {
         master: nginx.pid,
         tls_port: 18443,

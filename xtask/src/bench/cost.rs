@@ -370,25 +370,6 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
     ))
 }
 
-/// The uprobe loop, built from xtask/bench/uprobe_cost.c.
-pub fn build_uprobe_cost(dir: &Path) -> Result<std::path::PathBuf> {
-    let exe = dir.join("uprobe_cost");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/uprobe_cost.c");
-    let ok = Command::new("gcc")
-        .args(["-O2", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-lssl")
-        .arg("-lcrypto")
-        .status()
-        .context("gcc")?
-        .success();
-    if !ok {
-        bail!("gcc could not build {}", src.display());
-    }
-    Ok(exe)
-}
-
 /// `doc` with its "Cost per operation" section replaced by `section` (which starts with
 /// its own heading), or the section put before the next one when there was none.
 pub fn replace_section(doc: &str, section: &str) -> String {

@@ -1287,3 +1287,30 @@ pub fn check_stages(r: &Value) {
         );
     }
 }
+
+/// `openssl s_time -new` against `port` for `secs` seconds: its own count of the
+/// connections it made.
+pub fn s_time(port: u16, secs: u32) -> u64 {
+    let out = Command::new("openssl")
+        .args([
+            "s_time",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-new",
+            "-time",
+            &secs.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "s_time: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("connections in") && l.contains("real seconds"));
+    line.and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no connection count from s_time:\n{text}"))
+}

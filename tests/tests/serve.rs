@@ -12,7 +12,8 @@ use std::{
 use hstrace_tests::{
     curl,
     daemon::{Daemon, Scrape},
-    drive_mix, hstrace_bin, hstrace_run, prometheus, s_client, without_rates, workspace, Nginx,
+    drive_mix, hstrace_bin, hstrace_run, prometheus, s_client, s_time, without_rates, workspace,
+    Nginx,
 };
 use serde_json::Value;
 
@@ -352,22 +353,7 @@ fn parameters_carry_the_servers_cpu_per_connection() {
     // the daemon's first look at the worker's CPU comes a second after it starts
     thread::sleep(Duration::from_millis(1500));
     let before = cpu_ticks_ns(worker);
-    let out = Command::new("openssl")
-        .args([
-            "s_time",
-            "-connect",
-            &format!("127.0.0.1:{}", nginx.port),
-            "-new",
-            "-time",
-            "4",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    s_time(nginx.port, 4);
     // the daemon's last look after the load
     thread::sleep(Duration::from_millis(1500));
     let used = cpu_ticks_ns(worker) - before;

@@ -564,27 +564,6 @@ fn client_hello_split_over_many_reads() {
     }
 }
 
-/// s_time's own count of the connections it made.
-fn s_time(port: u16, secs: u32) -> u64 {
-    let out = Command::new("openssl")
-        .args([
-            "s_time",
-            "-connect",
-            &format!("127.0.0.1:{port}"),
-            "-new",
-            "-time",
-            &secs.to_string(),
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.contains("connections in") && l.contains("real seconds"));
-    line.and_then(|l| l.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no connection count from s_time:\n{text}"))
-}
-
 #[test]
 fn thousand_back_to_back_handshakes_none_lost() {
     let nginx = Nginx::start("thousand", 2);

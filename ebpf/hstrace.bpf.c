@@ -407,6 +407,27 @@ int tcp_destroy(struct trace_event_raw_tcp_event_sk *ctx)
 	return 0;
 }
 
+/* The arrival hook runs after the bytes are queued, so a server already reading can take
+ * them before it runs: a client flight of `c` whose first record was read with no arrival
+ * seen is that case. Its bytes arrived before the read, within one run of this program:
+ * the read's time stands for the arrival (no queue), and the bytes, already consumed, are
+ * no arrival of the next flight. Returns whether it was that case. */
+static __always_inline int arrived_before_read(struct hs_conn_state *c)
+{
+	__u32 f = (__u8)c->flight;
+
+	if (f >= HS_FLIGHTS || flight_dir(f) != HS_DIR_IN || c->r.phase != HS_PH_HANDSHAKE)
+		return 0;
+	/* the compiler drops this mask as redundant; the verifier needs it to bound the index */
+	barrier_var(f);
+	f &= HS_FLIGHTS - 1;
+	if (!c->r.t_first[f] || c->r.t_arrive[f])
+		return 0;
+	c->r.t_arrive[f] = c->r.t_first[f];
+	count(HS_C_LATE_ARRIVAL);
+	return 1;
+}
+
 /* Bytes were queued on socket `skey` (local port `port`): the first since the server last
  * read is when they arrived. Runs in the sender's context on loopback: match the socket,
  * not the process. */
@@ -421,7 +442,7 @@ static __always_inline void on_data_ready(__u64 skey, __u16 port)
 
 	c = bpf_map_lookup_elem(&conns, &skey);
 	if (c) {
-		if (!c->arrive_pending && c->r.phase != HS_PH_DONE)
+		if (!c->arrive_pending && c->r.phase != HS_PH_DONE && !arrived_before_read(c))
 			c->arrive_pending = bpf_ktime_get_ns();
 		return;
 	}
@@ -430,11 +451,13 @@ static __always_inline void on_data_ready(__u64 skey, __u16 port)
 		return;
 	now = bpf_ktime_get_ns();
 	__sync_val_compare_and_swap(&e->t_arrive, 0, now);
-	/* on_accept may have copied the est entry just before this write: see it there
-	 * (unless the server has read since, which consumed the arrival) */
+	/* on_accept may have copied the est entry just before this write: see it there (the
+	 * server may even have read the bytes since) */
 	c = bpf_map_lookup_elem(&conns, &skey);
 	if (c && c->flight < 0)
 		__sync_val_compare_and_swap(&c->arrive_pending, 0, now);
+	else if (c)
+		arrived_before_read(c);
 }
 
 /* BTF-typed: the socket's fields are plain loads, not helper calls */

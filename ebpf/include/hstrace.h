@@ -255,6 +255,8 @@ struct hs_conn_state {
 			       * full or no socket */
 #define HS_C_LISTENS 10       /* TCP sockets that started listening, any process: userspace
 			       * looks for new servers when this moves */
-#define HS_C_MAX 11
+#define HS_C_LATE_ARRIVAL 11  /* a client flight read before its arrival hook ran: the read's
+			       * time stands for the arrival */
+#define HS_C_MAX 12
 
 #endif

@@ -197,7 +197,7 @@ pub struct Close {
 }
 
 /// Counters kept by the BPF side, by index into the per-CPU `counters` map.
-pub const COUNTERS: [(u32, &str); 11] = [
+pub const COUNTERS: [(u32, &str); 12] = [
     (0, "connections_tracked"),
     (1, "records_sent"),
     (2, "records_dropped"),
@@ -209,6 +209,7 @@ pub const COUNTERS: [(u32, &str); 11] = [
     (8, "io_slot_taken"),
     (9, "connections_accepted"),
     (10, "listens_seen"),
+    (11, "arrivals_after_read"),
 ];
 pub const C_CONNS: u32 = 0;
 pub const C_RECORDS_DROPPED: u32 = 2;
@@ -220,7 +221,7 @@ pub const C_CLOSES_DROPPED: u32 = 7;
 pub const C_IO_SLOT_TAKEN: u32 = 8;
 pub const C_ACCEPTED: u32 = 9;
 pub const C_LISTENS: u32 = 10;
-pub const C_MAX: u32 = 10;
+pub const C_MAX: u32 = 11;
 
 /// One direction of a connection's TLS record stream (`struct hs_stream`).
 #[repr(C)]

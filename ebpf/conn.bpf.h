@@ -79,7 +79,7 @@ static __always_inline int port_selected(__u16 port)
 	return bits && ((*bits >> (port & 63)) & 1);
 }
 
-/* Thread ids that have an entry in thread_cpu, one bit each (ids below 2^22, the kernel's
+/* Thread ids that have had a clock in thread_cpu, one bit each (ids below 2^22, the kernel's
  * PID_MAX_LIMIT; 512 KiB, never cleared): every context switch on the host checks two
  * bits here before it looks anything up. */
 #define HS_TID_WORDS (4194304 / 64)
@@ -121,20 +121,22 @@ struct io_args {
 	__u32 pad;
 };
 
-/* An SSL_do_handshake call in progress, by thread id. */
+/* An SSL_do_handshake call in progress, in its thread's slot. */
 struct ssl_call {
 	__u64 ssl;
 	__u64 t_entry;
-	__u64 sk; /* the connection whose fd the call read or wrote */
+	__u64 sk;  /* the connection whose fd the call read or wrote */
+	__u32 tid; /* the thread in the call; 0: the slot is free */
+	__u32 pad;
 };
 
-/* An SSL_read/SSL_write(_ex) call in progress, by thread id. */
+/* An SSL_read/SSL_write(_ex) call in progress, in its thread's slot. */
 struct ssl_io {
 	__u64 ssl;
 	__u64 t_entry;
 	__u64 nbytes; /* _ex: where the library stores the byte count; 0: the return value */
 	__u32 write;
-	__u32 pad;
+	__u32 tid; /* the thread in the call; 0: the slot is free */
 };
 
 struct ssl_key {
@@ -177,9 +179,14 @@ struct {
 	__type(value, __u64); /* struct sock *, 0: not a traced connection */
 } fds SEC(".maps");
 
-/* A traced read or write between its syscall entry and exit, in the slot of its thread
- * id. An array, not a hash: the exit of every read/write on the host looks here, and an
- * array lookup is a bounds check and an add, where a hash lookup hashes and walks. */
+/* Per-thread state lives in the slot of the thread's id mod HS_IO_SLOTS, tagged with the
+ * id: arrays, not hashes, because an array lookup is a bounds check and an add (inlined,
+ * no helper call), where a hash lookup hashes and walks, and an update or delete takes a
+ * lock. A slot tagged with another thread's id is not this thread's (HS_C_IO_SLOT_TAKEN
+ * counts the collisions that cost a call). */
+
+/* A traced read or write between its syscall entry and exit: the exit of every read/write
+ * on the host looks here. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, HS_IO_SLOTS);
@@ -188,16 +195,16 @@ struct {
 } io_in_flight SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, HS_MAX_THREADS);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, HS_IO_SLOTS);
+	__type(key, __u32); /* thread id % HS_IO_SLOTS */
 	__type(value, struct ssl_call);
 } ssl_in_flight SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, HS_MAX_THREADS);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, HS_IO_SLOTS);
+	__type(key, __u32); /* thread id % HS_IO_SLOTS */
 	__type(value, struct ssl_io);
 } ssl_io_in_flight SEC(".maps");
 
@@ -220,16 +227,18 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-/* On-CPU time of the threads that handle traced connections, by thread id. */
+/* On-CPU time of the threads that handle traced connections, in their slots. */
 struct oncpu {
 	__u64 since; /* switched in at, 0 while off CPU */
 	__u64 total; /* on CPU before that */
+	__u32 tid;   /* the thread whose clock this is; 0: none */
+	__u32 pad;
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, HS_MAX_THREADS);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, HS_IO_SLOTS);
+	__type(key, __u32); /* thread id % HS_IO_SLOTS */
 	__type(value, struct oncpu);
 } thread_cpu SEC(".maps");
 
@@ -303,20 +312,28 @@ struct {
 } cpu_memo SEC(".maps");
 
 /* The current thread's on-CPU time so far (it is on CPU now). The first call for a
- * thread starts its clock at 1 ns, so differences between two calls are exact. */
+ * thread starts its clock at 1 ns, so differences between two calls are exact (a thread
+ * that finds its slot taken by another starts it again: counted). */
 static __always_inline __u64 thread_cpu_now(__u64 now)
 {
-	__u32 zero = 0, tid;
+	__u32 zero = 0, tid, slot;
 	struct cpu_memo *m = bpf_map_lookup_elem(&cpu_memo, &zero);
-	struct oncpu *o, fresh = { .since = now, .total = 1 };
+	struct oncpu *o;
 	__u64 cpu;
 
 	if (m && m->now == now)
 		return m->cpu;
 	tid = (__u32)bpf_get_current_pid_tgid();
-	o = bpf_map_lookup_elem(&thread_cpu, &tid);
-	if (!o) {
-		bpf_map_update_elem(&thread_cpu, &tid, &fresh, BPF_ANY);
+	slot = tid % HS_IO_SLOTS;
+	o = bpf_map_lookup_elem(&thread_cpu, &slot);
+	if (!o)
+		return 0;
+	if (o->tid != tid) {
+		if (o->tid)
+			count(HS_C_IO_SLOT_TAKEN);
+		o->since = now;
+		o->total = 1;
+		o->tid = tid;
 		mark_cpu_thread(tid);
 		cpu = 1;
 	} else {

@@ -501,14 +501,15 @@ static __always_inline void on_conn_io(struct hs_conn_state *c, __u64 skey, __u3
 {
 	struct ssl_call *sc;
 	int new_flight;
-	__u32 tid;
+	__u32 tid, slot;
 
 	/* inside SSL_do_handshake: that call belongs to this connection (once an SSL object
 	 * is tied to it, its calls are found by the object) */
 	if (targ_uprobes && c->r.phase == HS_PH_HANDSHAKE && !c->ssl) {
 		tid = (__u32)bpf_get_current_pid_tgid();
-		sc = bpf_map_lookup_elem(&ssl_in_flight, &tid);
-		if (sc) {
+		slot = tid % HS_IO_SLOTS;
+		sc = bpf_map_lookup_elem(&ssl_in_flight, &slot);
+		if (sc && sc->tid == tid) {
 			sc->sk = skey;
 			c->r.flags |= HS_F_UPROBE;
 		}
@@ -868,21 +869,22 @@ int BPF_PROG(process_exec, struct task_struct *p, pid_t old_pid, struct linux_bi
 static __always_inline void on_switch(__u32 prev, __u32 next)
 {
 	int leaving = is_cpu_thread(prev), coming = is_cpu_thread(next);
+	__u32 prev_slot = prev % HS_IO_SLOTS, next_slot = next % HS_IO_SLOTS;
 	struct oncpu *o;
 	__u64 now;
 
-	/* only threads that handled a traced connection have an entry: every other switch on
+	/* only threads that handled a traced connection have a clock: every other switch on
 	 * the host leaves here, before the clock is read */
 	if (!leaving && !coming)
 		return;
 	now = bpf_ktime_get_ns();
-	o = leaving ? bpf_map_lookup_elem(&thread_cpu, &prev) : NULL;
-	if (o && o->since) {
+	o = leaving ? bpf_map_lookup_elem(&thread_cpu, &prev_slot) : NULL;
+	if (o && o->tid == prev && o->since) {
 		o->total += now - o->since;
 		o->since = 0;
 	}
-	o = coming ? bpf_map_lookup_elem(&thread_cpu, &next) : NULL;
-	if (o)
+	o = coming ? bpf_map_lookup_elem(&thread_cpu, &next_slot) : NULL;
+	if (o && o->tid == next)
 		o->since = now;
 }
 
@@ -906,11 +908,18 @@ int sched_switch(struct trace_event_raw_sched_switch *ctx)
 SEC("uprobe/SSL_do_handshake")
 int BPF_KPROBE(ssl_handshake_enter, void *ssl)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = id;
-	struct ssl_call sc = { .ssl = (__u64)ssl, .t_entry = bpf_ktime_get_ns() };
+	__u32 tid = bpf_get_current_pid_tgid(), slot = tid % HS_IO_SLOTS;
+	struct ssl_call *sc = bpf_map_lookup_elem(&ssl_in_flight, &slot);
 
-	bpf_map_update_elem(&ssl_in_flight, &tid, &sc, BPF_ANY);
+	if (!sc)
+		return 0;
+	/* another thread whose id shares the slot is inside a call (or died in one) */
+	if (sc->tid && sc->tid != tid)
+		count(HS_C_IO_SLOT_TAKEN);
+	sc->ssl = (__u64)ssl;
+	sc->t_entry = bpf_ktime_get_ns();
+	sc->sk = 0;
+	sc->tid = tid;
 	return 0;
 }
 
@@ -918,17 +927,17 @@ SEC("uretprobe/SSL_do_handshake")
 int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 {
 	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
-	__u32 tid = id;
+	__u32 tid = id, slot = tid % HS_IO_SLOTS;
 	struct ssl_key k = { .tgid = id >> 32 };
 	struct ssl_call *scp, sc;
 	struct hs_conn_state *c;
 	__u64 *skp;
 
-	scp = bpf_map_lookup_elem(&ssl_in_flight, &tid);
-	if (!scp)
+	scp = bpf_map_lookup_elem(&ssl_in_flight, &slot);
+	if (!scp || scp->tid != tid)
 		return 0;
 	sc = *scp;
-	bpf_map_delete_elem(&ssl_in_flight, &tid);
+	scp->tid = 0;
 	k.ssl = sc.ssl;
 	/* a call that touched no socket belongs to the connection this SSL had before; the
 	 * pair is kept while the connection is (drop_conn forgets it) */
@@ -985,11 +994,18 @@ _Static_assert(sizeof(struct ssl_key) == 16, "ssl_key layout changed: update abi
 
 static __always_inline int ssl_io_enter(void *ssl, void *nbytes, __u32 write)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct ssl_io io = { .ssl = (__u64)ssl, .t_entry = bpf_ktime_get_ns(),
-			     .nbytes = (__u64)nbytes, .write = write };
+	__u32 tid = bpf_get_current_pid_tgid(), slot = tid % HS_IO_SLOTS;
+	struct ssl_io *io = bpf_map_lookup_elem(&ssl_io_in_flight, &slot);
 
-	bpf_map_update_elem(&ssl_io_in_flight, &tid, &io, BPF_ANY);
+	if (!io)
+		return 0;
+	if (io->tid && io->tid != tid)
+		count(HS_C_IO_SLOT_TAKEN);
+	io->ssl = (__u64)ssl;
+	io->t_entry = bpf_ktime_get_ns();
+	io->nbytes = (__u64)nbytes;
+	io->write = write;
+	io->tid = tid;
 	return 0;
 }
 
@@ -1024,17 +1040,17 @@ SEC("uretprobe/SSL_read")
 int BPF_KRETPROBE(ssl_io_exit, int ret)
 {
 	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns(), n = 0;
-	__u32 tid = id;
+	__u32 tid = id, slot = tid % HS_IO_SLOTS;
 	struct ssl_key k = { .tgid = id >> 32 };
 	struct ssl_io *iop, io;
 	struct hs_conn_state *c;
 	__u64 *skp;
 
-	iop = bpf_map_lookup_elem(&ssl_io_in_flight, &tid);
-	if (!iop)
+	iop = bpf_map_lookup_elem(&ssl_io_in_flight, &slot);
+	if (!iop || iop->tid != tid)
 		return 0;
 	io = *iop;
-	bpf_map_delete_elem(&ssl_io_in_flight, &tid);
+	iop->tid = 0;
 	k.ssl = io.ssl;
 	skp = bpf_map_lookup_elem(&ssl_socks, &k);
 	c = skp ? bpf_map_lookup_elem(&conns, skp) : NULL;

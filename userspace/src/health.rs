@@ -121,7 +121,7 @@ impl Health {
             kinds.join(", ")
         );
         s.push_str(&format!(
-            "hstrace: accepted {}, tracked {}, still in progress {}, records lost (ring buffer full) {}, accepted while the table was full {}, evicted from the full table {} (their close lines {}), hellos lost {}, hellos without a record {}, close lines lost {}, reads/writes lost to a shared thread slot {}\n",
+            "hstrace: accepted {}, tracked {}, still in progress {}, records lost (ring buffer full) {}, accepted while the table was full {}, evicted from the full table {} (their close lines {}), hellos lost {}, hellos without a record {}, close lines lost {}, reads/writes/SSL calls lost to a shared thread slot {}\n",
             self.accepted,
             self.tracked,
             self.in_progress,

@@ -291,6 +291,14 @@ static __always_inline void count(__u32 idx)
 		*v += 1;
 }
 
+/* The current thread takes slot `owner` of a per-thread array: another thread whose id
+ * shares it may be inside a call (or have died in one), which costs that call: counted. */
+static __always_inline void take_slot(__u32 owner, __u32 tid)
+{
+	if (owner && owner != tid)
+		count(HS_C_IO_SLOT_TAKEN);
+}
+
 static __always_inline int tgid_traced(__u32 tgid)
 {
 	return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
@@ -329,8 +337,7 @@ static __always_inline __u64 thread_cpu_now(__u64 now)
 	if (!o)
 		return 0;
 	if (o->tid != tid) {
-		if (o->tid)
-			count(HS_C_IO_SLOT_TAKEN);
+		take_slot(o->tid, tid);
 		o->since = now;
 		o->total = 1;
 		o->tid = tid;

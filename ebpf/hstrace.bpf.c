@@ -676,9 +676,7 @@ static __always_inline int io_enter_peek(__u32 fd, __u64 ptr, __u32 iovcnt, __u3
 	a = bpf_map_lookup_elem(&io_in_flight, &slot);
 	if (!a)
 		return 0;
-	/* another thread whose id shares the slot is inside a call (or died in one) */
-	if (a->tid && a->tid != tid)
-		count(HS_C_IO_SLOT_TAKEN);
+	take_slot(a->tid, tid);
 	a->skey = skey;
 	a->ptr = ptr;
 	a->iovcnt = iovcnt;
@@ -913,9 +911,7 @@ int BPF_KPROBE(ssl_handshake_enter, void *ssl)
 
 	if (!sc)
 		return 0;
-	/* another thread whose id shares the slot is inside a call (or died in one) */
-	if (sc->tid && sc->tid != tid)
-		count(HS_C_IO_SLOT_TAKEN);
+	take_slot(sc->tid, tid);
 	sc->ssl = (__u64)ssl;
 	sc->t_entry = bpf_ktime_get_ns();
 	sc->sk = 0;
@@ -999,8 +995,7 @@ static __always_inline int ssl_io_enter(void *ssl, void *nbytes, __u32 write)
 
 	if (!io)
 		return 0;
-	if (io->tid && io->tid != tid)
-		count(HS_C_IO_SLOT_TAKEN);
+	take_slot(io->tid, tid);
 	io->ssl = (__u64)ssl;
 	io->t_entry = bpf_ktime_get_ns();
 	io->nbytes = (__u64)nbytes;

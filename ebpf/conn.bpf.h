@@ -321,8 +321,9 @@ struct {
 
 /* The current thread's on-CPU time so far (it is on CPU now). The first call for a
  * thread starts its clock at 1 ns, so differences between two calls are exact (a thread
- * that finds its slot taken by another starts it again: counted). */
-static __always_inline __u64 thread_cpu_now(__u64 now)
+ * that finds its slot taken by another starts it again: counted). A global function: the
+ * verifier checks it once, not at each of the parser's many call sites. */
+__noinline __u64 thread_cpu_now(__u64 now)
 {
 	__u32 zero = 0, tid, slot;
 	struct cpu_memo *m = bpf_map_lookup_elem(&cpu_memo, &zero);

@@ -59,6 +59,28 @@ fn programs(pid: u32) -> Result<HashMap<String, (u64, u64)>> {
     Ok(by_name)
 }
 
+/// (program name, runs, run time in ns) gained over a stretch of time.
+type Gained = Vec<(String, u64, u64)>;
+
+/// Run `work` with kernel.bpf_stats_enabled on: what it returns, and what each of process
+/// `pid`'s programs gained meanwhile.
+fn counting<R>(pid: u32, work: impl FnOnce() -> R) -> Result<(R, Gained)> {
+    fs::write(STATS, "1").context("enabling kernel.bpf_stats_enabled")?;
+    let before = programs(pid);
+    let out = work();
+    let after = programs(pid);
+    let _ = fs::write(STATS, "0");
+    let before = before?;
+    let gained = after?
+        .into_iter()
+        .map(|(name, (c1, t1))| {
+            let (c0, t0) = before.get(&name).copied().unwrap_or((0, 0));
+            (name, c1 - c0, t1 - t0)
+        })
+        .collect();
+    Ok((out, gained))
+}
+
 /// One workload's figures per operation.
 struct PerOp {
     runs: f64,
@@ -75,22 +97,20 @@ struct PerOp {
 fn per_op(bin: &Path, master: u32, extra: &[&str], cmd: &[String]) -> Result<PerOp> {
     let tracer = Tracer::start(bin, master, extra)?;
     let pid = tracer.child.id();
-    fs::write(STATS, "1").context("enabling kernel.bpf_stats_enabled")?;
-    let before = programs(pid);
-    let cpu_before = process_run_secs(pid);
-    let started = Instant::now();
-    let run = run_load(cmd);
-    let secs = started.elapsed().as_secs_f64();
-    let cpu_after = process_run_secs(pid);
-    let after = programs(pid);
-    let _ = fs::write(STATS, "0");
+    let counted = counting(pid, || {
+        let cpu_before = process_run_secs(pid);
+        let started = Instant::now();
+        let run = run_load(cmd);
+        let secs = started.elapsed().as_secs_f64();
+        (cpu_before, run, secs, process_run_secs(pid))
+    });
     tracer.stop();
-    let (before, after, (_, ops)) = (before?, after?, run?);
+    let ((cpu_before, run, secs, cpu_after), gained) = counted?;
+    let (_, ops) = run?;
     let mut top = Vec::new();
     let (mut runs, mut ns, mut traps) = (0.0, 0.0, 0.0);
-    for (name, (c1, t1)) in &after {
-        let (c0, t0) = before.get(name).copied().unwrap_or((0, 0));
-        let (c, t) = ((c1 - c0) as f64 / ops, (t1 - t0) as f64 / ops);
+    for (name, c, t) in gained {
+        let (c, t) = (c as f64 / ops, t as f64 / ops);
         runs += c;
         ns += t;
         // every uprobe or uretprobe program run is one trap into the kernel
@@ -98,7 +118,7 @@ fn per_op(bin: &Path, master: u32, extra: &[&str], cmd: &[String]) -> Result<Per
             traps += c;
         }
         if c > 0.0 {
-            top.push((name.clone(), c, t));
+            top.push((name, c, t));
         }
     }
     top.sort_by(|a, b| b.2.total_cmp(&a.2));
@@ -203,31 +223,21 @@ fn untraced_pair(bin: &Path, master: u32) -> Result<(f64, f64)> {
     tx.set_nodelay(true)?;
     let (mut rx, _) = listener.accept()?;
     let tracer = Tracer::start(bin, master, &[])?;
-    let pid = tracer.child.id();
-    fs::write(STATS, "1").context("enabling kernel.bpf_stats_enabled")?;
-    let before = programs(pid);
     let mut byte = [0u8; 1];
-    let mut io = || -> std::io::Result<()> {
+    let counted = counting(tracer.child.id(), || -> std::io::Result<()> {
         for _ in 0..UNTRACED_PAIRS {
             tx.write_all(b"x")?;
             std::io::Read::read_exact(&mut rx, &mut byte)?;
         }
         Ok(())
-    };
-    let done = io();
-    let after = programs(pid);
-    let _ = fs::write(STATS, "0");
+    });
     tracer.stop();
+    let (done, gained) = counted?;
     done?;
-    let (before, after) = (before?, after?);
-    let (mut runs, mut ns) = (0.0, 0.0);
-    for (name, (c1, t1)) in &after {
-        let (c0, t0) = before.get(name).copied().unwrap_or((0, 0));
-        runs += (c1 - c0) as f64;
-        ns += (t1 - t0) as f64;
-    }
+    let runs: u64 = gained.iter().map(|(_, c, _)| c).sum();
+    let ns: u64 = gained.iter().map(|(_, _, t)| t).sum();
     let n = f64::from(UNTRACED_PAIRS);
-    Ok((runs / n, ns / n))
+    Ok((runs as f64 / n, ns as f64 / n))
 }
 
 /// CPU per operation (ns) of nginx's workers, the client and the tracer, hstrace off and

@@ -221,7 +221,6 @@ pub const C_CLOSES_DROPPED: u32 = 7;
 pub const C_IO_SLOT_TAKEN: u32 = 8;
 pub const C_ACCEPTED: u32 = 9;
 pub const C_LISTENS: u32 = 10;
-pub const C_MAX: u32 = 11;
 
 /// One direction of a connection's TLS record stream (`struct hs_stream`).
 #[repr(C)]

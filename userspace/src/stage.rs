@@ -296,6 +296,13 @@ pub fn stages(c: &Conn) -> Stages {
         }
     }
     let sent_s1 = c.t_last[FL_S1];
+    if done_at_first_flight(c) {
+        // 0-RTT: the call that sent the flight returned with the handshake done; a
+        // Finished read after it came with or behind the early request
+        push(Stage::ServerFlight1, span(read_ch, end));
+        request(&mut push);
+        return Stages(out);
+    }
     push(Stage::ServerFlight1, span(read_ch, sent_s1));
     let read_c2 = c.t_first[FL_C2];
     let (wait, queue) = wait_and_queue(sent_s1, c.t_arrive[FL_C2], read_c2);
@@ -308,6 +315,14 @@ pub fn stages(c: &Conn) -> Stages {
     Stages(out)
 }
 
+/// TLS 1.3 0-RTT: a server that accepts early data may answer it right after its first
+/// flight (with uprobes, SSL_do_handshake returns then), so the handshake, as far as
+/// serving goes, was done before any second client flight was read.
+fn done_at_first_flight(c: &Conn) -> bool {
+    let read_c2 = c.t_first[FL_C2];
+    c.t_hs_done != 0 && (read_c2 == 0 || read_c2 > c.t_hs_done)
+}
+
 /// On-CPU time of the server thread during the service stages that happened (never more
 /// than the stage: the CPU clock and the stage's timestamps are read a few hundred ns
 /// apart).
@@ -318,9 +333,16 @@ pub fn cpu(c: &Conn, wall: &Stages) -> Stages {
         Retry::Pending => Stage::HelloRetry,
         _ => Stage::ServerFlight1,
     };
+    // the flight's service ends where the handshake call returned (wire only: at its
+    // last write, whose reading is that write's)
+    let sent_s1 = if done_at_first_flight(c) && c.t_hs_done != c.t_last[FL_S1] {
+        c.cpu_hs_done
+    } else {
+        c.cpu_last[FL_S1]
+    };
     for (stage, a, b) in [
         (Stage::HelloRetry, c.cpu_retry_read, c.cpu_retry_sent),
-        (first, c.cpu_first[FL_C1], c.cpu_last[FL_S1]),
+        (first, c.cpu_first[FL_C1], sent_s1),
         (Stage::ServerFlight2, c.cpu_first[FL_C2], c.cpu_hs_done),
         (Stage::Response, c.cpu_req_read, c.cpu_resp_last),
     ] {
@@ -486,6 +508,42 @@ mod tests {
         assert_eq!(s.get(Stage::HelloRetry), Some(600));
         assert_eq!(s.get(Stage::ServerFlight1), None);
         assert_eq!(failed_in(&c), Stage::WaitClientHello2);
+    }
+
+    #[test]
+    fn an_early_request_follows_the_first_flight() {
+        // 0-RTT with uprobes: SSL_do_handshake returned at 1_000, after the first flight
+        // (sent by 900); the early request and the client's Finished were read at 1_300
+        let mut c = conn();
+        c.flags |= abi::F_EARLY_DATA;
+        c.t_hs_done = 1_000;
+        (c.t_req_arrive, c.t_req_read, c.t_resp_last) = (150, 1_300, 1_800);
+        (c.cpu_first[FL_C1], c.cpu_last[FL_S1], c.cpu_hs_done) = (1_000, 1_300, 1_450);
+        let s = stages(&c);
+        assert_eq!(s.get(Stage::ServerFlight1), Some(700));
+        assert_eq!(s.get(Stage::WaitClientFlight2), None);
+        assert_eq!(s.get(Stage::ClientFlight2Queue), None);
+        assert_eq!(s.get(Stage::ServerFlight2), None);
+        // the request came with the ClientHello: it queued from the handshake's end
+        assert_eq!(s.get(Stage::WaitRequest), Some(0));
+        assert_eq!(s.get(Stage::RequestQueue), Some(300));
+        assert_eq!(s.get(Stage::Response), Some(500));
+        assert_eq!(cpu(&c, &s).get(Stage::ServerFlight1), Some(450));
+        // from the wire: the handshake ends with the flight's last write, before any read
+        // of the Finished
+        (c.t_first[FL_C2], c.t_hs_done) = (0, 900);
+        let s = stages(&c);
+        assert_eq!(s.get(Stage::ServerFlight1), Some(600));
+        assert_eq!(cpu(&c, &s).get(Stage::ServerFlight1), Some(300));
+        let inside: u64 = [
+            Stage::WaitClientHello,
+            Stage::ClientHelloQueue,
+            Stage::ServerFlight1,
+        ]
+        .iter()
+        .filter_map(|st| s.get(*st))
+        .sum();
+        assert_eq!(inside, c.t_hs_done - c.t_accept);
     }
 
     #[test]

@@ -35,14 +35,15 @@ impl Clock {
         }
     }
 
-    /// RFC 3339 UTC with microseconds, e.g. 2026-11-22T01:08:27.123456Z (written digit by
-    /// digit: two per connection, and `format!` was a seventh of the pipeline's time).
-    pub fn rfc3339(&self, mono_ns: u64) -> String {
-        rfc3339_utc(mono_ns as i128 + self.offset)
+    /// The wall-clock time (ns since the Unix epoch) of a monotonic one.
+    pub fn wall_ns(&self, mono_ns: u64) -> i128 {
+        mono_ns as i128 + self.offset
     }
 }
 
-/// RFC 3339 UTC with microseconds of a time in ns since the Unix epoch.
+/// RFC 3339 UTC with microseconds of a time in ns since the Unix epoch, e.g.
+/// 2026-11-22T01:08:27.123456Z (written digit by digit: two per connection, and `format!`
+/// was a seventh of the pipeline's time).
 pub fn rfc3339_utc(ns: i128) -> String {
     let secs = ns.div_euclid(1_000_000_000) as i64;
     let micros = (ns.rem_euclid(1_000_000_000) / 1000) as u64;
@@ -96,14 +97,14 @@ mod tests {
         assert_eq!(civil_from_days(20_413), (2025, 11, 21));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         let epoch = Clock { offset: 0 };
-        assert_eq!(epoch.rfc3339(0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(rfc3339_utc(epoch.wall_ns(0)), "1970-01-01T00:00:00.000000Z");
         assert_eq!(
-            epoch.rfc3339(1_795_312_107_123_456_789),
+            rfc3339_utc(epoch.wall_ns(1_795_312_107_123_456_789)),
             "2026-11-22T01:48:27.123456Z"
         );
         let later = Clock {
             offset: 86_399_999_999_000,
         };
-        assert_eq!(later.rfc3339(0), "1970-01-01T23:59:59.999999Z");
+        assert_eq!(rfc3339_utc(later.wall_ns(0)), "1970-01-01T23:59:59.999999Z");
     }
 }

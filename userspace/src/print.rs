@@ -89,10 +89,11 @@ impl Record {
     /// The JSON line, fields in this order: `null` when unknown, the optional ones left
     /// out when absent or empty.
     pub fn json(&self, out: &mut Vec<u8>) {
-        let mut o = line_head(out, self.record, &self.time, self.conn_id, self.pid);
+        let (time, local, peer) = (self.time(), self.local.to_string(), self.peer.to_string());
+        let mut o = line_head(out, self.record, &time, self.conn_id, self.pid);
         o.str("comm", &self.comm)
-            .str("local", &self.local)
-            .str("peer", &self.peer)
+            .str("local", &local)
+            .str("peer", &peer)
             .str("protocol", self.protocol)
             .opt_str("tls_version", self.tls_version)
             .opt_str("cipher", self.cipher.as_deref())
@@ -162,7 +163,8 @@ fn stages_json(stages: &Stages, m: &mut Object) {
 impl CloseRecord {
     /// The JSON line; `duration_ns` left out when the accept time is unknown.
     pub fn json(&self, out: &mut Vec<u8>) {
-        let mut o = line_head(out, self.record, &self.time, self.conn_id, self.pid);
+        let time = self.time();
+        let mut o = line_head(out, self.record, &time, self.conn_id, self.pid);
         o.u64("exchanges", self.exchanges.into())
             .u64("bytes_in", self.bytes_in)
             .u64("bytes_out", self.bytes_out);
@@ -186,7 +188,7 @@ impl Record {
     pub fn text(&self) -> String {
         let mut s = format!(
             "{} {}[{}] {} -> {} ",
-            &self.time[11..26],
+            &self.time()[11..26],
             self.comm,
             self.pid,
             self.peer,

@@ -2,11 +2,11 @@
 //! ServerHello and classified (version, cipher, kind, resumption, failure). This file is
 //! where a connection is classified; `stage` cuts its timeline, `print` writes it.
 
-use std::net::Ipv6Addr;
+use std::{fmt, net::Ipv6Addr};
 
 use crate::{
     abi::{self, Close, Conn, Hello},
-    clock::Clock,
+    clock::{self, Clock},
     stage::{self, Kind, Resumption, Stage, Stages},
     tls::{self, ClientHello, ServerHello},
 };
@@ -17,14 +17,16 @@ use crate::{
 pub struct Record {
     /// "connection" (the other line is "close")
     pub record: &'static str,
-    pub time: String,
+    /// when the record was made, ns since the Unix epoch (`time()` writes it; the
+    /// daemon never does)
+    pub wall_ns: i128,
     pub conn_id: u64,
     pub pid: u32,
     pub comm: String,
-    pub local: String,
+    pub local: Endpoint,
     /// the server's (listening) port
     pub local_port: u16,
-    pub peer: String,
+    pub peer: Endpoint,
     pub protocol: &'static str,
     pub tls_version: Option<&'static str>,
     pub cipher: Option<String>,
@@ -78,7 +80,7 @@ pub struct Alert {
 #[derive(Debug)]
 pub struct CloseRecord {
     pub record: &'static str,
-    pub time: String,
+    pub wall_ns: i128,
     pub conn_id: u64,
     pub pid: u32,
     /// request/response exchanges after the handshake (HTTP/1.x: requests)
@@ -89,10 +91,14 @@ pub struct CloseRecord {
 }
 
 impl CloseRecord {
+    pub fn time(&self) -> String {
+        clock::rfc3339_utc(self.wall_ns)
+    }
+
     pub fn new(c: &Close, clock: &Clock) -> CloseRecord {
         CloseRecord {
             record: "close",
-            time: clock.rfc3339(c.t_close),
+            wall_ns: clock.wall_ns(c.t_close),
             conn_id: c.conn_id,
             pid: c.tgid,
             exchanges: c.exchanges,
@@ -104,6 +110,11 @@ impl CloseRecord {
 }
 
 impl Record {
+    /// RFC 3339 UTC with microseconds.
+    pub fn time(&self) -> String {
+        clock::rfc3339_utc(self.wall_ns)
+    }
+
     /// The label a server is known by in metrics and parameters: `comm:port` of the
     /// listening socket.
     pub fn server(&self) -> String {
@@ -111,23 +122,37 @@ impl Record {
     }
 }
 
-/// "1.2.3.4:443" or "[::1]:443" (IPv4 written by hand: `format!` made this an eighth of
-/// the pipeline's time).
-fn addr(family: u16, bytes: &[u8; 16], port: u16) -> String {
-    if family == 10 {
-        return format!("[{}]:{port}", Ipv6Addr::from(*bytes));
+/// One end of a connection: written out ("1.2.3.4:443", "[::1]:443") only where a line
+/// is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    family: u16,
+    addr: [u8; 16],
+    pub port: u16,
+}
+
+impl Endpoint {
+    pub fn new(family: u16, addr: [u8; 16], port: u16) -> Endpoint {
+        Endpoint { family, addr, port }
     }
-    let mut s = String::with_capacity(21);
-    let mut digits = itoa::Buffer::new();
-    for (i, octet) in bytes[..4].iter().enumerate() {
-        if i > 0 {
-            s.push('.');
+}
+
+/// IPv4 written by hand: `format!` made this an eighth of the pipeline's time.
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.family == 10 {
+            return write!(f, "[{}]:{}", Ipv6Addr::from(self.addr), self.port);
         }
-        s.push_str(digits.format(*octet));
+        let mut digits = itoa::Buffer::new();
+        for (i, octet) in self.addr[..4].iter().enumerate() {
+            if i > 0 {
+                f.write_str(".")?;
+            }
+            f.write_str(digits.format(*octet))?;
+        }
+        f.write_str(":")?;
+        f.write_str(digits.format(self.port))
     }
-    s.push(':');
-    s.push_str(digits.format(port));
-    s
 }
 
 fn c_str(b: &[u8]) -> String {
@@ -317,13 +342,13 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
     let stages_ns = stage::stages(c);
     Record {
         record: "connection",
-        time: clock.rfc3339(c.t_end),
+        wall_ns: clock.wall_ns(c.t_end),
         conn_id: c.conn_id,
         pid: c.tgid,
         comm: c_str(&c.comm),
-        local: addr(c.family, &c.saddr, c.sport),
+        local: Endpoint::new(c.family, c.saddr, c.sport),
         local_port: c.sport,
-        peer: addr(c.family, &c.daddr, c.dport),
+        peer: Endpoint::new(c.family, c.daddr, c.dport),
         protocol: if plain { "plain" } else { "tls" },
         tls_version: version.and_then(tls::version_name),
         cipher: sh.as_ref().map(|s| tls::cipher_label(s.cipher)),
@@ -395,10 +420,13 @@ mod tests {
     fn addresses_print_as_host_port() {
         let mut v4 = [0u8; 16];
         v4[..4].copy_from_slice(&[10, 0, 255, 7]);
-        assert_eq!(addr(2, &v4, 443), "10.0.255.7:443");
-        assert_eq!(addr(2, &[0; 16], 0), "0.0.0.0:0");
+        assert_eq!(Endpoint::new(2, v4, 443).to_string(), "10.0.255.7:443");
+        assert_eq!(Endpoint::new(2, [0; 16], 0).to_string(), "0.0.0.0:0");
         let v6 = "2001:db8::1".parse::<Ipv6Addr>().unwrap().octets();
-        assert_eq!(addr(10, &v6, 65535), "[2001:db8::1]:65535");
+        assert_eq!(
+            Endpoint::new(10, v6, 65535).to_string(),
+            "[2001:db8::1]:65535"
+        );
     }
 
     /// A hello as the kernel sends it when it came in several records or reads: its body

@@ -73,6 +73,10 @@ pub struct Source {
     /// the kernel's `listen_ports` bitmap, and the ports set in it so far
     listen_ports: Array<MapData, u64>,
     ports_marked: HashSet<u16>,
+    /// the traced processes and the kernel's count of new listening sockets when their
+    /// ports were last looked up: the socket table (every socket on the host, TIME_WAIT
+    /// ones included) is read again only when either changed
+    ports_looked: Option<(BTreeSet<u32>, u64)>,
 }
 
 /// When `targets::resolve` last looked through /proc (a look at every process's fds for
@@ -182,6 +186,7 @@ impl Source {
             cpu_seen: HashMap::new(),
             listen_ports,
             ports_marked: HashSet::new(),
+            ports_looked: None,
         };
         s.rescan();
         // loaded and attached: keep only what following new processes needs
@@ -218,8 +223,10 @@ impl Source {
         }
         // the kernel adds processes too (forks of traced ones; every acceptor with no selector)
         let traced: BTreeSet<u32> = self.tgids.keys().filter_map(|k| k.ok()).collect();
-        if resolving {
+        let looked = Some((traced.clone(), self.counter(abi::C_LISTENS)));
+        if resolving && looked != self.ports_looked {
             self.mark_listen_ports(&traced);
+            self.ports_looked = looked;
         }
         for pid in &traced {
             if !targets::alive(*pid) {

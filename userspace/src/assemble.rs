@@ -4,6 +4,7 @@
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
+    hash::{BuildHasherDefault, Hasher},
     io,
 };
 
@@ -15,6 +16,34 @@ use crate::{
     stage::Kind,
     ties::Ties,
 };
+
+/// Hashes the pipeline's own keys: connection ids and the server's local addresses. The
+/// kernel makes them, not a peer, so SipHash's defence against chosen keys (a tenth of
+/// the pipeline's time) buys nothing here; SNI and other peer-chosen strings keep it.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    /// Multiply by 2^64 / golden ratio: spreads sequential ids over the high bits the
+    /// table looks at first.
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(26) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Keyed = BuildHasherDefault<KeyHasher>;
 
 /// Records the sweep made for connections the kernel will not report on its own.
 #[derive(Debug)]
@@ -40,7 +69,7 @@ pub struct Pipeline {
     asm: Assembler,
     clock: Clock,
     /// connections reported by the sweep, so a late kernel record is not reported twice
-    swept: HashSet<u64>,
+    swept: HashSet<u64, Keyed>,
     swept_order: VecDeque<u64>,
     cap: usize,
     pub counts: Counts,
@@ -59,7 +88,7 @@ impl Pipeline {
         Pipeline {
             asm: Assembler::new(cap),
             clock: Clock::new(),
-            swept: HashSet::new(),
+            swept: HashSet::default(),
             swept_order: VecDeque::new(),
             cap,
             counts: Counts::default(),
@@ -161,11 +190,11 @@ impl Pipeline {
 /// carry TLS. Hellos arrive first; a connection whose record never comes (evicted, lost)
 /// is forgotten oldest-first past `cap`.
 pub struct Assembler {
-    hellos: HashMap<u64, Hellos>,
+    hellos: HashMap<u64, Hellos, Keyed>,
     order: VecDeque<u64>,
     cap: usize,
     /// (family, address, port)
-    tls_addrs: HashSet<(u16, [u8; 16], u16)>,
+    tls_addrs: HashSet<(u16, [u8; 16], u16), Keyed>,
     pub hellos_unmatched: u64,
     /// bytes held for hellos still in pieces, at most PIECE_BYTES_MAX
     piece_bytes: usize,
@@ -183,10 +212,10 @@ const MAX_TLS_ADDRS: usize = 4096;
 impl Assembler {
     pub fn new(cap: usize) -> Assembler {
         Assembler {
-            hellos: HashMap::new(),
+            hellos: HashMap::default(),
             order: VecDeque::new(),
             cap,
-            tls_addrs: HashSet::new(),
+            tls_addrs: HashSet::default(),
             hellos_unmatched: 0,
             piece_bytes: 0,
             hello_pieces_dropped: 0,
@@ -229,8 +258,10 @@ impl Assembler {
         let local = (c.family, c.saddr, c.sport);
         // the server called SSL_do_handshake on it: a TLS port, whatever came in
         let ssl = c.flags & abi::F_UPROBE != 0;
-        let plain_port = !ssl && !self.tls_addrs.contains(&local);
-        if (ssl || c.outcome != abi::OUTCOME_NOT_TLS && c.rec_types[abi::FL_C1] != 0)
+        let known = self.tls_addrs.contains(&local);
+        let plain_port = !ssl && !known;
+        if !known
+            && (ssl || c.outcome != abi::OUTCOME_NOT_TLS && c.rec_types[abi::FL_C1] != 0)
             && self.tls_addrs.len() < MAX_TLS_ADDRS
         {
             self.tls_addrs.insert(local);

@@ -25,7 +25,7 @@ use crate::{
     health::Health,
     record::{CloseRecord, Record},
     sink::Sink,
-    stage::{Kind, Stage},
+    stage::{Kind, Resumption, Stage},
 };
 
 /// Stage buckets: 10 µs · 2^k up to ~42 s (23 buckets), resolving microseconds.
@@ -293,6 +293,7 @@ impl Metrics {
             port: r.local_port,
             name: r.server(),
             kinds: Default::default(),
+            snis: HashMap::new(),
         });
         self.servers.len() - 1
     }
@@ -389,33 +390,36 @@ impl Metrics {
         if sni == OTHER {
             self.sni_folded.inc();
         }
+        let snis = &mut self.servers[i].snis;
+        if !snis.contains_key(sni) {
+            snis.insert(sni.to_owned(), SniSeries::default());
+        }
+        let of_sni = snis.get_mut(sni).expect("inserted above");
+        let resumption = |family: &Family<ResumptionLabels, Counter>, how: Resumption| {
+            family.get_or_create_owned(&ResumptionLabels {
+                server: server.clone(),
+                mechanism: how.name(),
+                sni: sni.to_owned(),
+            })
+        };
         if let Some(offer) = r.offered {
-            self.offered
-                .get_or_create(&ResumptionLabels {
-                    server: server.clone(),
-                    mechanism: offer.name(),
-                    sni: sni.clone(),
-                })
+            of_sni.offered[offer as usize]
+                .get_or_insert_with(|| resumption(&self.offered, offer))
                 .inc();
         }
         if let Some(how) = r.resumption {
-            self.accepted
-                .get_or_create(&ResumptionLabels {
-                    server: server.clone(),
-                    mechanism: how.name(),
-                    sni: sni.clone(),
-                })
+            of_sni.accepted[how as usize]
+                .get_or_insert_with(|| resumption(&self.accepted, how))
                 .inc();
         }
-        self.handshakes
-            .get_or_create(&HandshakeSniLabels {
-                server,
-                sni,
-                resumed: if r.kind == Kind::Resumed {
-                    "true"
-                } else {
-                    "false"
-                },
+        let resumed = r.kind == Kind::Resumed;
+        of_sni.handshakes[usize::from(resumed)]
+            .get_or_insert_with(|| {
+                self.handshakes.get_or_create_owned(&HandshakeSniLabels {
+                    server: server.clone(),
+                    sni: sni.to_owned(),
+                    resumed: if resumed { "true" } else { "false" },
+                })
             })
             .inc();
     }
@@ -490,6 +494,18 @@ struct ServerSeries {
     name: String,
     /// by `Kind` (declaration order)
     kinds: [KindSeries; Kind::ALL.len()],
+    /// by SNI label value (at most `max_sni` + 2 of them)
+    snis: HashMap<String, SniSeries>,
+}
+
+/// One server's series of one SNI label value, looked up once.
+#[derive(Default)]
+struct SniSeries {
+    /// by `Resumption` (declaration order)
+    offered: [Option<Counter>; 3],
+    accepted: [Option<Counter>; 3],
+    /// not resumed, resumed
+    handshakes: [Option<Counter>; 2],
 }
 
 /// The SNI label value of connections whose SNI has no series of its own.
@@ -520,15 +536,15 @@ impl SniLabels {
         }
     }
 
-    fn label(&mut self, sni: Option<&str>) -> String {
+    fn label<'a>(&mut self, sni: Option<&'a str>) -> &'a str {
         let Some(sni) = sni else {
-            return NONE.into();
+            return NONE;
         };
         if self.admitted.contains(sni) {
-            return sni.into();
+            return sni;
         }
         if self.admitted.len() >= self.max {
-            return OTHER.into();
+            return OTHER;
         }
         let (count, err) = match self.sketch.get_mut(sni) {
             Some(e) => {
@@ -556,9 +572,9 @@ impl SniLabels {
         if count - err >= ADMIT_AFTER {
             self.sketch.remove(sni);
             self.admitted.insert(sni.to_owned());
-            return sni.into();
+            return sni;
         }
-        OTHER.into()
+        OTHER
     }
 }
 
@@ -586,9 +602,10 @@ mod tests {
         let mut s = SniLabels::new(3);
         for round in 0..3 {
             for i in 0..10 {
-                let l = s.label(Some(&format!("h{i}")));
+                let name = format!("h{i}");
+                let l = s.label(Some(&name));
                 if round > 0 && i < 3 {
-                    assert_eq!(l, format!("h{i}"));
+                    assert_eq!(l, name);
                 }
             }
         }

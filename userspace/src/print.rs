@@ -205,9 +205,9 @@ impl Record {
             let _ = write!(s, "({f} in {})", self.failed_in.map_or("?", Stage::name));
         }
         for (k, v) in [
-            ("cipher", &self.cipher),
-            ("sni", &self.sni),
-            ("alpn", &self.alpn),
+            ("cipher", self.cipher.as_deref()),
+            ("sni", self.sni.as_deref()),
+            ("alpn", self.alpn.as_deref()),
         ] {
             if let Some(v) = v {
                 let _ = write!(s, " {k}={v}");

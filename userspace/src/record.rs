@@ -2,7 +2,7 @@
 //! ServerHello and classified (version, cipher, kind, resumption, failure). This file is
 //! where a connection is classified; `stage` cuts its timeline, `print` writes it.
 
-use std::{fmt, net::Ipv6Addr};
+use std::{borrow::Cow, fmt, net::Ipv6Addr};
 
 use crate::{
     abi::{self, Close, Conn, Hello},
@@ -29,7 +29,7 @@ pub struct Record {
     pub peer: Endpoint,
     pub protocol: &'static str,
     pub tls_version: Option<&'static str>,
-    pub cipher: Option<String>,
+    pub cipher: Option<Cow<'static, str>>,
     pub sni: Option<String>,
     pub alpn: Option<String>,
     pub alpn_offered: Vec<String>,
@@ -262,7 +262,7 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         }
         r.ok()
     });
-    let sh = hellos.server.and_then(|r| {
+    let mut sh = hellos.server.and_then(|r| {
         if r.is_err() {
             notes.push("server_hello_unparsed");
         }
@@ -328,9 +328,14 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
     });
     // ALPN: the ServerHello has it in TLS 1.2; in 1.3 it is in the encrypted
     // EncryptedExtensions, so report the client's offer when it was a single protocol
-    let offered = ch.as_ref().map(|h| h.alpn.clone()).unwrap_or_default();
-    let alpn = match (&sh, version) {
-        (Some(s), Some(v)) if v < 0x0304 => s.alpn.clone(),
+    // (the hellos' strings are moved into the record, not copied)
+    let mut ch = ch;
+    let offered = ch
+        .as_mut()
+        .map(|h| std::mem::take(&mut h.alpn))
+        .unwrap_or_default();
+    let alpn = match (sh.as_mut(), version) {
+        (Some(s), Some(v)) if v < 0x0304 => s.alpn.take(),
         (_, Some(0x0304)) if done && offered.len() == 1 => offered.first().cloned(),
         _ => None,
     };
@@ -352,7 +357,7 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         protocol: if plain { "plain" } else { "tls" },
         tls_version: version.and_then(tls::version_name),
         cipher: sh.as_ref().map(|s| tls::cipher_label(s.cipher)),
-        sni: ch.as_ref().and_then(|h| h.sni.clone()),
+        sni: ch.as_mut().and_then(|h| h.sni.take()),
         alpn,
         alpn_offered: if offered.len() > 1 {
             offered

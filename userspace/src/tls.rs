@@ -11,6 +11,8 @@
 //! session_ticket and pre_shared_key. GREASE values (RFC 8701) are dropped from
 //! the client's lists, since they are random placeholders and not real offers.
 
+use std::borrow::Cow;
+
 /// Handshake type of a ClientHello (RFC 8446 section 4).
 pub const HT_CLIENT_HELLO: u8 = 1;
 /// Handshake type of a ServerHello (and of a HelloRetryRequest, which is a ServerHello).
@@ -525,10 +527,10 @@ pub fn cipher_name(id: u16) -> Option<&'static str> {
 }
 
 /// IANA name of a cipher suite, or its code as "0xC030" when the name is unknown.
-pub fn cipher_label(id: u16) -> String {
+pub fn cipher_label(id: u16) -> Cow<'static, str> {
     match cipher_name(id) {
-        Some(name) => name.to_string(),
-        None => format!("0x{id:04X}"),
+        Some(name) => Cow::Borrowed(name),
+        None => Cow::Owned(format!("0x{id:04X}")),
     }
 }
 

@@ -1,7 +1,10 @@
 //! Rust mirror of `ebpf/include/hstrace.h`: the records the BPF programs send and the
 //! counters they keep. The assertions at the bottom fail the build if the two drift.
 
-use std::mem::{offset_of, size_of};
+use std::{
+    borrow::Cow,
+    mem::{offset_of, size_of},
+};
 
 /// The most of a hello the kernel copies: one whole TLS record's plaintext (2^14), enough
 /// for post-quantum key shares with the extensions in any order.
@@ -97,18 +100,20 @@ pub struct HelloHeader {
 
 /// A captured ClientHello or ServerHello: the ring buffer carries only the bytes captured.
 #[derive(Clone, Debug, Default)]
-pub struct Hello {
+pub struct Hello<'a> {
     pub dir: u32,
     pub conn_id: u64,
     pub msg_len: u32,
     /// where `data` starts in the message: 0 for a whole hello (its handshake header
     /// first), 4 and on for a piece of one that came in several reads
     pub offset: u32,
-    pub data: Vec<u8>,
+    /// borrowed from the ring buffer (parsed where it lies), owned once put together
+    /// from pieces
+    pub data: Cow<'a, [u8]>,
 }
 
 /// A hello ring-buffer item: its header, then `cap_len` bytes (at most HELLO_CAP).
-pub fn read_hello(item: &[u8]) -> Option<Hello> {
+pub fn read_hello(item: &[u8]) -> Option<Hello<'_>> {
     let h: HelloHeader = read_record(item)?;
     let data = item.get(size_of::<HelloHeader>()..)?;
     let cap = (h.cap_len as usize).min(HELLO_CAP);
@@ -117,7 +122,7 @@ pub fn read_hello(item: &[u8]) -> Option<Hello> {
         conn_id: h.conn_id,
         msg_len: h.msg_len,
         offset: h.offset,
-        data: data.get(..cap)?.to_vec(),
+        data: Cow::Borrowed(data.get(..cap)?),
     })
 }
 
@@ -283,7 +288,7 @@ pub struct SslKey {
 // SAFETY: plain old data, every bit pattern valid, layout fixed by repr(C).
 unsafe impl aya::Pod for SslKey {}
 
-impl Hello {
+impl Hello<'_> {
     /// The captured bytes of the message (handshake header included).
     pub fn bytes(&self) -> &[u8] {
         &self.data

@@ -26,14 +26,14 @@ use crate::{
 pub fn pipeline_connections_per_sec(n: u64, sink: Option<&mut dyn Sink>) -> Result<f64> {
     let mut printer = Printer::new(Format::Json, std::io::sink());
     let sink = sink.unwrap_or(&mut printer);
-    let hello = |dir: u32, hex: &str| -> Hello {
+    let hello = |dir: u32, hex: &str| -> Hello<'static> {
         let bytes = tls::unhex(hex).expect("fixture is hex");
         Hello {
             dir,
             conn_id: 0,
             msg_len: bytes.len() as u32,
             offset: 0,
-            data: bytes,
+            data: bytes.into(),
         }
     };
     let mut ch = hello(

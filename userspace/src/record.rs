@@ -230,7 +230,7 @@ impl Hellos {
         let h = Hello {
             dir: d as u32,
             msg_len: self.piece_len[d],
-            data: std::mem::take(&mut self.pieces[d]),
+            data: std::mem::take(&mut self.pieces[d]).into(),
             ..Default::default()
         };
         self.add(&h);
@@ -447,7 +447,7 @@ mod tests {
                 conn_id: 1,
                 msg_len: msg.len() as u32,
                 offset: at as u32,
-                data: msg[at..(at + size).min(msg.len())].to_vec(),
+                data: msg[at..(at + size).min(msg.len())].to_vec().into(),
             });
         }
         h.finish();
@@ -480,7 +480,7 @@ mod tests {
             dir: abi::DIR_IN,
             msg_len: 100,
             offset: 40,
-            data: vec![0; 10],
+            data: vec![0; 10].into(),
             ..Default::default()
         });
         h.finish();
@@ -498,7 +498,7 @@ mod tests {
                 dir: abi::DIR_IN,
                 msg_len: msg_len as u32,
                 offset: at as u32,
-                data: vec![0; 1000],
+                data: vec![0; 1000].into(),
                 ..Default::default()
             });
             at += 1000;

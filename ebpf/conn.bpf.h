@@ -35,6 +35,10 @@ const volatile char targ_comm[16] = {}; /* --comm: a process is traced from its 
 /* Unique id of each traced connection (socket addresses are reused). */
 __u64 next_conn_id = 0;
 
+/* The arrival hook has run (it is attached): a read with no arrival seen before it then
+ * races the hook, rather than meaning there is no hook. */
+__u8 arrivals_hooked = 0;
+
 /* Local ports of the selected servers, one bit each: set here when a handshake completes
  * on a port `port_selected` allows, or a traced process accepts on one. A socket on any
  * other port (a client's ephemeral port, another server's) cannot be a traced connection:

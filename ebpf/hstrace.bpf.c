@@ -407,25 +407,16 @@ int tcp_destroy(struct trace_event_raw_tcp_event_sk *ctx)
 	return 0;
 }
 
-/* The arrival hook runs after the bytes are queued, so a server already reading can take
- * them before it runs: a client flight of `c` whose first record was read with no arrival
- * seen is that case. Its bytes arrived before the read, within one run of this program:
- * the read's time stands for the arrival (no queue), and the bytes, already consumed, are
- * no arrival of the next flight. Returns whether it was that case. */
-static __always_inline int arrived_before_read(struct hs_conn_state *c)
+/* Arrival `t` was just stored in `c->arrive_pending`: if the server has meanwhile begun
+ * reading the client flight those bytes belong to (it found no arrival: `arrival_missed`),
+ * take it back, or it would stand for the next flight's. The read's own time stands for
+ * this arrival (see on_transfer). */
+static __always_inline void arrival_raced_read(struct hs_conn_state *c, __u64 t)
 {
-	__u32 f = (__u8)c->flight;
+	__s8 f = c->flight;
 
-	if (f >= HS_FLIGHTS || flight_dir(f) != HS_DIR_IN || c->r.phase != HS_PH_HANDSHAKE)
-		return 0;
-	/* the compiler drops this mask as redundant; the verifier needs it to bound the index */
-	barrier_var(f);
-	f &= HS_FLIGHTS - 1;
-	if (!c->r.t_first[f] || c->r.t_arrive[f])
-		return 0;
-	c->r.t_arrive[f] = c->r.t_first[f];
-	count(HS_C_LATE_ARRIVAL);
-	return 1;
+	if (f >= 0 && flight_dir(f) == HS_DIR_IN && c->arrival_missed)
+		__sync_val_compare_and_swap(&c->arrive_pending, t, 0);
 }
 
 /* Bytes were queued on socket `skey` (local port `port`): the first since the server last
@@ -437,13 +428,18 @@ static __always_inline void on_data_ready(__u64 skey, __u16 port)
 	struct est *e;
 	__u64 now;
 
+	if (!arrivals_hooked)
+		arrivals_hooked = 1;
 	if (!is_server_port(port))
 		return;
 
 	c = bpf_map_lookup_elem(&conns, &skey);
 	if (c) {
-		if (!c->arrive_pending && c->r.phase != HS_PH_DONE && !arrived_before_read(c))
-			c->arrive_pending = bpf_ktime_get_ns();
+		if (c->arrive_pending || c->r.phase == HS_PH_DONE)
+			return;
+		now = bpf_ktime_get_ns();
+		if (!__sync_val_compare_and_swap(&c->arrive_pending, 0, now))
+			arrival_raced_read(c, now);
 		return;
 	}
 	e = bpf_map_lookup_elem(&est_socks, &skey);
@@ -454,10 +450,8 @@ static __always_inline void on_data_ready(__u64 skey, __u16 port)
 	/* on_accept may have copied the est entry just before this write: see it there (the
 	 * server may even have read the bytes since) */
 	c = bpf_map_lookup_elem(&conns, &skey);
-	if (c && c->flight < 0)
-		__sync_val_compare_and_swap(&c->arrive_pending, 0, now);
-	else if (c)
-		arrived_before_read(c);
+	if (c && c->flight < 0 && !__sync_val_compare_and_swap(&c->arrive_pending, 0, now))
+		arrival_raced_read(c, now);
 }
 
 /* BTF-typed: the socket's fields are plain loads, not helper calls */

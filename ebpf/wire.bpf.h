@@ -109,6 +109,20 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
 	}
 	if (dir == HS_DIR_OUT) {
 		c->r.bytes_out += n;
+	} else if (new_flight && c->r.phase == HS_PH_HANDSHAKE && arrivals_hooked) {
+		__u64 pending;
+
+		c->r.bytes_in += n;
+		/* a client flight's first read. The arrival hook runs just after the bytes are
+		 * queued, so it may still be running on another CPU: say so before taking the
+		 * arrival (an exchange, a full barrier), and on_data_ready, which stores its
+		 * arrival before it looks, either leaves it to this read or takes it back */
+		c->arrival_missed = 1;
+		pending = __sync_lock_test_and_set(&c->arrive_pending, 0);
+		if (pending) {
+			c->arrival_missed = 0;
+			c->last_arrive = pending;
+		}
 	} else {
 		/* what arrived since the last read is what this read gets */
 		c->r.bytes_in += n;
@@ -405,6 +419,12 @@ static __always_inline void on_record_end(struct hs_conn_state *c, __u32 dir, __
 		c->first_rec_done = 1;
 		if ((__u32)f < HS_FLIGHTS) {
 			c->r.t_first[f & 3] = now;
+			/* read before its arrival was seen: it arrived within this read (and so
+			 * did whatever else this flight's reads take) */
+			if (c->arrival_missed) {
+				c->last_arrive = now;
+				count(HS_C_LATE_ARRIVAL);
+			}
 			c->r.t_arrive[f & 3] = c->last_arrive;
 			c->r.cpu_first[f & 3] = thread_cpu_now(now);
 		}

@@ -233,7 +233,8 @@ struct hs_conn_state {
 	__u8 emitted;           /* the record was sent: the connection is no longer parsed */
 	__u8 wire_done;         /* the wire says the handshake completed at r.t_hs_done */
 	__u8 not_tls;
-	__u8 pad0;
+	__u8 arrival_missed;    /* the current client flight's first bytes were read before
+				 * any arrival of them was seen (the hook still running) */
 	__u8 first_rec_done;    /* the current client flight's first record is complete */
 	__u8 client_fin;        /* the client's Finished has been read */
 	__u8 fin_len;           /* TLS 1.3: the length of the client's Finished record for the

@@ -266,7 +266,7 @@ pub struct ConnState {
     pub emitted: u8,
     pub wire_done: u8,
     pub not_tls: u8,
-    pub pad0: u8,
+    pub arrival_missed: u8,
     pub first_rec_done: u8,
     pub client_fin: u8,
     pub fin_len: u8,

@@ -284,13 +284,13 @@ impl Metrics {
         if let Some(i) = self
             .servers
             .iter()
-            .position(|s| s.port == r.local_port && s.comm == r.comm)
+            .position(|s| s.port == r.local.port && s.comm == r.comm)
         {
             return i;
         }
         self.servers.push(ServerSeries {
             comm: r.comm.clone(),
-            port: r.local_port,
+            port: r.local.port,
             name: r.server(),
             kinds: Default::default(),
             snis: HashMap::new(),

@@ -23,9 +23,8 @@ pub struct Record {
     pub conn_id: u64,
     pub pid: u32,
     pub comm: String,
+    /// the server's end (its port is the listening one)
     pub local: Endpoint,
-    /// the server's (listening) port
-    pub local_port: u16,
     pub peer: Endpoint,
     pub protocol: &'static str,
     pub tls_version: Option<&'static str>,
@@ -118,7 +117,7 @@ impl Record {
     /// The label a server is known by in metrics and parameters: `comm:port` of the
     /// listening socket.
     pub fn server(&self) -> String {
-        format!("{}:{}", self.comm, self.local_port)
+        format!("{}:{}", self.comm, self.local.port)
     }
 }
 
@@ -256,7 +255,7 @@ impl Hellos {
 /// is not TLS is plain text (HTTP) rather than a failed TLS connection.
 pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Record {
     let mut notes = Vec::new();
-    let ch = hellos.client.and_then(|r| {
+    let mut ch = hellos.client.and_then(|r| {
         if r.is_err() {
             notes.push("client_hello_unparsed");
         }
@@ -329,7 +328,6 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
     // ALPN: the ServerHello has it in TLS 1.2; in 1.3 it is in the encrypted
     // EncryptedExtensions, so report the client's offer when it was a single protocol
     // (the hellos' strings are moved into the record, not copied)
-    let mut ch = ch;
     let offered = ch
         .as_mut()
         .map(|h| std::mem::take(&mut h.alpn))
@@ -352,7 +350,6 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         pid: c.tgid,
         comm: c_str(&c.comm),
         local: Endpoint::new(c.family, c.saddr, c.sport),
-        local_port: c.sport,
         peer: Endpoint::new(c.family, c.daddr, c.dport),
         protocol: if plain { "plain" } else { "tls" },
         tls_version: version.and_then(tls::version_name),

@@ -223,10 +223,14 @@ impl Source {
         }
         // the kernel adds processes too (forks of traced ones; every acceptor with no selector)
         let traced: BTreeSet<u32> = self.tgids.keys().filter_map(|k| k.ok()).collect();
-        let looked = Some((traced.clone(), self.counter(abi::C_LISTENS)));
-        if resolving && looked != self.ports_looked {
-            self.mark_listen_ports(&traced);
-            self.ports_looked = looked;
+        if resolving {
+            // the socket table is read only when the processes or the listening sockets
+            // changed since it last was
+            let looked = self.resolved.as_ref().map(|r| (traced.clone(), r.listens));
+            if looked != self.ports_looked {
+                self.mark_listen_ports(&traced);
+                self.ports_looked = looked;
+            }
         }
         for pid in &traced {
             if !targets::alive(*pid) {

@@ -408,14 +408,16 @@ int tcp_destroy(struct trace_event_raw_tcp_event_sk *ctx)
 }
 
 /* Arrival `t` was just stored in `c->arrive_pending`: if the server has meanwhile begun
- * reading the client flight those bytes belong to (it found no arrival: `arrival_missed`),
- * take it back, or it would stand for the next flight's. The read's own time stands for
- * this arrival (see on_transfer). */
+ * reading the handshake's client flight those bytes belong to (it found no arrival:
+ * `arrival_missed`), take it back, or it would stand for the next flight's. The read's own
+ * time stands for this arrival (see on_transfer). Once the handshake is done, an arrival
+ * is the request's, whatever the last flight's read found. */
 static __always_inline void arrival_raced_read(struct hs_conn_state *c, __u64 t)
 {
 	__s8 f = c->flight;
 
-	if (f >= 0 && flight_dir(f) == HS_DIR_IN && c->arrival_missed)
+	if (f >= 0 && flight_dir(f) == HS_DIR_IN && c->arrival_missed &&
+	    c->r.phase == HS_PH_HANDSHAKE)
 		__sync_val_compare_and_swap(&c->arrive_pending, t, 0);
 }
 

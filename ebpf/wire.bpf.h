@@ -113,10 +113,10 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
 		__u64 pending;
 
 		c->r.bytes_in += n;
-		/* a client flight's first read. The arrival hook runs just after the bytes are
-		 * queued, so it may still be running on another CPU: say so before taking the
-		 * arrival (an exchange, a full barrier), and on_data_ready, which stores its
-		 * arrival before it looks, either leaves it to this read or takes it back */
+		/* a handshake flight's first read. The arrival hook runs just after the bytes
+		 * are queued, so it may still be running on another CPU: say so before taking
+		 * the arrival (an exchange, a full barrier), and on_data_ready, which stores
+		 * its arrival before it looks, either leaves it to this read or takes it back */
 		c->arrival_missed = 1;
 		pending = __sync_lock_test_and_set(&c->arrive_pending, 0);
 		if (pending) {

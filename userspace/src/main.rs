@@ -244,11 +244,12 @@ enum Command {
         #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
         overhead: Option<String>,
         /// With event-loop-sim: how long a worker asleep in epoll_wait takes to run after
-        /// an event (its CPU waking up)
+        /// an event (its CPU waking up): one TIME, or by how long it slept, IDLE=TIME,...
+        /// (e.g. 1ms=50us,200ms=300us; interpolated on log(idle) between them)
         #[arg(
             long,
             default_value = "0",
-            value_name = "TIME",
+            value_name = "TIME|IDLE=TIME,...",
             allow_hyphen_values = true
         )]
         wakeup: String,
@@ -484,7 +485,7 @@ fn run(cli: Cli) -> Result<()> {
                     .transpose()?
                     .unwrap_or(0.0),
                 overhead_given: overhead.is_some(),
-                wakeup_s: knobs::parse_seconds("--wakeup", &wakeup)?,
+                wakeup: knobs::parse_wakeup(&wakeup)?,
             };
             model::run(ModelOptions {
                 source,

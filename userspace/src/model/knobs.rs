@@ -7,7 +7,7 @@ use anyhow::{anyhow, bail, Result};
 use super::{
     input::{ClassInput, ServerInput, StageMean},
     mva::{Discipline, Network},
-    sim::Step,
+    sim::{Step, Wakeup},
 };
 use crate::stage::{RequestClass, Stage, StageClass};
 
@@ -40,8 +40,8 @@ pub struct Knobs {
     /// `--overhead` was given; otherwise event-loop-sim takes the parameters' measured
     /// CPU outside the stages (`ServerInput::outside_stages_s`) where they have it
     pub overhead_given: bool,
-    /// `--wakeup`: how long an idle worker takes to run after an event, seconds
-    pub wakeup_s: f64,
+    /// `--wakeup`: how long an idle worker takes to run after an event, by how long it slept
+    pub wakeup: Wakeup,
 }
 
 impl Default for Knobs {
@@ -56,7 +56,7 @@ impl Default for Knobs {
             seed: 1,
             overhead_s: 0.0,
             overhead_given: false,
-            wakeup_s: 0.0,
+            wakeup: Wakeup::default(),
         }
     }
 }
@@ -139,6 +139,27 @@ pub fn parse_seconds(flag: &str, s: &str) -> Result<f64> {
             bail!("{flag} {s:?} is not a time between 0 and a day: give e.g. {flag} 2s, 500ms or 2")
         }
     }
+}
+
+/// `--wakeup`: one time (the same after any idle), or `IDLE=TIME,...` (how long the worker
+/// had slept, and its wake-up then), idle strictly ascending.
+pub fn parse_wakeup(s: &str) -> Result<Wakeup> {
+    if !s.contains('=') {
+        return Ok(Wakeup::constant(parse_seconds("--wakeup", s)?));
+    }
+    let mut points: Vec<(f64, f64)> = Vec::new();
+    for pair in s.split(',') {
+        let Some((idle, wake)) = pair.split_once('=') else {
+            bail!("--wakeup {s:?}: {pair:?} is not IDLE=TIME: give e.g. --wakeup 1ms=50us,200ms=300us");
+        };
+        let idle = parse_seconds("--wakeup", idle)?;
+        let wake = parse_seconds("--wakeup", wake)?;
+        if points.last().is_some_and(|&(last, _)| idle <= last) {
+            bail!("--wakeup {s:?}: give the idle times in ascending order, each once");
+        }
+        points.push((idle, wake));
+    }
+    Ok(Wakeup::curve(points))
 }
 
 /// A fraction in [0, 1].
@@ -421,10 +442,10 @@ pub fn network(
         routes: server.classes.each_ref().map(|c| route(c, knobs)),
         seed: knobs.seed,
         overhead_s: knobs.overhead_s,
-        wakeup_s: knobs.wakeup_s,
+        wakeup: knobs.wakeup.clone(),
     };
     if knobs.discipline != Discipline::EventLoopSim
-        && (knobs.overhead_s > 0.0 || knobs.wakeup_s > 0.0)
+        && (knobs.overhead_s > 0.0 || !knobs.wakeup.is_zero())
     {
         bail!("--overhead and --wakeup are parts of the simulated event loop: give --discipline event-loop-sim");
     }
@@ -621,6 +642,32 @@ mod tests {
         assert_eq!(parse_seconds("--think-time", "0.25").unwrap(), 0.25);
         assert!((parse_seconds("--overhead", "150us").unwrap() - 150e-6).abs() < 1e-18);
         assert!((parse_seconds("--wakeup", "80µs").unwrap() - 80e-6).abs() < 1e-18);
+        let close = |got: &[(f64, f64)], want: &[(f64, f64)]| {
+            got.len() == want.len()
+                && got
+                    .iter()
+                    .zip(want)
+                    .all(|(g, w)| (g.0 - w.0).abs() < 1e-15 && (g.1 - w.1).abs() < 1e-15)
+        };
+        assert!(close(
+            parse_wakeup("80us").unwrap().points(),
+            &[(0.0, 80e-6)]
+        ));
+        assert_eq!(parse_wakeup("0").unwrap(), Wakeup::default());
+        let curve = parse_wakeup("1ms=50us, 200ms=0.3ms").unwrap();
+        assert!(
+            close(curve.points(), &[(1e-3, 50e-6), (0.2, 0.3e-3)]),
+            "{curve:?}"
+        );
+        for (bad, says) in [
+            ("200ms=1ms,1ms=50us", "ascending"),
+            ("1ms=50us,1ms=60us", "ascending"),
+            ("1ms=50us,200ms", "IDLE=TIME"),
+            ("1ms=-5us", "between 0 and a day"),
+        ] {
+            let e = parse_wakeup(bad).unwrap_err().to_string();
+            assert!(e.contains(says) && e.contains("--wakeup"), "{bad}: {e}");
+        }
         assert!(parse_seconds("--think-time", "-1s").is_err());
         assert!(parse_seconds("--think-time", "2h").is_err());
         assert_eq!(parse_fractions("-p", "0.1, 0.3").unwrap(), [0.1, 0.3]);
@@ -704,7 +751,7 @@ mod tests {
                 ..Knobs::default()
             },
             Knobs {
-                wakeup_s: 1e-4,
+                wakeup: Wakeup::constant(1e-4),
                 discipline: Discipline::EventLoop,
                 ..Knobs::default()
             },

@@ -13,7 +13,7 @@
 //! p(j | n) for j < c − 1 are carried along, as in multi-server MVA:
 //! R_c,ws(n) = D_c,ws / c · (1 + Q_ws(n − 1) + Σ_{j=0}^{c−2} (c − 1 − j) p(j | n − 1)).
 
-use super::sim::{self, Step};
+use super::sim::{self, Step, Wakeup};
 
 /// How the web server shares its processor among the requests at it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -76,8 +76,8 @@ pub struct Network {
     /// closing, logging, epoll), seconds; part of its demand
     pub overhead_s: f64,
     /// `EventLoopSim`: how long a worker asleep in `epoll_wait` takes to run after an
-    /// event, seconds
-    pub wakeup_s: f64,
+    /// event, by how long it slept
+    pub wakeup: Wakeup,
 }
 
 /// 95 % confidence half-widths of a simulated solution.
@@ -337,7 +337,7 @@ mod tests {
             }),
             seed: 1,
             overhead_s: 0.0,
-            wakeup_s: 0.0,
+            wakeup: Wakeup::default(),
         }
     }
 
@@ -391,7 +391,7 @@ mod tests {
             routes: Default::default(),
             seed: 1,
             overhead_s: 0.0,
-            wakeup_s: 0.0,
+            wakeup: Wakeup::default(),
         };
         let ps = Network {
             discipline: Discipline::ProcessorSharing,

@@ -128,7 +128,10 @@ impl Report {
                 "scale_stage": self.knobs.scale_stages.iter()
                     .map(|(s, k)| (s.clone(), json!(k))).collect::<Map<_, _>>(),
                 "overhead_s": self.knobs.overhead_s,
-                "wakeup_s": self.knobs.wakeup_s,
+                "wakeup_s": self.knobs.wakeup.longest(),
+                "wakeup_after_idle": self.knobs.wakeup.points().iter()
+                    .map(|&(idle, wake)| json!({"idle_s": idle, "wakeup_s": wake}))
+                    .collect::<Vec<_>>(),
             },
             "mix": mix(&self.base),
             "measured": classes(&|c| json!(self.measured[c.index()])),
@@ -232,8 +235,23 @@ impl Report {
                 ms(k.overhead_s)
             ));
         }
-        if k.wakeup_s > 0.0 {
-            what_if.push(format!("{} ms to wake the worker", ms(k.wakeup_s)));
+        match k.wakeup.points() {
+            [] => {}
+            [(_, wake)] if *wake == 0.0 => {}
+            [(_, wake)] => what_if.push(format!("{} ms to wake the worker", ms(*wake))),
+            points => what_if.push(format!(
+                "{} to wake the worker after idle {}",
+                points
+                    .iter()
+                    .map(|(_, w)| format!("{} ms", ms(*w)))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                points
+                    .iter()
+                    .map(|(i, _)| format!("{} ms", ms(*i)))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            )),
         }
         if !what_if.is_empty() {
             s.push_str(&format!("what if: {}\n", what_if.join(", ")));

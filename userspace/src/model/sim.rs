@@ -30,7 +30,8 @@
 //! log line, epoll), shared equally among the request's handler calls and run after the
 //! measured part of each (the connection's flight is out: only the others wait for it);
 //! and the time a worker asleep in `epoll_wait` takes to run once something is ready (its
-//! CPU waking up), paid by the pass that wakes it.
+//! CPU waking up), paid by the pass that wakes it: a constant, or a curve of how long the
+//! worker had slept (`Wakeup`: an idle CPU that slept longer sleeps deeper).
 //!
 //! Estimates: after a warm-up, `BATCHES` batches of requests; the means over all of them,
 //! and the 95 % confidence half-width from the batch means (Student's t). Deterministic
@@ -105,6 +106,66 @@ const T_975: f64 = 2.093;
 pub const EPOLL_EVENTS: usize = 512;
 /// Users simulated at most (the run grows with N).
 pub const MAX_USERS: u32 = 20_000;
+
+/// How long a worker asleep in `epoll_wait` takes to run once something is ready, by how
+/// long it had slept: points (idle, wake-up), idle ascending; between two points the
+/// wake-up is interpolated on log(idle), outside them it is the nearest point's. A CPU
+/// that slept briefly is still polling (the guest's halt-polling) or in a shallow state;
+/// one that slept long waits for its host to run it again. One point: the same after any
+/// idle. No points: no wake-up.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Wakeup(Vec<(f64, f64)>);
+
+impl Wakeup {
+    /// The same wake-up after any idle (0: none).
+    pub fn constant(wake_s: f64) -> Wakeup {
+        Wakeup(if wake_s > 0.0 {
+            vec![(0.0, wake_s)]
+        } else {
+            Vec::new()
+        })
+    }
+
+    /// A curve of (idle, wake-up) points; idle strictly ascending, every time finite and
+    /// not negative (the caller has checked).
+    pub fn curve(points: Vec<(f64, f64)>) -> Wakeup {
+        debug_assert!(points.windows(2).all(|w| w[0].0 < w[1].0));
+        Wakeup(points)
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.0.iter().all(|&(_, w)| w == 0.0)
+    }
+
+    /// The points as given.
+    pub fn points(&self) -> &[(f64, f64)] {
+        &self.0
+    }
+
+    /// The wake-up after the longest idle given (0: none).
+    pub fn longest(&self) -> f64 {
+        self.0.last().map_or(0.0, |&(_, w)| w)
+    }
+
+    /// The wake-up after `idle_s` asleep.
+    pub fn after(&self, idle_s: f64) -> f64 {
+        let p = &self.0;
+        match p.iter().position(|&(idle, _)| idle >= idle_s) {
+            None => self.longest(),
+            Some(0) => p[0].1,
+            Some(i) => {
+                let ((i0, w0), (i1, w1)) = (p[i - 1], p[i]);
+                // on log(idle); a first point at idle 0 is a floor, linear from it
+                let at = if i0 > 0.0 {
+                    (idle_s.max(i0) / i0).ln() / (i1 / i0).ln()
+                } else {
+                    idle_s / i1
+                };
+                w0 + (w1 - w0) * at.clamp(0.0, 1.0)
+            }
+        }
+    }
+}
 
 /// SplitMix64: a small, fast generator; each user count gets its own stream.
 struct Rng(u64);
@@ -245,8 +306,10 @@ struct Sim<'a> {
     worker: Worker,
     /// per class, the worker's time after each handler call that no stage measures
     unmeasured_s: [f64; 3],
-    /// an asleep worker's time to run after an event
-    wakeup_s: f64,
+    /// an asleep worker's time to run after an event, by how long it slept
+    wakeup: &'a Wakeup,
+    /// when the worker last fell asleep in `epoll_wait`
+    asleep_since: f64,
     completed: u64,
     /// when measuring began (the warm-up's last completion)
     measuring_from: Option<f64>,
@@ -418,6 +481,7 @@ impl<'a> Sim<'a> {
             let Some(item) = self.pass.pop_front() else {
                 if self.ready.is_empty() {
                     self.worker = Worker::Asleep;
+                    self.asleep_since = self.now;
                     return;
                 }
                 self.harvest();
@@ -461,9 +525,10 @@ impl<'a> Sim<'a> {
         match self.worker {
             Worker::Running => self.work(),
             Worker::Asleep if !self.ready.is_empty() => {
-                if self.wakeup_s > 0.0 {
+                let wake = self.wakeup.after(self.now - self.asleep_since);
+                if wake > 0.0 {
                     self.worker = Worker::Waking;
-                    self.schedule(self.now + self.wakeup_s, None);
+                    self.schedule(self.now + wake, None);
                 } else {
                     self.worker = Worker::Running;
                     self.work();
@@ -576,7 +641,8 @@ impl<'a> Sim<'a> {
                     0.0
                 }
             }),
-            wakeup_s: net.wakeup_s,
+            wakeup: &net.wakeup,
+            asleep_since: 0.0,
             completed: 0,
             measuring_from: None,
             batches: Vec::with_capacity(BATCHES),
@@ -733,7 +799,7 @@ mod tests {
             routes,
             seed: 7,
             overhead_s: 0.0,
-            wakeup_s: 0.0,
+            wakeup: Wakeup::default(),
         }
     }
 
@@ -943,7 +1009,7 @@ mod tests {
     fn waking_up_costs_each_call_that_finds_the_worker_asleep() {
         let wakeup = 0.1e-3;
         let net = Network {
-            wakeup_s: wakeup,
+            wakeup: Wakeup::constant(wakeup),
             ..tls(0.2)
         };
         let set = Settings {
@@ -964,6 +1030,73 @@ mod tests {
         let asleep = &solve_at(&tls(0.2), &[60])[0];
         let extra = busy.response_s - asleep.response_s;
         assert!(extra < 3.5 * wakeup, "{busy:?} {asleep:?}");
+    }
+
+    /// A wake-up by how long the worker slept: each point exact, log-interpolated between,
+    /// the nearest outside them; one point is a constant.
+    #[test]
+    fn a_wakeup_curve_interpolates_on_log_idle() {
+        let w = Wakeup::curve(vec![(1e-4, 10e-6), (0.1, 1e-3)]);
+        assert_eq!(w.after(1e-4), 10e-6);
+        assert_eq!(w.after(0.1), 1e-3);
+        assert_eq!(w.after(1e-6), 10e-6);
+        assert_eq!(w.after(5.0), 1e-3);
+        // 1 ms is a third of the way from 0.1 ms to 100 ms on log(idle)
+        assert!((w.after(1e-3) - (10e-6 + 990e-6 / 3.0)).abs() < 1e-15);
+        assert_eq!(w.longest(), 1e-3);
+        let c = Wakeup::constant(5e-5);
+        assert_eq!(
+            (c.after(0.0), c.after(1e-6), c.after(100.0)),
+            (5e-5, 5e-5, 5e-5)
+        );
+        assert!(Wakeup::constant(0.0).is_zero() && Wakeup::default().is_zero());
+        assert_eq!(Wakeup::default().after(1.0), 0.0);
+    }
+
+    /// With one user and constant times the worker's sleeps are known: before the accept,
+    /// the think time; before each later visit, the delay before it (its handler calls
+    /// take no unmeasured time). Each call pays the curve's wake-up for its own sleep.
+    #[test]
+    fn each_call_pays_the_wakeup_of_its_own_sleep() {
+        let curve = Wakeup::curve(vec![(1e-4, 10e-6), (0.1, 1e-3)]);
+        let net = Network {
+            wakeup: curve.clone(),
+            ..tls(0.2)
+        };
+        let set = Settings {
+            delay: Dist::Constant,
+            think: Dist::Constant,
+            ..Settings::for_users(1, 1)
+        };
+        let s = simulate(&net, 1, set);
+        let w = |ms: f64| curve.after(ms * 1e-3);
+        // full: the accept after 0.2 s thinking, then the ClientHello 0.05 ms, client
+        // flight 2 1 ms and the request 0.25 ms after the worker went to sleep
+        let full = w(200.0) + w(0.05) + w(1.0) + w(0.25);
+        let resumed = w(200.0) + w(0.05) + w(0.3);
+        for (c, wakes) in [(0, full), (1, resumed)] {
+            let want = net.service_s[c] + net.delay_s[c] + wakes;
+            assert!(
+                (s.class_response_s[c] - want).abs() < 1e-12,
+                "class {c}: {} want {want}",
+                s.class_response_s[c]
+            );
+        }
+        assert!((queue(&s, 0, "accept_queue") - 1e-3).abs() < 1e-12);
+        assert!((queue(&s, 0, "client_flight_2_queue") - w(1.0)).abs() < 1e-12);
+        // the constant wake-up of the curve's longest idle would charge every call that
+        assert!(
+            s.response_s
+                < simulate(
+                    &Network {
+                        wakeup: Wakeup::constant(1e-3),
+                        ..tls(0.2)
+                    },
+                    1,
+                    set
+                )
+                .response_s
+        );
     }
 
     /// CPU no stage measures, run after each handler call's measured part: nobody waits

@@ -77,7 +77,7 @@ pub struct Plan {
 impl Plan {
     pub fn full() -> Plan {
         Plan {
-            users: vec![1, 4, 16, 32, 48, 64, 96],
+            users: vec![1, 4, 16, 32, 48, 64, 80, 96],
             duration_s: 20,
         }
     }
@@ -88,6 +88,20 @@ impl Plan {
             users: vec![1, 16, 64],
             duration_s: 6,
         }
+    }
+}
+
+/// Requests a point's mean is taken over at least, where the plan's duration gives fewer
+/// (few users, long think times): a mean of a hundred is moved by a handful of the
+/// platform's long wake-ups.
+const MIN_REQUESTS: f64 = 400.0;
+
+impl Plan {
+    /// How long the point with `users` users is measured: the plan's duration, longer for
+    /// few users (up to 4×), to take about `MIN_REQUESTS` requests.
+    fn duration_s(&self, users: u32) -> u64 {
+        let wanted = (MIN_REQUESTS * THINK_S / f64::from(users.max(1))).ceil() as u64;
+        wanted.clamp(self.duration_s, 4 * self.duration_s)
     }
 }
 
@@ -179,24 +193,47 @@ fn pin(pid: u32, cpu: usize) -> Result<()> {
     Ok(())
 }
 
-/// Samples of `wakeup_latency`, and the pause before each (long enough for an idle CPU
-/// to go to sleep, as nginx's does between requests at low load).
-const WAKEUP_SAMPLES: usize = 500;
-const WAKEUP_PAUSE: Duration = Duration::from_millis(2);
+/// The pauses between `wakeup_latency`'s messages, and how many of each: from the gaps
+/// within a request at low load (a client's next flight comes 0.1-2 ms after the
+/// worker's last write) to a think time with one user (0.2 s), where an idle CPU sleeps
+/// deepest. About 15 s in all.
+const WAKEUP_PAUSES: [(Duration, usize); 5] = [
+    (Duration::from_micros(200), 500),
+    (Duration::from_millis(1), 500),
+    (Duration::from_millis(5), 300),
+    (Duration::from_millis(25), 100),
+    (Duration::from_millis(200), 50),
+];
+
+/// How long an idle CPU took to run a thread after a message, after one pause.
+#[derive(Debug, Clone, Copy)]
+struct WakeupPoint {
+    /// the mean time the thread had been asleep in `epoll_wait` when a message came
+    idle_s: f64,
+    mean_s: f64,
+    median_s: f64,
+    samples: usize,
+}
 
 /// How long a thread asleep in `epoll_wait` on `cpu`, idle, takes to run after a message
-/// is sent to its loopback TCP socket from `sender_cpu`, over `WAKEUP_SAMPLES`: (median,
-/// mean). A platform's part of an event loop that no stage measures; with one user, each
-/// of a request's visits to nginx pays it. The model is given the mean: it predicts a
-/// mean, and on these VMs the wake-up has a long tail (a halted vCPU waits for the host to
-/// run it again), the mean ~1.5-2x the median.
-fn wakeup_latency(cpu: usize, sender_cpu: usize) -> Result<(f64, f64)> {
+/// is sent to its loopback TCP socket from `sender_cpu`, `samples` times, `pause` apart. A
+/// platform's part of an event loop that no stage measures; with one user, each of a
+/// request's visits to nginx pays it, after as long a sleep as the client took. The model
+/// is given the mean: it predicts a mean, and on these VMs the wake-up has a long tail (a
+/// halted vCPU waits for the host to run it again), longer the longer it slept.
+fn wakeup_latency(
+    cpu: usize,
+    sender_cpu: usize,
+    pause: Duration,
+    samples: usize,
+) -> Result<WakeupPoint> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let mut tx = TcpStream::connect(listener.local_addr()?)?;
     tx.set_nodelay(true)?;
     let (mut rx, _) = listener.accept()?;
     let start = Instant::now();
-    let sleeper = thread::spawn(move || -> Result<Vec<u64>> {
+    // each sample: (woke − sent, sent − fell asleep), ns
+    let sleeper = thread::spawn(move || -> Result<Vec<(u64, u64)>> {
         if !set_cpu(0, cpu) {
             bail!(
                 "cannot pin to CPU {cpu}: {}",
@@ -216,17 +253,19 @@ fn wakeup_latency(cpu: usize, sender_cpu: usize) -> Result<(f64, f64)> {
         if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, rx.as_raw_fd(), &mut ev) } != 0 {
             bail!("epoll_ctl: {}", std::io::Error::last_os_error());
         }
-        let mut out = Vec::with_capacity(WAKEUP_SAMPLES);
+        let mut out = Vec::with_capacity(samples);
         let mut buf = [0u8; 8];
-        while out.len() < WAKEUP_SAMPLES {
+        while out.len() < samples {
             let mut got = libc::epoll_event { events: 0, u64: 0 };
+            let asleep = start.elapsed().as_nanos() as u64;
             // SAFETY: room for the one event asked for
             if unsafe { libc::epoll_wait(ep, &mut got, 1, -1) } != 1 {
                 continue;
             }
             let woke = start.elapsed().as_nanos() as u64;
             rx.read_exact(&mut buf)?;
-            out.push(woke.saturating_sub(u64::from_le_bytes(buf)));
+            let sent = u64::from_le_bytes(buf);
+            out.push((woke.saturating_sub(sent), sent.saturating_sub(asleep)));
         }
         // SAFETY: ep is ours, closed once
         unsafe { libc::close(ep) };
@@ -239,8 +278,8 @@ fn wakeup_latency(cpu: usize, sender_cpu: usize) -> Result<(f64, f64)> {
                 std::io::Error::last_os_error()
             );
         }
-        for _ in 0..WAKEUP_SAMPLES {
-            thread::sleep(WAKEUP_PAUSE);
+        for _ in 0..samples {
+            thread::sleep(pause);
             let sent = start.elapsed().as_nanos() as u64;
             tx.write_all(&sent.to_le_bytes())?;
         }
@@ -249,12 +288,18 @@ fn wakeup_latency(cpu: usize, sender_cpu: usize) -> Result<(f64, f64)> {
     sender
         .join()
         .map_err(|_| anyhow::anyhow!("the wake-up sender panicked"))??;
-    let mut ns = sleeper
+    let got = sleeper
         .join()
         .map_err(|_| anyhow::anyhow!("the wake-up sleeper panicked"))??;
+    let mut ns: Vec<u64> = got.iter().map(|&(w, _)| w).collect();
     ns.sort_unstable();
-    let mean = ns.iter().sum::<u64>() as f64 / ns.len() as f64;
-    Ok((ns[ns.len() / 2] as f64 / 1e9, mean / 1e9))
+    let n = got.len() as f64;
+    Ok(WakeupPoint {
+        idle_s: got.iter().map(|&(_, i)| i as f64).sum::<f64>() / n / 1e9,
+        mean_s: ns.iter().sum::<u64>() as f64 / n / 1e9,
+        median_s: ns[ns.len() / 2] as f64 / 1e9,
+        samples: got.len(),
+    })
 }
 
 /// hsload with `users` users of `mix` on CPU 1; returns its output and nginx's worker's
@@ -360,12 +405,52 @@ struct Rig<'a> {
 
 /// What the simulation is given beside a point's parameters: the platform's parts of the
 /// loop that no stage measures.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Platform {
-    /// how long the worker's idle CPU takes to run it after an event (`wakeup_latency`):
-    /// the mean, which the model is given, and the median
-    wakeup_s: f64,
-    wakeup_median_s: f64,
+    /// how long the worker's idle CPU takes to run it after an event, by how long it had
+    /// slept (`wakeup_latency` after each of `WAKEUP_PAUSES`): the model is given the means
+    wakeup: Vec<WakeupPoint>,
+}
+
+impl Platform {
+    /// Measured with nginx idle: CPU 0 asleep between the samples, as between requests at
+    /// low load.
+    fn measure() -> Result<Platform> {
+        let wakeup = WAKEUP_PAUSES
+            .iter()
+            .map(|&(pause, samples)| wakeup_latency(0, 1, pause, samples))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Platform { wakeup })
+    }
+
+    /// `hstrace model --wakeup`'s value: IDLE=TIME,... in seconds, the idle ascending.
+    fn wakeup_arg(&self) -> String {
+        let mut points = self.wakeup.clone();
+        points.sort_by(|a, b| a.idle_s.total_cmp(&b.idle_s));
+        points.dedup_by(|b, a| b.idle_s <= a.idle_s);
+        points
+            .iter()
+            .map(|p| format!("{:.9}={:.9}", p.idle_s, p.mean_s))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The curve in words, for the log and the document.
+    fn wakeup_words(&self) -> String {
+        self.wakeup
+            .iter()
+            .map(|p| {
+                format!(
+                    "{:.0} µs after {} ms asleep (median {:.0} µs, {} messages)",
+                    p.mean_s * 1e6,
+                    ms(p.idle_s),
+                    p.median_s * 1e6,
+                    p.samples
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
 }
 
 /// The one-user point's parameters (its CPU outside the stages among them).
@@ -381,7 +466,7 @@ fn predict(
     file: &Path,
     load: Value,
     cpu_busy: f64,
-    platform: Platform,
+    platform: &Platform,
     one: Option<&OneUser>,
 ) -> Result<Point> {
     let params: Value = serde_json::from_str(&fs::read_to_string(file)?)?;
@@ -409,7 +494,7 @@ fn predict(
     // measurement) and the platform's wake-up
     let loop_of = |params: &Path| -> Vec<String> {
         let mut args = with(params, SIMULATED);
-        args.extend(["--wakeup".into(), format!("{}", platform.wakeup_s)]);
+        args.extend(["--wakeup".into(), platform.wakeup_arg()]);
         args
     };
     let mut stages_only = with(file, SIMULATED);
@@ -465,17 +550,18 @@ fn run_mix(rig: &Rig, mix: &Mix, index: usize, plan: &Plan) -> Result<Vec<Point>
         nginx,
         worker,
         dir,
-        platform,
+        ref platform,
     } = *rig;
     let mut points = Vec::new();
     let mut one: Option<OneUser> = None;
     for &users in &plan.users {
         eprintln!("xtask: mix {}: {users} users", index + 1);
-        let window = (plan.duration_s + 1).to_string();
+        let duration_s = plan.duration_s(users);
+        let window = (duration_s + 1).to_string();
         let master = nginx.master_pid().to_string();
         let daemon = Daemon::start(&["--pid", &master, "--window", &window]);
         pin(daemon.pid(), 1)?;
-        let (load, cpu_busy) = drive(hsload, nginx, worker, mix, users, plan.duration_s)?;
+        let (load, cpu_busy) = drive(hsload, nginx, worker, mix, users, duration_s)?;
         let params_text = daemon.get("/api/v1/parameters");
         drop(daemon);
         let file = dir.join(format!("mix{}-users{users}.json", index + 1));
@@ -562,7 +648,7 @@ fn queue_table(points: &[Point]) -> String {
 fn report(
     mixes: &[(&Mix, Vec<Point>)],
     plan: &Plan,
-    platform: Platform,
+    platform: &Platform,
     header: &str,
 ) -> (String, usize) {
     let mut doc = String::new();
@@ -575,7 +661,8 @@ fn report(
          is driven by `hsload` (tests/src/bin/hsload.rs): N closed-loop users with exponential \
          think time (mean {THINK_S} s asked; the model is given the mean each point really had), \
          each request a new connection, `GET /`, read to the last byte, close. hsload and \
-         `hstrace serve --pid <master>` run on CPU 1. Per point: {WARMUP_S} s warm-up, then {} s measured.\n\n\
+         `hstrace serve --pid <master>` run on CPU 1. Per point: {WARMUP_S} s warm-up, then {} s measured \
+         (longer with few users, up to 4×, for at least {MIN_REQUESTS} requests).\n\n\
          - **measured**: hsload's own clock (connect to the last byte) and count;\n\
          - **model**: `hstrace model --params <the daemon's parameters of that point> \
          --server nginx:TLS[,nginx:PLAIN] --users N --think-time Z --discipline {SIMULATED} \
@@ -588,11 +675,12 @@ fn report(
          own `cpu.outside_stages_s`, the daemon's reading of the worker's CPU time per \
          connection less the stages'; beside it the same from this harness's own /proc \
          reading, a check), shared among each request's handler calls, and, measured apart, \
-         the time its idle CPU takes to run \
-         it after an event ({:.0} µs: the mean of {WAKEUP_SAMPLES} messages, {} ms apart, to \
-         a thread in `epoll_wait` on CPU 0, measured before the load; their median was {:.0} \
-         µs: the mean, as the model predicts means, takes in the platform's long tail, a \
-         halted vCPU waiting for the host to run it); ± is the simulation's 95 % confidence \
+         the time its idle CPU takes to run it after an event, by how long it had slept \
+         (loopback messages to a thread in `epoll_wait` on CPU 0, measured before the load, \
+         at several pauses: {}; the simulation charges each handler call that finds the \
+         worker asleep the mean for the time it slept, interpolated on log(idle): the mean, \
+         as the model predicts means, takes in the platform's long tail, a halted vCPU \
+         waiting for the host to run it); ± is the simulation's 95 % confidence \
          half-width;\n\
          - **stages only**: the same simulation from the stages alone (`--overhead 0`, no \
          wake-up);\n\
@@ -609,9 +697,7 @@ fn report(
          Criterion: the model within {:.0} % of the measurement on both R and X at every \
          point where nginx was busy less than {:.0} % of the time.\n\n",
         plan.duration_s,
-        platform.wakeup_s * 1e6,
-        WAKEUP_PAUSE.as_millis(),
-        platform.wakeup_median_s * 1e6,
+        platform.wakeup_words(),
         TOLERANCE * 100.0,
         UTIL_LIMIT * 100.0
     );
@@ -744,11 +830,13 @@ fn report(
          (the parameters' `cpu`), and the server waking up, measured apart (an idle \
          worker, asleep in `epoll_wait`, runs only once its CPU has woken: with one user every \
          visit pays it: the queue stages at N = 1, with nobody to wait for, are that and the \
-         handler's own code before its read). Both only approximately: \
+         handler's own code before its read; an idle CPU that slept only briefly wakes faster, \
+         the guest's halt-polling, than one that slept through a think time, which waits for \
+         its host: so the wake-up is measured after each of several sleeps, and each call \
+         pays the one for its own). Both only approximately: \
          the CPU outside is shared equally among a request's handler calls (where it falls is \
-         not measured), and an idle CPU that has slept only briefly wakes faster (the guest's \
-         halt-polling) than the wake-up measured after {} ms idle, which the model charges to \
-         every call that finds the worker asleep. The column *stages only* is the simulation \
+         not measured), and the wake-up is measured before the load, not during it: the \
+         host's own load moves it between runs. The column *stages only* is the simulation \
          without them. Still in no stage, so not in the model: the client's side, the TCP \
          connect and hsload's users waiting for CPU 1 to read the response; they make the \
          measured R longer than the model's.\n\
@@ -761,7 +849,6 @@ fn report(
          work share CPU 1, so the delay stages (waiting for the client) grow with N. The model \
          takes them as measured at the point (an infinite-server delay), which is why *from \
          N=1* falls behind as N grows: its delays are one idle client's.\n",
-        WAKEUP_PAUSE.as_millis(),
         UTIL_LIMIT * 100.0
     );
     (doc, misses)
@@ -778,7 +865,7 @@ fn plot(
     dir: &Path,
     index: usize,
     plan: &Plan,
-    platform: Platform,
+    platform: &Platform,
     points: &[Point],
     svg: &Path,
 ) -> Result<()> {
@@ -820,7 +907,7 @@ fn plot(
             "--discipline",
             SIMULATED,
             "--wakeup",
-            &platform.wakeup_s.to_string(),
+            &platform.wakeup_arg(),
         ])
         .arg("--plot")
         .arg(svg)
@@ -851,16 +938,10 @@ pub fn run(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, write_doc: bool)
         .context("nginx has no worker")?;
     pin(nginx.master_pid(), 0)?;
     pin(worker, 0)?;
-    // nginx idle: CPU 0 is asleep between the samples, as between requests at low load
-    let (wakeup_median_s, wakeup_s) = wakeup_latency(0, 1)?;
-    let platform = Platform {
-        wakeup_s,
-        wakeup_median_s,
-    };
+    let platform = Platform::measure()?;
     eprintln!(
-        "xtask: an idle CPU 0 wakes a thread in epoll_wait in {:.0} µs on average (median {:.0} µs)",
-        platform.wakeup_s * 1e6,
-        platform.wakeup_median_s * 1e6
+        "xtask: an idle CPU 0 wakes a thread in epoll_wait in {}",
+        platform.wakeup_words()
     );
     let rig = Rig {
         bin,
@@ -887,11 +968,11 @@ pub fn run(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, write_doc: bool)
             .map(|n| n.get())
             .unwrap_or(0)
     );
-    let (doc, misses) = report(&mixes, plan, platform, &header);
+    let (doc, misses) = report(&mixes, plan, &rig.platform, &header);
     if write_doc {
         for (i, (_, points)) in mixes.iter().enumerate() {
             let svg = root.join(format!("docs/model-validation-mix{}.svg", i + 1));
-            plot(bin, &dir, i, plan, platform, points, &svg)?;
+            plot(bin, &dir, i, plan, &rig.platform, points, &svg)?;
         }
         fs::write(root.join("docs/model-validation.md"), &doc)?;
         eprintln!("xtask: wrote docs/model-validation.md");

@@ -83,23 +83,6 @@ static __always_inline int port_selected(__u16 port)
 	return bits && ((*bits >> (port & 63)) & 1);
 }
 
-/* Thread ids that have had a clock in thread_cpu, one bit each (ids below 2^22, the kernel's
- * PID_MAX_LIMIT; 512 KiB, never cleared): every context switch on the host checks two
- * bits here before it looks anything up. */
-#define HS_TID_WORDS (4194304 / 64)
-__u64 cpu_threads[HS_TID_WORDS] = {};
-
-static __always_inline void mark_cpu_thread(__u32 tid)
-{
-	if (tid < HS_TID_WORDS * 64)
-		__sync_fetch_and_or(&cpu_threads[tid >> 6], 1ULL << (tid & 63));
-}
-
-static __always_inline int is_cpu_thread(__u32 tid)
-{
-	return tid < HS_TID_WORDS * 64 && ((cpu_threads[tid >> 6] >> (tid & 63)) & 1);
-}
-
 /* A child socket between ESTABLISHED and accept(). */
 struct est {
 	__u64 t_est;
@@ -231,21 +214,6 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-/* On-CPU time of the threads that handle traced connections, in their slots. */
-struct oncpu {
-	__u64 since; /* switched in at, 0 while off CPU */
-	__u64 total; /* on CPU before that */
-	__u32 tid;   /* the thread whose clock this is; 0: none */
-	__u32 pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, HS_IO_SLOTS);
-	__type(key, __u32); /* thread id % HS_IO_SLOTS */
-	__type(value, struct oncpu);
-} thread_cpu SEC(".maps");
-
 /* Scratch space for a hello being captured: copied here, then only its captured bytes
  * go to the ring buffer. */
 struct {
@@ -308,54 +276,20 @@ static __always_inline int tgid_traced(__u32 tgid)
 	return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
 }
 
-/* The last reading of thread_cpu_now on this CPU: a program run reads the clock once, and
- * every on-CPU reading it takes with that time is this one (an inlined array lookup, where
- * each thread_cpu lookup is a hash). */
-struct cpu_memo {
-	__u64 now;
-	__u64 cpu;
-};
+/* The current thread's on-CPU time at `now` (it is on CPU now), from the scheduler's own
+ * accounting of it: the run time it has been charged (`se.sum_exec_runtime`, brought up
+ * to date at every switch and tick) plus the time since it was last charged
+ * (`se.exec_start`). No hook on the scheduler: nothing runs at context switches. The
+ * scheduler's clock is not bpf_ktime_get_ns's, but the two move together: the reading
+ * is off by their constant difference (HS_CPU_BASE keeps it from wrapping), and only
+ * differences between two readings of one thread are used. */
+#define HS_CPU_BASE (1ULL << 62)
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct cpu_memo);
-} cpu_memo SEC(".maps");
-
-/* The current thread's on-CPU time so far (it is on CPU now). The first call for a
- * thread starts its clock at 1 ns, so differences between two calls are exact (a thread
- * that finds its slot taken by another starts it again: counted). A global function: the
- * verifier checks it once, not at each of the parser's many call sites. */
-__noinline __u64 thread_cpu_now(__u64 now)
+static __always_inline __u64 thread_cpu_now(__u64 now)
 {
-	__u32 zero = 0, tid, slot;
-	struct cpu_memo *m = bpf_map_lookup_elem(&cpu_memo, &zero);
-	struct oncpu *o;
-	__u64 cpu;
+	struct task_struct *t = bpf_get_current_task_btf();
 
-	if (m && m->now == now)
-		return m->cpu;
-	tid = (__u32)bpf_get_current_pid_tgid();
-	slot = tid % HS_IO_SLOTS;
-	o = bpf_map_lookup_elem(&thread_cpu, &slot);
-	if (!o)
-		return 0;
-	if (o->tid != tid) {
-		take_slot(o->tid, tid);
-		o->since = now;
-		o->total = 1;
-		o->tid = tid;
-		mark_cpu_thread(tid);
-		cpu = 1;
-	} else {
-		cpu = o->total + (o->since && now > o->since ? now - o->since : 0);
-	}
-	if (m) {
-		m->now = now;
-		m->cpu = cpu;
-	}
-	return cpu;
+	return HS_CPU_BASE + t->se.sum_exec_runtime + now - t->se.exec_start;
 }
 
 /* Send the connection's record; from here on only bytes and exchanges are counted. */

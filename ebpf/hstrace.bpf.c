@@ -858,45 +858,6 @@ int BPF_PROG(process_exec, struct task_struct *p, pid_t old_pid, struct linux_bi
 	return 0;
 }
 
-/* ---- on-CPU time ------------------------------------------------------------------ */
-
-static __always_inline void on_switch(__u32 prev, __u32 next)
-{
-	int leaving = is_cpu_thread(prev), coming = is_cpu_thread(next);
-	__u32 prev_slot = prev % HS_IO_SLOTS, next_slot = next % HS_IO_SLOTS;
-	struct oncpu *o;
-	__u64 now;
-
-	/* only threads that handled a traced connection have a clock: every other switch on
-	 * the host leaves here, before the clock is read */
-	if (!leaving && !coming)
-		return;
-	now = bpf_ktime_get_ns();
-	o = leaving ? bpf_map_lookup_elem(&thread_cpu, &prev_slot) : NULL;
-	if (o && o->tid == prev && o->since) {
-		o->total += now - o->since;
-		o->since = 0;
-	}
-	o = coming ? bpf_map_lookup_elem(&thread_cpu, &next_slot) : NULL;
-	if (o && o->tid == next)
-		o->since = now;
-}
-
-/* BTF-typed: no trace record is built for every context switch on the host */
-SEC("tp_btf/sched_switch")
-int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	on_switch(prev->pid, next->pid);
-	return 0;
-}
-
-SEC("tracepoint/sched/sched_switch")
-int sched_switch(struct trace_event_raw_sched_switch *ctx)
-{
-	on_switch(ctx->prev_pid, ctx->next_pid);
-	return 0;
-}
-
 /* ---- OpenSSL: SSL_do_handshake (also reached from SSL_accept) -------------------- */
 
 SEC("uprobe/SSL_do_handshake")

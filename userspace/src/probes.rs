@@ -61,7 +61,9 @@ const fn p(program: &'static str, hook: Hook) -> Probe {
 
 /// The kernel-side probes. Timestamps: t_est and close from `tcp_state`, t_accept from
 /// `accept`, t_arrive from `arrival`, read and sent times (and every wire byte parsed)
-/// from `read` and `send`. Reads and writes are hooked at the socket layer where the
+/// from `read` and `send`. On-CPU time (`cpu_ns`) needs no hook of its own: the `read`
+/// and `send` programs run in the server's thread and read the scheduler's accounting of
+/// it (`se.sum_exec_runtime` and `se.exec_start`, through BTF). Reads and writes are hooked at the socket layer where the
 /// kernel has its tracepoints (6.3+): a syscall tracepoint would be paid by every read
 /// and write of every process on the host (~300 ns each on 6.18, even for a program that
 /// returns at once).
@@ -138,15 +140,6 @@ pub const GROUPS: &[Group] = &[
             &[tp("sock_data_ready", "sock", "sk_data_ready")],
             &[p("data_ready_fentry", Hook::FEntry("tcp_data_ready"))],
             &[p("data_ready_kprobe", Hook::KProbe("tcp_data_ready"))],
-        ],
-    },
-    Group {
-        name: "oncpu",
-        required: false,
-        without: "no cpu_ns: service stages are wall-clock time only",
-        alternatives: &[
-            &[p("sched_switch_btf", Hook::BtfTracepoint("sched_switch"))],
-            &[tp("sched_switch", "sched", "sched_switch")],
         ],
     },
     Group {

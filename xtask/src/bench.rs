@@ -337,8 +337,6 @@ impl Tracer {
             "counters",
             "conn_scratch",
             "hello_scratch",
-            "thread_cpu",
-            "cpu_memo",
         ];
         let mut total = 0;
         let mut ours = false;

@@ -139,12 +139,13 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
 	/* the compiler drops this mask as redundant; the verifier needs it to bound the index */
 	barrier_var(fi);
 	fi &= HS_FLIGHTS - 1;
-	if (new_flight && dir == HS_DIR_OUT) {
+	if (new_flight && dir == HS_DIR_OUT)
 		c->r.t_first[fi] = now;
-		c->r.cpu_first[fi] = thread_cpu_now(now);
-	}
 	c->r.t_last[fi] = now;
-	c->r.cpu_last[fi] = thread_cpu_now(now);
+	/* on-CPU time where a service stage ends: a server flight's last write (where one
+	 * starts, a client flight's first record, is read in on_record_end) */
+	if (dir == HS_DIR_OUT)
+		c->r.cpu_last[fi] = thread_cpu_now(now);
 	return new_flight;
 }
 

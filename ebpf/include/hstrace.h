@@ -148,9 +148,11 @@ struct hs_conn {
 	__u64 t_resp_last;  /* last write before the server read again */
 	__u8 phase;         /* HS_PH_* when the record was made */
 	__u8 pad1[7];
-	/* the server thread's on-CPU time (sched_switch), read at the same moments as
-	 * t_first/t_last, t_hs_done, t_req_read and t_resp_last: differences give each
-	 * service stage's on-CPU time; 0 means not read */
+	/* the server thread's on-CPU time (the scheduler's accounting, thread_cpu_now), read
+	 * where a service stage starts or ends: a client flight's first record read
+	 * (cpu_first of flights 0 and 2), a server flight's last write (cpu_last of flights 1
+	 * and 3), t_hs_done, t_req_read and t_resp_last. Differences of one thread's readings
+	 * give each service stage's on-CPU time; 0 means not read */
 	__u64 cpu_first[HS_FLIGHTS];
 	__u64 cpu_last[HS_FLIGHTS];
 	__u64 cpu_hs_done;

@@ -490,8 +490,13 @@ int BPF_KPROBE(data_ready_kprobe, struct sock *sk)
 
 /* ---- bytes on a connection ------------------------------------------------------ */
 
+/* The call's buffer was not looked up: the bytes lie inside a record body the parser
+ * passes over (wants_bytes). */
+#define HS_PTR_UNREAD (~0ULL)
+
 /* Bytes moved on traced connection `c` (socket `skey`), `ptr` the call's buffer (an iovec
- * array if `iovcnt`; 0: a call whose buffer is not known): parse them. */
+ * array if `iovcnt`; 0: a call whose buffer is not known; HS_PTR_UNREAD: not needed):
+ * parse them. */
 static __always_inline void on_conn_io(struct hs_conn_state *c, __u64 skey, __u32 dir, long ret, __u64 ptr,
 				       __u32 iovcnt, __u32 peek, __u64 now)
 {
@@ -525,7 +530,9 @@ static __always_inline void on_conn_io(struct hs_conn_state *c, __u64 skey, __u3
 	/* once the handshake is done and the first request read, only bytes and exchanges
 	 * are counted: the records have nothing more to say */
 	if (c->r.phase != HS_PH_DONE && !(c->wire_done && c->r.t_req_read) && !c->st[dir & 1].desync) {
-		if (!ptr)
+		if (ptr == HS_PTR_UNREAD)
+			pass_over(c, dir, ret, now);
+		else if (!ptr)
 			desync(c, dir); /* bytes hstrace cannot see (sendfile, io_uring) */
 		else if (iovcnt)
 			parse_iov(c, dir, (const struct iovec *)ptr, iovcnt, ret, now);
@@ -607,6 +614,12 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 		if (dir == HS_DIR_IN && ret > 0 && !peek && flight_dir(c->flight) != HS_DIR_IN)
 			ptr = call_buffer(user_regs(), &iovcnt);
 		on_conn_io(c, skey, dir, ret, ptr, iovcnt, peek, 0);
+		return;
+	}
+	/* the syscall's buffer only when the parser reads these bytes (or the fd is wanted):
+	 * not for a failed or peeking read, nor for bytes inside a record body it passes over */
+	if (!targ_lazy_fd && !wants_bytes(c, dir, ret, peek)) {
+		on_conn_io(c, skey, dir, ret, HS_PTR_UNREAD, 0, peek, bpf_ktime_get_ns());
 		return;
 	}
 	regs = user_regs();

@@ -655,6 +655,33 @@ static long walk_step(__u32 i, struct walk *w)
 	return 0;
 }
 
+/* Would the parser read any of the `ret` bytes a call moved in `dir` (a failed call and a
+ * peek move none)? Not when they all lie inside the body of a record whose bytes are
+ * passed over (encrypted, or neither handshake nor alert), past its header. */
+static __always_inline int wants_bytes(struct hs_conn_state *c, __u32 dir, long ret, __u32 peek)
+{
+	struct hs_stream *st = &c->st[dir & 1];
+
+	if (ret <= 0 || peek || st->desync || c->emitted)
+		return 0;
+	if (st->hdr_have || st->rec_left < ret)
+		return 1;
+	return (st->rec_type == REC_HANDSHAKE || st->rec_type == REC_ALERT) && !st->ccs;
+}
+
+/* `n` bytes inside the current record's body, which wants_bytes said are passed over: what
+ * walk_step does with them, without the buffer. */
+static __always_inline void pass_over(struct hs_conn_state *c, __u32 dir, __u32 n, __u64 now)
+{
+	struct hs_stream *st = &c->st[dir & 1];
+
+	if (c->emitted || st->desync || st->rec_left < n)
+		return;
+	st->rec_left -= n;
+	if (!st->rec_left)
+		on_record_end(c, dir, st->rec_type, now);
+}
+
 /* Walk the records in `n` bytes at user address `buf`, read (IN) or written (OUT). */
 static __always_inline void parse_bytes(struct hs_conn_state *c, __u32 dir, __u64 buf, __u32 n, __u64 now)
 {

@@ -149,6 +149,67 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
 	return new_flight;
 }
 
+/* SHA-256("HelloRetryRequest"): a HelloRetryRequest's random (RFC 8446 4.1.3). */
+static __always_inline int is_retry_random(const __u64 *r)
+{
+	return r[0] == 0x11619ae574ad21cfULL && r[1] == 0x91b8651e028c1dbeULL &&
+	       r[2] == 0x5e8cbb7a1611a2c2ULL && r[3] == 0x9c33a8c8e2099e07ULL;
+}
+
+/* Is the ServerHello at user address `msg` (handshake header first, 38 bytes readable) a
+ * HelloRetryRequest? (A ServerHello in pieces: a whole one is checked in its copy.) */
+__noinline int is_hello_retry(__u64 msg)
+{
+	__u64 r[4];
+
+	if (bpf_probe_read_user(r, sizeof(r), (const void *)(msg + 4 + 2)))
+		return 0;
+	return is_retry_random(r);
+}
+
+/* The length of a TLS 1.3 client's Finished record under cipher suite `cs` (the
+ * ServerHello's): verify_data (the suite's hash length), its 4-byte header, the content
+ * type and the AEAD tag. 0 for a suite that is not TLS 1.3's. Certificate and
+ * CertificateVerify records are never as short, so with mutual TLS this tells the
+ * Finished from them. */
+static __always_inline int finished_len(__u8 cs0, __u8 cs1)
+{
+	if (cs0 != 0x13)
+		return 0;
+	switch (cs1) {
+	case 0x01: /* TLS_AES_128_GCM_SHA256 */
+	case 0x03: /* TLS_CHACHA20_POLY1305_SHA256 */
+	case 0x04: /* TLS_AES_128_CCM_SHA256 */
+		return 32 + 4 + 1 + 16;
+	case 0x02: /* TLS_AES_256_GCM_SHA384 */
+		return 48 + 4 + 1 + 16;
+	case 0x05: /* TLS_AES_128_CCM_8_SHA256 */
+		return 32 + 4 + 1 + 8;
+	}
+	return 0;
+}
+
+/* A whole ServerHello of the first flight, copied to `m` (`len` bytes, handshake header
+ * first): is it a HelloRetryRequest, and else, how long is the client's Finished under
+ * its cipher suite? Read from the copy userspace gets, not from the server's buffer again. */
+static __always_inline void server_hello_copied(struct hs_conn_state *c, const __u8 *m, __u32 len)
+{
+	__u64 r[4];
+	__u32 sid;
+
+	if (len < 4 + 2 + 32 + 1)
+		return;
+	__builtin_memcpy(r, m + 4 + 2, sizeof(r));
+	if (c->flight == HS_FL_S1 && !(c->r.flags & HS_F_HRR) && is_retry_random(r))
+		c->r.flags |= HS_F_HRR;
+	if (retry_pending(c))
+		return;
+	sid = m[4 + 2 + 32];
+	if (len < 4 + 2 + 32 + 1 + sid + 2)
+		return;
+	c->fin_len = finished_len(m[4 + 2 + 32 + 1 + sid], m[4 + 2 + 32 + 1 + sid + 1]);
+}
+
 /* Send `len` bytes at user address `at` of the hello being walked in `dir` (its length
  * in the stream's msg_len), from `offset` in the message (0: the whole hello, else a
  * piece), to userspace through the per-CPU scratch: only those bytes go through the ring
@@ -174,6 +235,8 @@ __noinline int send_hello(struct hs_conn_state *c, __u32 dir, __u32 offset, __u6
 	if (bpf_probe_read_user(h->data, len, (const void *)at))
 		len = 0;
 	h->cap_len = len;
+	if (dir == HS_DIR_OUT && !offset && len && h->data[0] == HT_SERVER_HELLO)
+		server_hello_copied(c, h->data, len);
 	waiting = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
 	if (bpf_ringbuf_output(&events, h, __builtin_offsetof(struct hs_hello, data) + len,
 			       waiting >= HS_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
@@ -220,47 +283,6 @@ static __always_inline void on_record_start(struct hs_conn_state *c, struct hs_s
 	}
 }
 
-/* Is the ServerHello at user address `msg` (handshake header first, 38 bytes readable) a
- * HelloRetryRequest? Its random is SHA-256("HelloRetryRequest") (RFC 8446 4.1.3). */
-__noinline int is_hello_retry(__u64 msg)
-{
-	__u64 r[4];
-
-	if (bpf_probe_read_user(r, sizeof(r), (const void *)(msg + 4 + 2)))
-		return 0;
-	return r[0] == 0x11619ae574ad21cfULL && r[1] == 0x91b8651e028c1dbeULL &&
-	       r[2] == 0x5e8cbb7a1611a2c2ULL && r[3] == 0x9c33a8c8e2099e07ULL;
-}
-
-/* The length of a TLS 1.3 client's Finished record under the cipher suite of the
- * ServerHello at user address `msg` (all of it readable, `len` bytes): verify_data (the
- * suite's hash length), its 4-byte header, the content type and the AEAD tag. 0 for a
- * suite that is not TLS 1.3's. Certificate and CertificateVerify records are never as
- * short, so with mutual TLS this tells the Finished from them. */
-__noinline int finished_len(__u64 msg, __u32 len)
-{
-	__u8 sid_len, cs[2];
-
-	if (len < 4 + 2 + 32 + 1 || bpf_probe_read_user(&sid_len, 1, (const void *)(msg + 4 + 2 + 32)))
-		return 0;
-	if (len < 4 + 2 + 32 + 1 + (__u32)sid_len + 2 ||
-	    bpf_probe_read_user(cs, 2, (const void *)(msg + 4 + 2 + 32 + 1 + sid_len)))
-		return 0;
-	if (cs[0] != 0x13)
-		return 0;
-	switch (cs[1]) {
-	case 0x01: /* TLS_AES_128_GCM_SHA256 */
-	case 0x03: /* TLS_CHACHA20_POLY1305_SHA256 */
-	case 0x04: /* TLS_AES_128_CCM_SHA256 */
-		return 32 + 4 + 1 + 16;
-	case 0x02: /* TLS_AES_256_GCM_SHA384 */
-		return 48 + 4 + 1 + 16;
-	case 0x05: /* TLS_AES_128_CCM_8_SHA256 */
-		return 32 + 4 + 1 + 8;
-	}
-	return 0;
-}
-
 /* Up to `avail` (>= 1) bytes of a plaintext handshake record's body at user address `at`:
  * assemble the next message header, or pass over (and copy out, for a hello in pieces)
  * the current message's body. Returns the bytes taken (>= 1). */
@@ -305,18 +327,17 @@ __noinline int walk_message(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 
 	if ((type == HT_CLIENT_HELLO && dir == HS_DIR_IN) ||
 	    (type == HT_SERVER_HELLO && dir == HS_DIR_OUT)) {
 		take = avail - need; /* the body bytes in this buffer */
-		if (type == HT_SERVER_HELLO && have == 0 && take >= 34 && c->flight == HS_FL_S1 &&
-		    !(c->r.flags & HS_F_HRR) && is_hello_retry(at))
-			c->r.flags |= HS_F_HRR;
-		if (type == HT_SERVER_HELLO && have == 0 && take >= mlen && !retry_pending(c))
-			c->fin_len = finished_len(at, mlen + 4);
 		if (have == 0 && (take >= mlen || take >= HS_HELLO_CAP - 4)) {
-			/* all of it (or all that is kept) right here: one copy */
+			/* all of it (or all that is kept) right here: one copy (a ServerHello's
+			 * retry random and cipher suite are read from it) */
 			capture_hello(c, dir, at, mlen + 4, avail);
 			take = take < mlen ? take : mlen;
 			st->msg_left -= take;
 			return need + take;
 		}
+		if (type == HT_SERVER_HELLO && have == 0 && take >= 34 && c->flight == HS_FL_S1 &&
+		    !(c->r.flags & HS_F_HRR) && is_hello_retry(at))
+			c->r.flags |= HS_F_HRR;
 		/* in pieces, from the body on, as it passes */
 		st->hello_left = mlen < HS_HELLO_CAP - 4 ? mlen : HS_HELLO_CAP - 4;
 		st->hello_off = 4;

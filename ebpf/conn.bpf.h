@@ -303,10 +303,13 @@ static __noinline void emit_conn(struct hs_conn_state *c, __u64 now, __u8 outcom
 	c->r.outcome = outcome;
 	c->r.t_end = now;
 	c->r.fail_flight = c->flight + 1;
-	/* reserve the record in the ring buffer; count it if there is no room */
+	/* reserve the record in the ring buffer; count it if there is no room (and its
+	 * close, when it carried it) */
 	r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 	if (!r) {
 		count(HS_C_RECORDS_DROPPED);
+		if (c->r.flags & HS_F_CLOSED)
+			count(HS_C_CLOSES_DROPPED);
 		return;
 	}
 	__builtin_memcpy(r, &c->r, sizeof(*r));
@@ -369,7 +372,8 @@ static __noinline void emit_close(struct hs_conn_state *c, __u64 now)
 	submit(r);
 }
 
-/* The connection is going away: send its record if it has not been sent, then its totals. */
+/* The connection is going away: send its record if it has not been sent, with its totals
+ * in it (one record: HS_F_CLOSED), else its totals alone. */
 static __always_inline void finish_conn(struct hs_conn_state *c, __u64 now)
 {
 	if (c->done_at && !c->wire_done) {
@@ -379,8 +383,13 @@ static __always_inline void finish_conn(struct hs_conn_state *c, __u64 now)
 			c->r.t_hs_done = c->done_at;
 		handshake_complete(c);
 	}
+	if (c->emitted) {
+		emit_close(c, now);
+		return;
+	}
+	c->r.flags |= HS_F_CLOSED;
+	c->r.exchanges = c->exchanges;
 	emit_conn(c, now, outcome_now(c));
-	emit_close(c, now);
 }
 
 /* Forget a connection: its state, its fd and its SSL object (unless a later connection

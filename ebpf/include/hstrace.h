@@ -75,6 +75,9 @@ struct hs_fork {
 #define HS_F_WIRE_ENDS (1 << 11)   /* SSL_do_handshake returned 1 before the client's second
 				    * flight (an early-data server, for a connection without
 				    * early data): the wire says when the handshake ends */
+#define HS_F_CLOSED (1 << 12)      /* the connection ended as its record was made (t_end): the
+				    * record is its close too (exchanges, bytes_in, bytes_out
+				    * are the totals), and no hs_close follows */
 
 /* Bits of the per-flight record-type masks (hs_conn.rec_types[]): 1 << (type - 20). */
 #define HS_RT_CCS (1 << 0)
@@ -137,9 +140,10 @@ struct hs_conn {
 	__u32 rec_types[HS_FLIGHTS]; /* HS_RT_* bits of the records in each flight */
 	__u32 hs_types[HS_FLIGHTS];  /* 1 << handshake type (plaintext ones, types < 32) */
 	__u32 ssl_calls;  /* SSL_do_handshake calls for this connection */
-	__u32 pad0;
+	__u32 exchanges;  /* with HS_F_CLOSED: request/response exchanges after the handshake */
 	__u64 ssl_ns;     /* time spent inside those calls */
-	__u64 bytes_in;   /* bytes read by the server before the record was sent */
+	__u64 bytes_in;   /* bytes read by the server before the record was sent (with
+			   * HS_F_CLOSED: in all) */
 	__u64 bytes_out;
 	/* the first request and its response (TLS after the handshake, or plain text) */
 	__u64 t_req_arrive; /* the bytes that completed the request's first record arrived */

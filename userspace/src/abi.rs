@@ -64,6 +64,9 @@ pub const F_SSLV2_HELLO: u32 = 1 << 8;
 pub const F_HRR: u32 = 1 << 9;
 /// TLS 1.3 0-RTT: the first request came as early data with the ClientHello.
 pub const F_EARLY_DATA: u32 = 1 << 10;
+/// The connection ended as its record was made: the record is its close too
+/// (`Conn::close`), and no close record follows.
+pub const F_CLOSED: u32 = 1 << 12;
 
 pub const RT_CCS: u32 = 1 << 0;
 pub const RT_ALERT: u32 = 1 << 1;
@@ -155,7 +158,8 @@ pub struct Conn {
     pub rec_types: [u32; FLIGHTS],
     pub hs_types: [u32; FLIGHTS],
     pub ssl_calls: u32,
-    pub pad0: u32,
+    /// with `F_CLOSED`: request/response exchanges after the handshake
+    pub exchanges: u32,
     pub ssl_ns: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
@@ -186,6 +190,24 @@ pub struct Conn {
 
 // SAFETY: plain old data, every bit pattern valid, layout fixed by repr(C).
 unsafe impl aya::Pod for Conn {}
+
+impl Conn {
+    /// The close a record with `F_CLOSED` carries: the connection ended at `t_end`, with
+    /// these totals.
+    pub fn close(&self) -> Option<Close> {
+        (self.flags & F_CLOSED != 0).then(|| Close {
+            rec: REC_CLOSE,
+            tgid: self.tgid,
+            conn_id: self.conn_id,
+            t_accept: self.t_accept,
+            t_close: self.t_end,
+            exchanges: self.exchanges,
+            pad: 0,
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+        })
+    }
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

@@ -128,7 +128,16 @@ impl Pipeline {
         self.asm.hello(h);
     }
 
+    /// A connection's record (with its close, when it carries one).
     pub fn conn(&mut self, c: &Conn, sink: &mut dyn Sink) -> io::Result<()> {
+        self.conn_record(c, sink)?;
+        match c.close() {
+            Some(close) => self.close(&close, sink),
+            None => Ok(()),
+        }
+    }
+
+    fn conn_record(&mut self, c: &Conn, sink: &mut dyn Sink) -> io::Result<()> {
         log::trace!("{c:?}");
         if self.swept.contains(&c.conn_id) {
             self.counts.duplicates += 1;
@@ -151,8 +160,9 @@ impl Pipeline {
 
     pub fn swept(&mut self, s: Swept, sink: &mut dyn Sink) -> io::Result<()> {
         match s {
+            // (the sweep's own closes come as Swept::Close)
             Swept::Conn(c) => {
-                self.conn(&c, sink)?;
+                self.conn_record(&c, sink)?;
                 if self.swept_order.len() >= self.cap {
                     if let Some(old) = self.swept_order.pop_front() {
                         self.swept.remove(&old);
@@ -298,5 +308,83 @@ mod tests {
         };
         a.conn(&c, &clock);
         assert_eq!(a.pending(), 1);
+    }
+
+    /// What a sink was handed: connection ids, and closes as (id, pid, exchanges, bytes
+    /// in, bytes out, duration).
+    #[derive(Default)]
+    #[allow(clippy::type_complexity)]
+    struct Seen(Vec<u64>, Vec<(u64, u32, u32, u64, u64, Option<u64>)>);
+
+    impl Sink for Seen {
+        fn connection(&mut self, r: &Record) -> io::Result<()> {
+            self.0.push(r.conn_id);
+            Ok(())
+        }
+        fn close(&mut self, c: &CloseRecord) -> io::Result<()> {
+            self.1.push((
+                c.conn_id,
+                c.pid,
+                c.exchanges,
+                c.bytes_in,
+                c.bytes_out,
+                c.duration_ns,
+            ));
+            Ok(())
+        }
+    }
+
+    /// A record the kernel made as the connection ended carries its close: the sink gets
+    /// both, the close with the totals, and a close alone still comes after a record
+    /// made earlier. A record the sweep already reported is not reported again, but the
+    /// close it carries is.
+    #[test]
+    fn a_record_made_at_the_end_carries_its_close() {
+        let mut p = Pipeline::new(16);
+        let mut seen = Seen::default();
+        let ended = Conn {
+            conn_id: 7,
+            tgid: 42,
+            outcome: abi::OUTCOME_FAILED,
+            flags: abi::F_CLOSED,
+            t_accept: 1_000,
+            t_end: 5_000,
+            exchanges: 1,
+            bytes_in: 300,
+            bytes_out: 4_000,
+            ..Default::default()
+        };
+        p.conn(&ended, &mut seen).unwrap();
+        assert_eq!(seen.0, vec![7]);
+        assert_eq!(seen.1.len(), 1);
+        assert_eq!(seen.1[0], (7, 42, 1, 300, 4_000, Some(4_000)));
+        // reported earlier: its close comes on its own
+        let open = Conn {
+            conn_id: 8,
+            outcome: abi::OUTCOME_FAILED,
+            ..Default::default()
+        };
+        p.conn(&open, &mut seen).unwrap();
+        assert_eq!((seen.0.len(), seen.1.len()), (2, 1));
+        // swept first, then the kernel's record with its close
+        p.swept(
+            Swept::Conn(Conn {
+                conn_id: 9,
+                ..ended
+            }),
+            &mut seen,
+        )
+        .unwrap();
+        p.conn(
+            &Conn {
+                conn_id: 9,
+                ..ended
+            },
+            &mut seen,
+        )
+        .unwrap();
+        assert_eq!(seen.0, vec![7, 8, 9]);
+        assert_eq!(seen.1.iter().map(|c| c.0).collect::<Vec<_>>(), vec![7, 9]);
+        assert_eq!((p.counts.duplicates, p.counts.closes), (1, 2));
     }
 }

@@ -166,6 +166,9 @@ pub fn sweep(t: &mut Tables, gone: &[u32], idle_timeout: Duration, capacity: u32
         if unreported {
             let mut r = *c;
             r.t_end = now;
+            // (the kernel may be making this record right now, with its close: this one
+            // is the sweep's, and its close is the kernel's)
+            r.flags &= !abi::F_CLOSED;
             if r.outcome == abi::OUTCOME_FAILED {
                 r.failure = if exit {
                     abi::FAIL_SERVER_EXITED

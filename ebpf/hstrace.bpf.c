@@ -292,7 +292,9 @@ static __always_inline void on_set_state(struct sock *sk, int oldstate, int news
 		return;
 	c = bpf_map_lookup_elem(&conns, &skey);
 	if (!c) {
-		if (newstate == TCP_CLOSE)
+		/* closed before accept (a lookup first: a delete locks its bucket even when
+		 * the socket is not there, as for every connection that ended above) */
+		if (newstate == TCP_CLOSE && bpf_map_lookup_elem(&est_socks, &skey))
 			bpf_map_delete_elem(&est_socks, &skey);
 		return;
 	}
@@ -318,9 +320,8 @@ static __always_inline void on_set_state(struct sock *sk, int oldstate, int news
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(set_state_btf, const struct sock *sk, const int oldstate, const int newstate)
 {
-	/* the port from inet_sport: a close has already cleared skc_num (inet_put_port) by
-	 * the time the tracepoint fires for TCP_CLOSE */
 	const struct sock_common *skc = &sk->__sk_common;
+	__u16 port;
 
 	if (sk->sk_protocol != IPPROTO_TCP)
 		return 0;
@@ -341,8 +342,13 @@ int BPF_PROG(set_state_btf, const struct sock *sk, const int oldstate, const int
 		on_established((__u64)sk, &fresh);
 		return 0;
 	}
-	on_set_state((struct sock *)sk, oldstate, newstate,
-		     bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport)));
+	/* the local port: skc_num (a plain load) until a close clears it (inet_put_port, by
+	 * the time the tracepoint fires for TCP_CLOSE); then inet_sport, past struct sock, read
+	 * by a helper call */
+	port = skc->skc_num;
+	if (!port)
+		port = bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
+	on_set_state((struct sock *)sk, oldstate, newstate, port);
 	return 0;
 }
 
@@ -389,12 +395,16 @@ static __always_inline void on_destroy(__u64 skey)
 	end_conn(c, skey);
 }
 
-/* (clients' sockets, and every other one on the host, leave at the port: inet_sport,
- * as skc_num is already cleared) */
+/* (clients' sockets, and every other one on the host, leave at the port: skc_num, or
+ * inet_sport once a close has cleared it) */
 SEC("tp_btf/tcp_destroy_sock")
 int BPF_PROG(destroy_btf, struct sock *sk)
 {
-	if (is_server_port(bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport))))
+	__u16 port = sk->__sk_common.skc_num;
+
+	if (!port)
+		port = bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
+	if (is_server_port(port))
 		on_destroy((__u64)sk);
 	return 0;
 }

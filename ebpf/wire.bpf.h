@@ -24,6 +24,10 @@
 				       * takes 5,462); a buffer needing more stops the
 				       * connection's parse (counted as a desync) */
 #define HS_IOV_SEGS 4                 /* iovec segments walked in one readv/writev */
+#define HS_HDRS_LEN 9                 /* a record header and a handshake message header */
+#define HS_BODY_PREREAD 4             /* hs_stream.body_have: the message header is in body,
+				       * read with its record's header, its bytes not yet
+				       * walked */
 
 #define REC_CCS 20
 #define REC_ALERT 21
@@ -302,18 +306,24 @@ __noinline int walk_message(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 
 		st->msg_left -= take;
 		return take;
 	}
-	/* the 4-byte message header, which may be split over records and reads */
-	have = st->body_have & 3;
-	need = 4 - have;
-	if (need > avail)
-		need = avail;
-	barrier_var(need);
-	need &= 7;
-	if (bpf_probe_read_user(&st->body[have], need, (const void *)at))
-		return avail; /* unreadable: pass over what is left of this buffer */
-	if (have + need < 4) {
-		st->body_have = have + need;
-		return need;
+	/* the 4-byte message header, which may be split over records and reads, or read
+	 * with its record's header (walk_step) */
+	if (st->body_have == HS_BODY_PREREAD && avail >= 4) {
+		have = 0;
+		need = 4;
+	} else {
+		have = st->body_have & 3;
+		need = 4 - have;
+		if (need > avail)
+			need = avail;
+		barrier_var(need);
+		need &= 7;
+		if (bpf_probe_read_user(&st->body[have], need, (const void *)at))
+			return avail; /* unreadable: pass over what is left of this buffer */
+		if (have + need < 4) {
+			st->body_have = have + need;
+			return need;
+		}
 	}
 	st->body_have = 0;
 	type = st->body[0];
@@ -619,7 +629,8 @@ static long walk_step(__u32 i, struct walk *w)
 {
 	struct hs_conn_state *c = w->c;
 	struct hs_stream *st;
-	__u32 type, len, have, need, off = w->off, n = w->n;
+	__u32 type, len, have, need, off = w->off, n = w->n, pre = 0;
+	__u8 hdrs[HS_HDRS_LEN];
 
 	if (!c || off >= n || c->emitted)
 		return 1;
@@ -642,13 +653,21 @@ static long walk_step(__u32 i, struct walk *w)
 			on_record_end(c, w->dir, st->rec_type, w->now);
 		return 0;
 	}
-	/* assemble the 5-byte record header, which may be split over reads */
+	/* assemble the 5-byte record header, which may be split over reads; a whole one is
+	 * read with the 4 bytes after it, the header of the handshake message it may start */
 	have = st->hdr_have & 7;
 	need = have < 5 ? 5 - have : 0;
-	if (need > n - off)
-		need = n - off;
-	if (bpf_probe_read_user(&st->hdr[have], need & 7, (const void *)(w->buf + off)))
-		return 1;
+	if (have == 0 && n - off >= HS_HDRS_LEN) {
+		if (bpf_probe_read_user(hdrs, HS_HDRS_LEN, (const void *)(w->buf + off)))
+			return 1;
+		__builtin_memcpy(st->hdr, hdrs, 5);
+		pre = 1;
+	} else {
+		if (need > n - off)
+			need = n - off;
+		if (bpf_probe_read_user(&st->hdr[have], need & 7, (const void *)(w->buf + off)))
+			return 1;
+	}
 	off += need;
 	w->off = off;
 	if (have + need < 5) {
@@ -671,6 +690,11 @@ static long walk_step(__u32 i, struct walk *w)
 	st->rec_left = len;
 	st->rec_len = len;
 	on_record_start(c, st);
+	/* a plaintext handshake record that starts a message: its header is read already */
+	if (pre && type == REC_HANDSHAKE && !st->ccs && !st->msg_left && !st->body_have && len >= 4) {
+		__builtin_memcpy(st->body, hdrs + 5, 4);
+		st->body_have = HS_BODY_PREREAD;
+	}
 	if (!len)
 		on_record_end(c, w->dir, type, w->now);
 	return 0;

@@ -15,8 +15,8 @@
 /* Default map sizes; userspace may override them at load time. */
 #define HS_MAX_CONNS 65536   /* connections tracked at once (LRU) */
 #define HS_MAX_TGIDS 4096    /* traced processes */
-#define HS_IO_SLOTS 65536    /* per-thread state (a read/write or SSL call in flight, an on-CPU
-			      * clock): one slot per thread id mod this */
+#define HS_IO_SLOTS 65536    /* per-thread state (a read/write or SSL call in flight): one
+			      * slot per thread id mod this */
 #define HS_RINGBUF_BYTES (8 << 20)
 /* Userspace is woken when this much is waiting in the ring buffer; it also drains it
  * every HS_DRAIN_MS on its own, so a wakeup per record is not needed. */

@@ -4,7 +4,7 @@
 //! - `probes`: the probe table (every hook, and what replaces it on other kernels)
 //! - `abi`: the records and state the BPF programs share (mirror of ebpf/include/hstrace.h)
 //! - `preflight`: privilege and kernel-feature checks, with what to do when one fails
-//! - `targets`: which processes are traced
+//! - `targets`: which processes are traced (`sockdiag`: the host's listening sockets)
 //! - `ties`: whether a process's OpenSSL calls can be tied to its connections
 //!
 //! One record source, many sinks:
@@ -46,6 +46,7 @@ pub mod probes;
 pub mod record;
 pub mod serve;
 pub mod sink;
+pub mod sockdiag;
 pub mod source;
 pub mod stage;
 pub mod sweep;

@@ -1,6 +1,7 @@
 //! Which processes are traced: `--pid` (with its descendants, so a master's workers are
 //! included), `--comm`, `--port` (owners of the listening socket), or every process that
-//! owns a listening TCP socket. Everything here reads /proc; nothing is cached across scans.
+//! owns a listening TCP socket. Everything here reads /proc (and the listening sockets from
+//! socket diagnostics, `sockdiag`); nothing is cached across scans.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -10,6 +11,8 @@ use std::{
 };
 
 use anyhow::{bail, Result};
+
+use crate::sockdiag;
 
 #[derive(Debug, Clone, Default)]
 pub struct Selector {
@@ -77,12 +80,31 @@ pub fn alive(pid: u32) -> bool {
     alive_with_parent(pid).is_some()
 }
 
-/// Inodes of listening TCP sockets (IPv4 and IPv6), with their local port.
+/// Inodes of listening TCP sockets (IPv4 and IPv6) in hstrace's own network namespace,
+/// with their local port: from socket diagnostics (listeners only), else /proc/net/tcp.
 fn listening_inodes() -> HashMap<u64, u16> {
-    listening_inodes_in("/proc/net")
+    match sockdiag::listening_inodes() {
+        Ok(inodes) => inodes,
+        Err(e) => {
+            log::debug!("sock_diag: {e}; reading /proc/net/tcp");
+            listening_inodes_in("/proc/net")
+        }
+    }
 }
 
-/// The same in the network namespace whose /proc/…/net is `net`.
+/// The same in process `pid`'s network namespace: ours through socket diagnostics, any
+/// other from its /proc/PID/net/tcp.
+fn listening_inodes_of(pid: u32) -> HashMap<u64, u16> {
+    let ns = |p: &str| fs::read_link(format!("/proc/{p}/ns/net")).ok();
+    if ns(&pid.to_string()).is_some_and(|n| Some(n) == ns("self")) {
+        listening_inodes()
+    } else {
+        listening_inodes_in(&format!("/proc/{pid}/net"))
+    }
+}
+
+/// The same from the socket table whose /proc/…/net is `net` (every socket on the host
+/// is in it: read only where socket diagnostics cannot answer).
 fn listening_inodes_in(net: &str) -> HashMap<u64, u16> {
     let mut out = HashMap::new();
     for file in [format!("{net}/tcp"), format!("{net}/tcp6")] {
@@ -154,7 +176,7 @@ pub fn warnings(sel: &Selector) -> Vec<String> {
         });
         // each process's own network namespace (a server in a container)
         let listens = tree.iter().any(|&p| {
-            let inodes = listening_inodes_in(&format!("/proc/{p}/net"));
+            let inodes = listening_inodes_of(p);
             !ports_held(p, &inodes).is_empty()
         });
         if !listens {
@@ -221,7 +243,7 @@ pub fn listening_ports(pids: &BTreeSet<u32>) -> BTreeSet<u16> {
         };
         let inodes = tables
             .entry(ns)
-            .or_insert_with(|| listening_inodes_in(&format!("/proc/{pid}/net")));
+            .or_insert_with(|| listening_inodes_of(*pid));
         out.extend(ports_held(*pid, inodes));
     }
     out

@@ -249,6 +249,16 @@ static __always_inline int server_closing(struct hs_conn_state *c)
 	return (bpf_get_current_pid_tgid() >> 32) == c->r.tgid && SYSCALL_NR(user_regs()) == NR_close;
 }
 
+/* A socket's local port: skc_num (a plain load) until a close clears it (inet_put_port,
+ * by the time the tracepoints fire for TCP_CLOSE and the socket's destruction); then
+ * inet_sport, past struct sock, read by a helper call. */
+static __always_inline __u16 local_port(const struct sock *sk)
+{
+	__u16 port = sk->__sk_common.skc_num;
+
+	return port ? port : bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
+}
+
 /* A server's child socket `sk` finished the three-way handshake (`fresh` holds its
  * addresses): it waits in the accept queue from now. */
 static __always_inline void on_established(__u64 skey, struct est *fresh)
@@ -321,7 +331,6 @@ SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(set_state_btf, const struct sock *sk, const int oldstate, const int newstate)
 {
 	const struct sock_common *skc = &sk->__sk_common;
-	__u16 port;
 
 	if (sk->sk_protocol != IPPROTO_TCP)
 		return 0;
@@ -342,13 +351,7 @@ int BPF_PROG(set_state_btf, const struct sock *sk, const int oldstate, const int
 		on_established((__u64)sk, &fresh);
 		return 0;
 	}
-	/* the local port: skc_num (a plain load) until a close clears it (inet_put_port, by
-	 * the time the tracepoint fires for TCP_CLOSE); then inet_sport, past struct sock, read
-	 * by a helper call */
-	port = skc->skc_num;
-	if (!port)
-		port = bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
-	on_set_state((struct sock *)sk, oldstate, newstate, port);
+	on_set_state((struct sock *)sk, oldstate, newstate, local_port(sk));
 	return 0;
 }
 
@@ -400,11 +403,7 @@ static __always_inline void on_destroy(__u64 skey)
 SEC("tp_btf/tcp_destroy_sock")
 int BPF_PROG(destroy_btf, struct sock *sk)
 {
-	__u16 port = sk->__sk_common.skc_num;
-
-	if (!port)
-		port = bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
-	if (is_server_port(port))
+	if (is_server_port(local_port(sk)))
 		on_destroy((__u64)sk);
 	return 0;
 }

@@ -624,6 +624,17 @@ struct walk {
 	__u32 off;
 };
 
+/* `n` more bytes of the current record's body have passed (at most what is left of it):
+ * at its last byte, the record ends. */
+static __always_inline void body_taken(struct hs_conn_state *c, __u32 dir, __u32 n, __u64 now)
+{
+	struct hs_stream *st = &c->st[dir & 1];
+
+	st->rec_left -= n;
+	if (!st->rec_left)
+		on_record_end(c, dir, st->rec_type, now);
+}
+
 /* One step of the walk: a record header, or the next run of a record's body. 1 stops it. */
 static long walk_step(__u32 i, struct walk *w)
 {
@@ -647,10 +658,8 @@ static long walk_step(__u32 i, struct walk *w)
 			take = walk_alert(c, w->dir, w->buf + off, avail, st->rec_len - st->rec_left);
 		if (take > avail)
 			take = avail;
-		st->rec_left -= take;
 		w->off = off + take;
-		if (!st->rec_left)
-			on_record_end(c, w->dir, st->rec_type, w->now);
+		body_taken(c, w->dir, take, w->now);
 		return 0;
 	}
 	/* assemble the 5-byte record header, which may be split over reads; a whole one is
@@ -722,9 +731,7 @@ static __always_inline void pass_over(struct hs_conn_state *c, __u32 dir, __u32 
 
 	if (c->emitted || st->desync || st->rec_left < n)
 		return;
-	st->rec_left -= n;
-	if (!st->rec_left)
-		on_record_end(c, dir, st->rec_type, now);
+	body_taken(c, dir, n, now);
 }
 
 /* Walk the records in `n` bytes at user address `buf`, read (IN) or written (OUT). */

@@ -63,10 +63,10 @@ const fn p(program: &'static str, hook: Hook) -> Probe {
 /// `accept`, t_arrive from `arrival`, read and sent times (and every wire byte parsed)
 /// from `read` and `send`. On-CPU time (`cpu_ns`) needs no hook of its own: the `read`
 /// and `send` programs run in the server's thread and read the scheduler's accounting of
-/// it (`se.sum_exec_runtime` and `se.exec_start`, through BTF). Reads and writes are hooked at the socket layer where the
-/// kernel has its tracepoints (6.3+): a syscall tracepoint would be paid by every read
-/// and write of every process on the host (~300 ns each on 6.18, even for a program that
-/// returns at once).
+/// it (`se.sum_exec_runtime` and `se.exec_start`, through BTF). Reads and writes are
+/// hooked at the socket layer where the kernel has its tracepoints (6.3+): a syscall
+/// tracepoint would be paid by every read and write of every process on the host (~300
+/// ns each on 6.18, even for a program that returns at once).
 pub const GROUPS: &[Group] = &[
     Group {
         name: "tcp_state",

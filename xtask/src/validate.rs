@@ -82,6 +82,13 @@ impl Plan {
         }
     }
 
+    /// How long the point with `users` users is measured: the plan's duration, longer for
+    /// few users (up to 4×), to take about `MIN_REQUESTS` requests.
+    fn duration_s(&self, users: u32) -> u64 {
+        let wanted = (MIN_REQUESTS * THINK_S / f64::from(users.max(1))).ceil() as u64;
+        wanted.clamp(self.duration_s, 4 * self.duration_s)
+    }
+
     /// A short run, to check the machinery (its figures are noisier).
     pub fn quick() -> Plan {
         Plan {
@@ -95,15 +102,6 @@ impl Plan {
 /// (few users, long think times): a mean of a hundred is moved by a handful of the
 /// platform's long wake-ups.
 const MIN_REQUESTS: f64 = 400.0;
-
-impl Plan {
-    /// How long the point with `users` users is measured: the plan's duration, longer for
-    /// few users (up to 4×), to take about `MIN_REQUESTS` requests.
-    fn duration_s(&self, users: u32) -> u64 {
-        let wanted = (MIN_REQUESTS * THINK_S / f64::from(users.max(1))).ceil() as u64;
-        wanted.clamp(self.duration_s, 4 * self.duration_s)
-    }
-}
 
 /// One user count of one mix: measured and predicted.
 struct Point {

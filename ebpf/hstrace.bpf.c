@@ -137,6 +137,9 @@ static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
 		if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
 			return;
 		c->r.sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+		/* a socket reset in the accept queue has released its port (local_port) */
+		if (!c->r.sport)
+			c->r.sport = bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
 		c->r.dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 		if (c->r.family == AF_INET) {
 			bpf_core_read(c->r.saddr, 4, &sk->__sk_common.skc_rcv_saddr);

@@ -132,3 +132,45 @@ fn plain_http_to_the_tls_port() {
         check_stages(r);
     }
 }
+
+/// A client that connects and resets while its connection waits in the accept queue (the
+/// worker is stopped meanwhile): nginx still accepts the dead socket, reads the reset and
+/// closes it. The reset released the socket's port before the accept, so the port comes
+/// from where the reset left it; under `--port` a port of 0 had the connection dropped
+/// from the accounting, under `--pid` it printed `local` with port 0.
+#[test]
+fn a_reset_in_the_accept_queue() {
+    let nginx = Nginx::start("reset-in-queue", 1);
+    let worker = *nginx.worker_pids().iter().next().unwrap() as i32;
+    let port = nginx.port.to_string();
+    let master = nginx.master_pid().to_string();
+    for selector in [["--port", port.as_str()], ["--pid", master.as_str()]] {
+        let tracer = Hstrace::start(&[selector[0], selector[1], "--uprobes", "none"]);
+        // SAFETY: plain kill(2) on the test's own nginx worker
+        unsafe { libc::kill(worker, libc::SIGSTOP) };
+        let stream = std::net::TcpStream::connect(("127.0.0.1", nginx.port)).unwrap();
+        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+        // SAFETY: setsockopt on a socket we own, with a linger struct of the right size
+        let rc = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&stream),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                &linger as *const libc::linger as *const libc::c_void,
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "SO_LINGER");
+        drop(stream); // a reset, not a FIN
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        // SAFETY: as above
+        unsafe { libc::kill(worker, libc::SIGCONT) };
+        let out = tracer.stop();
+        let what = format!("{}: {}", selector[0], out.stderr);
+        assert_eq!(out.records.len(), 1, "{what}");
+        assert_accounted(&out.health, true);
+        let r = &out.records[0];
+        assert_eq!(r["local"], format!("127.0.0.1:{port}"), "{what}: {r}");
+        assert_eq!(r["kind"], "failed", "{what}: {r}");
+    }
+}

@@ -621,9 +621,11 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 		return;
 	peek = dir == HS_DIR_IN && (flags & MSG_PEEK);
 	/* after the record is sent only bytes and exchanges are counted: no clock, and the
-	 * buffer only for the read that opens a client flight (its first record header) */
+	 * buffer only for the read that opens a TLS client flight (its first record header;
+	 * plain text has none: every client flight is a request) */
 	if (c->r.phase == HS_PH_DONE) {
-		if (dir == HS_DIR_IN && ret > 0 && !peek && flight_dir(c->flight) != HS_DIR_IN)
+		if (dir == HS_DIR_IN && ret > 0 && !peek && !c->not_tls &&
+		    flight_dir(c->flight) != HS_DIR_IN)
 			ptr = call_buffer(user_regs(), &iovcnt);
 		on_conn_io(c, skey, dir, ret, ptr, iovcnt, peek, 0);
 		return;

@@ -1,8 +1,8 @@
 //! The cost of observing one connection or request, per operation, from figures that hold
 //! still on a shared machine: the BPF programs' run time as the kernel counts it (less
 //! what the counting itself adds), the uprobe traps (count × measured cost), the tracer
-//! process's own CPU, and the CPU the whole machine spends per operation with hstrace on
-//! and off in short interleaved runs.
+//! process's own CPU, and the CPU the whole machine spends per operation with hstrace off,
+//! on, and on without uprobes, in short interleaved runs.
 
 use std::{
     collections::HashMap,
@@ -21,7 +21,7 @@ const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
 /// Calls of the uprobe loop per run.
 const UPROBE_CALLS: &str = "200000";
-/// Interleaved off/on pairs of the CPU-per-connection rows.
+/// Rounds (off, default, wire only) of the CPU-per-connection rows.
 const CPU_PAIRS: usize = 9;
 
 /// Run count and run time (ns) of each of one process's BPF programs, by program name
@@ -240,35 +240,58 @@ fn untraced_pair(bin: &Path, master: u32) -> Result<(f64, f64)> {
     Ok((runs as f64 / n, ns as f64 / n))
 }
 
-/// CPU per operation (ns) of nginx's workers, the client and the tracer, hstrace off and
-/// on (default mode), in short interleaved runs: the medians of each side, and of the
-/// pairs' ratios.
-fn cpu_on_off(bin: &Path, master: u32, cmd: &[String]) -> Result<(f64, f64, f64)> {
-    let once = |tracer: Option<u32>| -> Result<f64> {
+/// The CPU on/off rows of one workload: medians over interleaved rounds, ns per operation.
+struct OnOff {
+    /// nginx's workers + the client + the tracer: off, default (`trace`), wire only
+    all: [f64; 3],
+    /// the median ratios of each round's default and wire-only runs to its off run
+    ratio: [f64; 2],
+    /// nginx's workers alone: default less wire only, the OpenSSL uprobes where they run
+    uprobes_in_nginx: f64,
+}
+
+/// CPU per operation of nginx's workers, the client and the tracer: hstrace off, on in
+/// default mode and on wire only, in short runs, each round in a rotated order.
+fn cpu_on_off(bin: &Path, master: u32, cmd: &[String]) -> Result<OnOff> {
+    // (all, nginx's workers) per operation, ns
+    let once = |extra: Option<&[&str]>| -> Result<(f64, f64)> {
+        let tracer = extra.map(|e| Tracer::start(bin, master, e)).transpose()?;
+        let pid = tracer.as_ref().map(|t| t.child.id());
         let (w0, c0) = (workers_cpu_secs(master), waited_children_cpu_secs());
-        let t0 = tracer.map_or(Ok(0.0), process_run_secs)?;
+        let t0 = pid.map_or(Ok(0.0), process_run_secs)?;
         let (_, ops) = run_load(cmd)?;
-        let t1 = tracer.map_or(Ok(0.0), process_run_secs)?;
-        let spent = workers_cpu_secs(master) - w0 + waited_children_cpu_secs() - c0 + t1 - t0;
-        Ok(spent * 1e9 / ops)
+        let t1 = pid.map_or(Ok(0.0), process_run_secs)?;
+        let workers = workers_cpu_secs(master) - w0;
+        // the client's CPU before the tracer is waited for: its own would join it
+        let spent = workers + waited_children_cpu_secs() - c0 + t1 - t0;
+        if let Some(t) = tracer {
+            t.stop();
+        }
+        Ok((spent * 1e9 / ops, workers * 1e9 / ops))
     };
-    let (mut offs, mut ons, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    for pair in 0..CPU_PAIRS {
-        let off_first = pair % 2 == 0;
-        let off_before = if off_first { Some(once(None)?) } else { None };
-        let tracer = Tracer::start(bin, master, &[])?;
-        let on = once(Some(tracer.child.id()));
-        tracer.stop();
-        let on = on?;
-        let off = match off_before {
-            Some(v) => v,
-            None => once(None)?,
-        };
-        offs.push(off);
-        ons.push(on);
-        ratios.push(on / off);
+    let sides: [Option<&[&str]>; 3] = [None, Some(&[]), Some(&["--uprobes", "none"])];
+    let mut all = [Vec::new(), Vec::new(), Vec::new()];
+    let (mut ratio, mut uprobes) = ([Vec::new(), Vec::new()], Vec::new());
+    for round in 0..CPU_PAIRS {
+        let mut got = [(0.0, 0.0); 3];
+        for k in 0..3 {
+            let side = (round + k) % 3;
+            got[side] = once(sides[side])?;
+        }
+        for side in 0..3 {
+            all[side].push(got[side].0);
+        }
+        ratio[0].push(got[1].0 / got[0].0);
+        ratio[1].push(got[2].0 / got[0].0);
+        uprobes.push(got[1].1 - got[2].1);
     }
-    Ok((median(offs), median(ons), median(ratios)))
+    let [off, default, wire] = all;
+    let [r_default, r_wire] = ratio;
+    Ok(OnOff {
+        all: [median(off), median(default), median(wire)],
+        ratio: [median(r_default), median(r_wire)],
+        uprobes_in_nginx: median(uprobes),
+    })
 }
 
 /// The "Cost per operation" section of docs/benchmarks.md.
@@ -329,13 +352,16 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
     );
     let mut cpu_rows = String::new();
     for w in WORKLOADS.iter().filter(|w| w.tls).take(3) {
-        let (off, on, ratio) = cpu_on_off(bin, nginx.master, &w.cmd(nginx))?;
+        let c = cpu_on_off(bin, nginx.master, &w.cmd(nginx))?;
         let line = format!(
-            "| {} | {:.1} µs | {:.1} µs | {:+.1} % |\n",
+            "| {} | {:.1} µs | {:.1} µs | {:.1} µs | {:+.1} % | {:+.1} % | {:.1} µs |\n",
             w.name,
-            off / 1e3,
-            on / 1e3,
-            (ratio - 1.0) * 100.0
+            c.all[0] / 1e3,
+            c.all[1] / 1e3,
+            c.all[2] / 1e3,
+            (c.ratio[0] - 1.0) * 100.0,
+            (c.ratio[1] - 1.0) * 100.0,
+            c.uprobes_in_nginx / 1e3,
         );
         eprint!("{line}");
         cpu_rows.push_str(&line);
@@ -370,9 +396,13 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
          counting.\n\n\
          CPU per connection of nginx's worker, the client (`openssl s_time`) and the tracer \
          (run time from /proc schedstat and the client's rusage: other tenants of the \
-         machine are left out), hstrace off and on (default mode, `trace`), {CPU_PAIRS} \
-         interleaved pairs of short runs, medians:\n\n\
-         | workload | off | on | on/off |\n|---|---|---|---|\n{cpu_rows}",
+         machine are left out), hstrace off, on in default mode (`trace`) and on wire only \
+         (`trace --uprobes none`), {CPU_PAIRS} rounds of short runs (each round in a rotated \
+         order), medians; the last column is nginx's worker alone, default less wire only \
+         in each round: what the SSL_do_handshake uprobes cost where they run, against the \
+         loop's figure above:\n\n\
+         | workload | off | default | wire only | default on/off | wire only on/off | uprobes in nginx |\n\
+         |---|---|---|---|---|---|---|\n{cpu_rows}",
         trap_pair / 1e3,
         idle_trace * 1e3,
         idle_serve * 1e3,

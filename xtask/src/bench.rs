@@ -14,6 +14,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 pub mod cost;
+pub mod profile;
 
 /// Off/on pairs per workload and mode.
 const PAIRS: usize = 7;

@@ -39,6 +39,8 @@ const PACKAGES: &[&str] = &[
     "libssl-dev",
     "nghttp2-client",
     "prometheus",
+    // perf, for `bench --profile`
+    "linux-perf",
 ];
 
 /// Runtimes of the project's own test servers (tests/servers), with the Debian package
@@ -79,7 +81,7 @@ fn xtask() -> Result<()> {
         Some("soak") => soak(&args[1..]),
         Some("fuzz-parsers") => fuzz_parsers(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench [--cost] | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | fuzz-parsers [--runs N] | soak [--minutes M] | vmlinux");
+            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench [--cost | --profile [--seconds N]] | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | fuzz-parsers [--runs N] | soak [--minutes M] | vmlinux");
             std::process::exit(2);
         }
     }
@@ -325,6 +327,15 @@ fn bench(args: &[String]) -> Result<()> {
         .current_dir(root())
         .output()?;
     let commit = String::from_utf8_lossy(&commit.stdout).trim().to_string();
+    if args.iter().any(|a| a == "--profile") {
+        let secs = args
+            .iter()
+            .skip_while(|a| *a != "--seconds")
+            .nth(1)
+            .map_or(Ok(20), |v| v.parse())
+            .context("--seconds N")?;
+        return bench::profile::run(&bin, &target, secs, &nginx.dir.join("perf.data"));
+    }
     if args.iter().any(|a| a == "--cost") {
         // the cost section alone, in place: the rest of the page stays as the last full run
         let section = bench::cost::section(&bin, &target, &uprobe_exe)?;

@@ -24,9 +24,8 @@ const UPROBE_CALLS: &str = "200000";
 /// Rounds (off, default, wire only) of the CPU-per-connection rows.
 const CPU_PAIRS: usize = 9;
 
-/// Run count and run time (ns) of each of one process's BPF programs, by program name
-/// (the uprobe programs are one program each, however many processes they are attached to).
-fn programs(pid: u32) -> Result<HashMap<String, (u64, u64)>> {
+/// The ids of the BPF programs process `pid` holds open (from /proc/PID/fdinfo).
+pub fn prog_ids(pid: u32) -> Result<Vec<u64>> {
     let mut ids = Vec::new();
     for fd in fs::read_dir(format!("/proc/{pid}/fdinfo"))? {
         let Ok(text) = fs::read_to_string(fd?.path()) else {
@@ -40,6 +39,13 @@ fn programs(pid: u32) -> Result<HashMap<String, (u64, u64)>> {
             ids.push(id);
         }
     }
+    Ok(ids)
+}
+
+/// Run count and run time (ns) of each of one process's BPF programs, by program name
+/// (the uprobe programs are one program each, however many processes they are attached to).
+fn programs(pid: u32) -> Result<HashMap<String, (u64, u64)>> {
+    let ids = prog_ids(pid)?;
     let out = Command::new("bpftool")
         .args(["prog", "show", "-j"])
         .output()

@@ -39,8 +39,6 @@ const PACKAGES: &[&str] = &[
     "libssl-dev",
     "nghttp2-client",
     "prometheus",
-    // perf, for `bench --profile`
-    "linux-perf",
 ];
 
 /// Runtimes of the project's own test servers (tests/servers), with the Debian package
@@ -334,6 +332,12 @@ fn bench(args: &[String]) -> Result<()> {
             .nth(1)
             .map_or(Ok(20), |v| v.parse())
             .context("--seconds N")?;
+        // perf is for this alone: installed here, not by setup
+        if !installed("linux-perf") {
+            run(Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends", "linux-perf"])
+                .env("DEBIAN_FRONTEND", "noninteractive"))?;
+        }
         return bench::profile::run(&bin, &target, secs, &nginx.dir.join("perf.data"));
     }
     if args.iter().any(|a| a == "--cost") {

@@ -214,7 +214,7 @@ pub fn run(bin: &Path, nginx: &BenchNginx, secs: u32, out: &Path) -> Result<()> 
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .context("perf (apt-get install linux-perf)")?;
+        .context("perf (Debian: apt-get install linux-perf)")?;
     let cmd = WORKLOADS[0].cmd(nginx);
     while perf.try_wait()?.is_none() {
         run_load(&cmd)?;

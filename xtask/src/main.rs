@@ -335,7 +335,13 @@ fn bench(args: &[String]) -> Result<()> {
         // perf is for this alone: installed here, not by setup
         if !installed("linux-perf") {
             run(Command::new("apt-get")
-                .args(["install", "-y", "-q", "--no-install-recommends", "linux-perf"])
+                .args([
+                    "install",
+                    "-y",
+                    "-q",
+                    "--no-install-recommends",
+                    "linux-perf",
+                ])
                 .env("DEBIAN_FRONTEND", "noninteractive"))?;
         }
         return bench::profile::run(&bin, &target, secs, &nginx.dir.join("perf.data"));

@@ -263,17 +263,20 @@ fn cpu_on_off(bin: &Path, master: u32, cmd: &[String]) -> Result<OnOff> {
     let once = |extra: Option<&[&str]>| -> Result<(f64, f64)> {
         let tracer = extra.map(|e| Tracer::start(bin, master, e)).transpose()?;
         let pid = tracer.as_ref().map(|t| t.child.id());
-        let (w0, c0) = (workers_cpu_secs(master), waited_children_cpu_secs());
-        let t0 = pid.map_or(Ok(0.0), process_run_secs)?;
-        let (_, ops) = run_load(cmd)?;
-        let t1 = pid.map_or(Ok(0.0), process_run_secs)?;
-        let workers = workers_cpu_secs(master) - w0;
-        // the client's CPU before the tracer is waited for: its own would join it
-        let spent = workers + waited_children_cpu_secs() - c0 + t1 - t0;
+        let measured = (|| -> Result<(f64, f64)> {
+            let (w0, c0) = (workers_cpu_secs(master), waited_children_cpu_secs());
+            let t0 = pid.map_or(Ok(0.0), process_run_secs)?;
+            let (_, ops) = run_load(cmd)?;
+            let t1 = pid.map_or(Ok(0.0), process_run_secs)?;
+            let workers = workers_cpu_secs(master) - w0;
+            // the client's CPU before the tracer is waited for: its own would join it
+            let spent = workers + waited_children_cpu_secs() - c0 + t1 - t0;
+            Ok((spent * 1e9 / ops, workers * 1e9 / ops))
+        })();
         if let Some(t) = tracer {
             t.stop();
         }
-        Ok((spent * 1e9 / ops, workers * 1e9 / ops))
+        measured
     };
     let sides: [Option<&[&str]>; 3] = [None, Some(&[]), Some(&["--uprobes", "none"])];
     let mut all = [Vec::new(), Vec::new(), Vec::new()];

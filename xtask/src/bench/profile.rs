@@ -216,10 +216,13 @@ pub fn run(bin: &Path, nginx: &BenchNginx, secs: u32, out: &Path) -> Result<()> 
         .spawn()
         .context("perf (Debian: apt-get install linux-perf)")?;
     let cmd = WORKLOADS[0].cmd(nginx);
-    while perf.try_wait()?.is_none() {
-        run_load(&cmd)?;
+    let mut loaded = Ok(());
+    while loaded.is_ok() && perf.try_wait()?.is_none() {
+        loaded = run_load(&cmd).map(drop);
     }
+    let _ = perf.wait();
     tracer.stop();
+    loaded?;
     let script = Command::new("perf")
         .args(["script", "-G", "-F", "ip,sym", "-i"])
         .arg(out)

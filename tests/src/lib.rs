@@ -934,6 +934,29 @@ pub fn without_rates(mut v: Value) -> Value {
     v
 }
 
+/// Make `s`'s close send a reset, not a FIN (SO_LINGER with a zero timeout).
+pub fn reset_on_close(s: &TcpStream) -> std::io::Result<()> {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on a socket the caller owns, with a struct linger of the size given
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(s),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Connect, write `bytes`, read what comes back until close or 2 s, close.
 pub fn raw_exchange(port: u16, bytes: &[u8]) -> Vec<u8> {
     dribble_exchange(port, bytes, bytes.len().max(1))

@@ -8,13 +8,12 @@ use std::{
     collections::BTreeMap,
     io::{Read, Write},
     net::TcpStream,
-    os::fd::AsRawFd,
     sync::atomic::{AtomicUsize, Ordering},
     thread,
     time::Duration,
 };
 
-use crate::client_hello_record;
+use crate::{client_hello_record, reset_on_close};
 
 /// The ClientHellos the mutations start from (userspace/tests/fixtures/hello).
 const FIXTURES: [&str; 5] = [
@@ -199,20 +198,7 @@ pub fn play(port: u16, case: &Case) -> bool {
         }
         End::Close => {}
         End::Reset => {
-            let linger = libc::linger {
-                l_onoff: 1,
-                l_linger: 0,
-            };
-            // SAFETY: setsockopt on our own socket with a valid struct linger
-            unsafe {
-                libc::setsockopt(
-                    s.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_LINGER,
-                    (&linger as *const libc::linger).cast(),
-                    std::mem::size_of::<libc::linger>() as libc::socklen_t,
-                );
-            }
+            let _ = reset_on_close(&s);
         }
     }
     true

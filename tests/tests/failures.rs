@@ -149,18 +149,7 @@ fn a_reset_in_the_accept_queue() {
         // SAFETY: plain kill(2) on the test's own nginx worker
         unsafe { libc::kill(worker, libc::SIGSTOP) };
         let stream = std::net::TcpStream::connect(("127.0.0.1", nginx.port)).unwrap();
-        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-        // SAFETY: setsockopt on a socket we own, with a linger struct of the right size
-        let rc = unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&stream),
-                libc::SOL_SOCKET,
-                libc::SO_LINGER,
-                &linger as *const libc::linger as *const libc::c_void,
-                std::mem::size_of::<libc::linger>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(rc, 0, "SO_LINGER");
+        reset_on_close(&stream).expect("SO_LINGER");
         drop(stream); // a reset, not a FIN
         std::thread::sleep(std::time::Duration::from_millis(200));
         // SAFETY: as above

@@ -502,22 +502,7 @@ fn client_reset_mid_handshake() {
     std::io::Write::write_all(&mut s, &client_hello_record("tls12_full.client_hello.hex")).unwrap();
     let mut first = [0u8; 1];
     std::io::Read::read_exact(&mut s, &mut first).unwrap();
-    // SO_LINGER 0: close() sends a reset
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: a valid socket and option of the right size
-    let rc = unsafe {
-        libc::setsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(&s),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as u32,
-        )
-    };
-    assert_eq!(rc, 0);
+    reset_on_close(&s).unwrap();
     drop(s);
     let out = tracer.stop();
     assert_eq!(out.records.len(), 1, "{:?}", out.records);

@@ -125,20 +125,26 @@ fn setup() -> Result<()> {
             .filter(|(commands, _)| !runtime_found(commands))
             .map(|(_, pkg)| *pkg),
     );
-    if !missing.is_empty() {
-        eprintln!("xtask: installing {}", missing.join(" "));
-        run(Command::new("apt-get").args(["update", "-q"]))?;
-        run(Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"))?;
-    }
+    apt_install(&missing)?;
     if !Path::new("/sys/kernel/tracing/events").exists()
         && !Path::new("/sys/kernel/debug/tracing/events").exists()
     {
         run(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))?;
     }
     Ok(())
+}
+
+/// Install Debian packages `missing` (none: nothing to do).
+fn apt_install(missing: &[&str]) -> Result<()> {
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing {}", missing.join(" "));
+    run(Command::new("apt-get").args(["update", "-q"]))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 fn build() -> Result<PathBuf> {
@@ -334,15 +340,7 @@ fn bench(args: &[String]) -> Result<()> {
             .context("--seconds N")?;
         // perf is for this alone: installed here, not by setup
         if !installed("linux-perf") {
-            run(Command::new("apt-get")
-                .args([
-                    "install",
-                    "-y",
-                    "-q",
-                    "--no-install-recommends",
-                    "linux-perf",
-                ])
-                .env("DEBIAN_FRONTEND", "noninteractive"))?;
+            apt_install(&["linux-perf"])?;
         }
         return bench::profile::run(&bin, &target, secs, &nginx.dir.join("perf.data"));
     }

@@ -8,7 +8,12 @@
 //! listeners do. Another namespace's listeners (a server in a container) are still read
 //! from /proc/PID/net/tcp: a netlink socket answers for the namespace it was made in.
 
-use std::{collections::HashMap, io, mem::size_of};
+use std::{
+    collections::HashMap,
+    io,
+    mem::size_of,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+};
 
 const NETLINK_SOCK_DIAG: i32 = 4;
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
@@ -70,17 +75,19 @@ struct Answer {
 /// Inodes of the listening TCP sockets (IPv4 and IPv6) of hstrace's network namespace,
 /// with their local port; an error where the kernel has no socket diagnostics.
 pub fn listening_inodes() -> io::Result<HashMap<u64, u16>> {
-    // SAFETY: socket() takes no pointers; the fd is closed by Fd's drop
-    let fd = Fd(unsafe {
+    // SAFETY: socket() takes no pointers
+    let raw = unsafe {
         libc::socket(
             libc::AF_NETLINK,
             libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
             NETLINK_SOCK_DIAG,
         )
-    });
-    if fd.0 < 0 {
+    };
+    if raw < 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: a new fd of ours, owned (and closed) by this OwnedFd alone
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let mut out = HashMap::new();
     for (seq, family) in [(1, libc::AF_INET), (2, libc::AF_INET6)] {
         dump(&fd, seq, family as u8, &mut out)?;
@@ -88,19 +95,8 @@ pub fn listening_inodes() -> io::Result<HashMap<u64, u16>> {
     Ok(out)
 }
 
-struct Fd(i32);
-
-impl Drop for Fd {
-    fn drop(&mut self) {
-        if self.0 >= 0 {
-            // SAFETY: our own fd, closed once
-            unsafe { libc::close(self.0) };
-        }
-    }
-}
-
 /// One family's listening sockets into `out`.
-fn dump(fd: &Fd, seq: u32, family: u8, out: &mut HashMap<u64, u16>) -> io::Result<()> {
+fn dump(fd: &OwnedFd, seq: u32, family: u8, out: &mut HashMap<u64, u16>) -> io::Result<()> {
     let req = Request {
         hdr: NlMsgHdr {
             len: size_of::<Request>() as u32,
@@ -117,7 +113,7 @@ fn dump(fd: &Fd, seq: u32, family: u8, out: &mut HashMap<u64, u16>) -> io::Resul
     // SAFETY: req is plain data of the size given; the kernel only reads it
     let sent = unsafe {
         libc::send(
-            fd.0,
+            fd.as_raw_fd(),
             (&req as *const Request).cast(),
             size_of::<Request>(),
             0,
@@ -129,7 +125,7 @@ fn dump(fd: &Fd, seq: u32, family: u8, out: &mut HashMap<u64, u16>) -> io::Resul
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         // SAFETY: buf is ours and as long as said
-        let n = unsafe { libc::recv(fd.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {

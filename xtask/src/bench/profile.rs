@@ -8,6 +8,7 @@
 
 use std::{
     collections::HashMap,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
     path::Path,
     process::{Command, Stdio},
 };
@@ -33,24 +34,16 @@ fn bpf(cmd: i64, attr: &[u8]) -> Result<i64> {
     Ok(r)
 }
 
-/// An fd the kernel handed out, closed when dropped.
-struct Fd(i32);
-
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: the fd is ours and closed once
-        unsafe { libc::close(self.0) };
-    }
-}
-
-fn fd_by_id(cmd: i64, id: u32) -> Result<Fd> {
-    Ok(Fd(bpf(cmd, &id.to_ne_bytes())? as i32))
+fn fd_by_id(cmd: i64, id: u32) -> Result<OwnedFd> {
+    let raw = bpf(cmd, &id.to_ne_bytes())? as i32;
+    // SAFETY: a new fd of ours, owned (and closed) by this OwnedFd alone
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// BPF_OBJ_GET_INFO_BY_FD into `info` (its size is the info_len given).
-fn info(fd: &Fd, info: &mut [u8]) -> Result<()> {
+fn info(fd: &OwnedFd, info: &mut [u8]) -> Result<()> {
     let mut attr = Vec::with_capacity(16);
-    attr.extend_from_slice(&(fd.0 as u32).to_ne_bytes());
+    attr.extend_from_slice(&(fd.as_raw_fd() as u32).to_ne_bytes());
     attr.extend_from_slice(&(info.len() as u32).to_ne_bytes());
     attr.extend_from_slice(&(info.as_mut_ptr() as u64).to_ne_bytes());
     bpf(BPF_OBJ_GET_INFO_BY_FD, &attr).map(drop)

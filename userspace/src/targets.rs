@@ -92,11 +92,15 @@ fn listening_inodes() -> HashMap<u64, u16> {
     }
 }
 
-/// The same in process `pid`'s network namespace: ours through socket diagnostics, any
-/// other from its /proc/PID/net/tcp.
-fn listening_inodes_of(pid: u32) -> HashMap<u64, u16> {
-    let ns = |p: &str| fs::read_link(format!("/proc/{p}/ns/net")).ok();
-    if ns(&pid.to_string()).is_some_and(|n| Some(n) == ns("self")) {
+/// The network namespace of process `pid` ("self": hstrace's), as its /proc link names it.
+fn netns(pid: &str) -> Option<PathBuf> {
+    fs::read_link(format!("/proc/{pid}/ns/net")).ok()
+}
+
+/// The same in process `pid`'s network namespace `ns`: ours through socket diagnostics,
+/// any other (or an unknown one) from its /proc/PID/net/tcp.
+fn listening_inodes_of(pid: u32, ns: Option<&PathBuf>) -> HashMap<u64, u16> {
+    if ns.is_some_and(|n| Some(n) == netns("self").as_ref()) {
         listening_inodes()
     } else {
         listening_inodes_in(&format!("/proc/{pid}/net"))
@@ -176,7 +180,7 @@ pub fn warnings(sel: &Selector) -> Vec<String> {
         });
         // each process's own network namespace (a server in a container)
         let listens = tree.iter().any(|&p| {
-            let inodes = listening_inodes_of(p);
+            let inodes = listening_inodes_of(p, netns(&p.to_string()).as_ref());
             !ports_held(p, &inodes).is_empty()
         });
         if !listens {
@@ -238,12 +242,12 @@ pub fn listening_ports(pids: &BTreeSet<u32>) -> BTreeSet<u16> {
     let mut tables: HashMap<PathBuf, HashMap<u64, u16>> = HashMap::new();
     let mut out = BTreeSet::new();
     for pid in pids {
-        let Ok(ns) = fs::read_link(format!("/proc/{pid}/ns/net")) else {
+        let Some(ns) = netns(&pid.to_string()) else {
             continue;
         };
         let inodes = tables
-            .entry(ns)
-            .or_insert_with(|| listening_inodes_of(*pid));
+            .entry(ns.clone())
+            .or_insert_with(|| listening_inodes_of(*pid, Some(&ns)));
         out.extend(ports_held(*pid, inodes));
     }
     out

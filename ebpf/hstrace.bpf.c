@@ -103,6 +103,22 @@ static __always_inline int accept_traced(__u32 tgid)
 	return targ_all || tgid_traced(tgid);
 }
 
+/* A socket's local port as inet_sport keeps it, past struct sock (a helper call): where
+ * a close, or a reset, has cleared skc_num (inet_put_port). */
+static __always_inline __u16 released_port(const struct sock *sk)
+{
+	return bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
+}
+
+/* A socket's local port: skc_num (a plain load) until a close clears it (by the time the
+ * tracepoints fire for TCP_CLOSE and the socket's destruction); then released_port. */
+static __always_inline __u16 local_port(const struct sock *sk)
+{
+	__u16 port = sk->__sk_common.skc_num;
+
+	return port ? port : released_port(sk);
+}
+
 /* Traced process `tgid` accepted `sk` (as `fd`, or -1 when accept is hooked in the
  * kernel). */
 static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
@@ -136,10 +152,11 @@ static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
 			return;
 		if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
 			return;
+		/* (local_port, by helper reads: this socket pointer is not BTF-typed; a socket
+		 * reset in the accept queue has released its port) */
 		c->r.sport = BPF_CORE_READ(sk, __sk_common.skc_num);
-		/* a socket reset in the accept queue has released its port (local_port) */
 		if (!c->r.sport)
-			c->r.sport = bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
+			c->r.sport = released_port(sk);
 		c->r.dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 		if (c->r.family == AF_INET) {
 			bpf_core_read(c->r.saddr, 4, &sk->__sk_common.skc_rcv_saddr);
@@ -250,16 +267,6 @@ int BPF_KRETPROBE(accept_kretprobe, struct sock *newsk)
 static __always_inline int server_closing(struct hs_conn_state *c)
 {
 	return (bpf_get_current_pid_tgid() >> 32) == c->r.tgid && SYSCALL_NR(user_regs()) == NR_close;
-}
-
-/* A socket's local port: skc_num (a plain load) until a close clears it (inet_put_port,
- * by the time the tracepoints fire for TCP_CLOSE and the socket's destruction); then
- * inet_sport, past struct sock, read by a helper call. */
-static __always_inline __u16 local_port(const struct sock *sk)
-{
-	__u16 port = sk->__sk_common.skc_num;
-
-	return port ? port : bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
 }
 
 /* A server's child socket `sk` finished the three-way handshake (`fresh` holds its

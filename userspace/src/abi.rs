@@ -195,7 +195,7 @@ impl Conn {
     /// The close a record with `F_CLOSED` carries: the connection ended at `t_end`, with
     /// these totals.
     pub fn close(&self) -> Option<Close> {
-        (self.flags & F_CLOSED != 0).then(|| Close {
+        (self.flags & F_CLOSED != 0).then_some(Close {
             rec: REC_CLOSE,
             tgid: self.tgid,
             conn_id: self.conn_id,

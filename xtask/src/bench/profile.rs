@@ -69,7 +69,6 @@ pub struct Line {
 
 // struct bpf_prog_info offsets (include/uapi/linux/bpf.h)
 const NAME: usize = 64;
-const NR_JITED_KSYMS: usize = 104;
 const BTF_ID: usize = 128;
 const NR_LINE_INFO: usize = 148;
 const LINE_INFO: usize = 152;
@@ -118,7 +117,6 @@ fn prog_lines(id: u32) -> Result<Vec<Line>> {
         JITED_LINE_INFO_REC_SIZE,
         &(jsize as u32).to_ne_bytes(),
     );
-    put(&mut second, NR_JITED_KSYMS, &0u32.to_ne_bytes());
     info(&fd, &mut second)?;
     let strings = btf_strings(u32_at(&first, BTF_ID))?;
     let string = |off: u32| -> String {

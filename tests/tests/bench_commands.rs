@@ -39,3 +39,49 @@ fn pipeline_benchmark_through_the_daemons_sinks_counts_every_connection() {
     let per_sec = number(&["bench-pipeline", "--records", "20000", "--serve"]);
     assert!(per_sec > 0.0 && per_sec.is_finite(), "{per_sec}");
 }
+
+#[test]
+fn hooks_alone_attaches_an_empty_program_at_each_hook_and_stops_on_sigint() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let mut child = Command::new(hstrace_bin())
+        .arg("bench-hooks-alone")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let said = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("hstrace: tracing"))
+        .expect("bench-hooks-alone exited before attaching");
+    // "hstrace: tracing (empty programs at inet_sock_set_state, sys_exit_accept4, ...)"
+    let hooks: Vec<&str> = said
+        .split_once(" at ")
+        .and_then(|(_, rest)| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{said}"))
+        .split(", ")
+        .collect();
+    // the socket hooks every kernel here gives, and accept
+    for hook in [
+        "inet_sock_set_state",
+        "sock_recv_length",
+        "sock_send_length",
+        "sys_exit_accept4",
+    ] {
+        assert!(hooks.contains(&hook), "{hook} missing from {said}");
+    }
+    // one attachment (a BPF link) per hook, each holding the empty program
+    let links = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .filter_map(|fd| std::fs::read_to_string(fd.ok()?.path()).ok())
+        .filter(|info| info.contains("link_type:"))
+        .count();
+    assert_eq!(links, hooks.len(), "{said}");
+    // SAFETY: plain kill(2) on our own child
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}

@@ -202,3 +202,64 @@ pub fn stats_floor_ns(calls: u32) -> Result<f64> {
     );
     Ok(info.run_time().as_nanos() as f64 / info.run_count() as f64)
 }
+
+/// An empty program at each hook `trace` attaches on this kernel (found by attaching the
+/// real programs once), held until this process is stopped: under a load, their program
+/// runs and run time are what the hooks and the counting cost before any of hstrace's
+/// own work. Says "hstrace: tracing" on stderr once attached, as `trace` does, and stops
+/// on Ctrl-C or SIGTERM.
+pub fn hooks_alone() -> Result<()> {
+    use crate::probes::{attach_kernel_probes, Hook};
+    use aya::programs::{BtfTracePoint, TracePoint};
+
+    let btf = aya::Btf::from_sys_fs().context("reading the kernel's BTF")?;
+    // the object once per program: a BTF tracepoint program is loaded for one hook (its
+    // maps kept small, they are never used)
+    let object = || {
+        EbpfLoader::new()
+            .map_max_entries("conns", 64)
+            .map_max_entries("events", 4096)
+            .load(crate::BPF_OBJECT)
+            .context("loading the BPF object")
+    };
+    let chosen: Vec<Hook> = {
+        let mut bpf = object()?;
+        attach_kernel_probes(&mut bpf, &btf, &[])?
+            .into_iter()
+            .flat_map(|c| c.hooks.into_iter().flatten())
+            .collect()
+    };
+    let mut held = Vec::new();
+    for hook in &chosen {
+        let mut bpf = object()?;
+        match *hook {
+            Hook::BtfTracepoint(event) => {
+                let prog: &mut BtfTracePoint = bpf
+                    .program_mut("stats_floor")
+                    .context("no stats_floor program in the object")?
+                    .try_into()?;
+                prog.load(event, &btf)?;
+                prog.attach()?;
+            }
+            Hook::Tracepoint(category, event) => {
+                let prog: &mut TracePoint = bpf
+                    .program_mut("stats_floor_tp")
+                    .context("no stats_floor_tp program in the object")?
+                    .try_into()?;
+                prog.load()?;
+                prog.attach(category, event)?;
+            }
+            other => anyhow::bail!("no empty program for {other:?}: only tracepoints have one"),
+        }
+        held.push(bpf);
+    }
+    let names: Vec<&str> = chosen.iter().map(|h| h.name()).collect();
+    eprintln!("hstrace: tracing (empty programs at {})", names.join(", "));
+    // until Ctrl-C or SIGTERM (which a shell's background job does not die of)
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(crate::trace::stop_signal(None));
+    drop(held);
+    Ok(())
+}

@@ -126,6 +126,10 @@ enum Command {
         #[arg(long, default_value_t = 200_000)]
         calls: u32,
     },
+    /// Empty programs at the hooks `trace` attaches, held until stopped: what the hooks
+    /// and the counting cost under a load (for `cargo xtask bench`)
+    #[command(hide = true)]
+    BenchHooksAlone,
     /// Print one record per finished connection handshake, live
     Trace {
         #[command(flatten)]
@@ -354,6 +358,7 @@ fn run(cli: Cli) -> Result<()> {
             println!("{:.1}", hstrace::bench::stats_floor_ns(calls)?);
             Ok(())
         }
+        Command::BenchHooksAlone => hstrace::bench::hooks_alone(),
         Command::BenchSweep { conns } => {
             println!("{:.1}", hstrace::bench::sweep_ms(conns)?);
             Ok(())

@@ -260,7 +260,6 @@ struct Tracer {
 
 impl Tracer {
     fn start(bin: &Path, master: u32, extra: &[&str]) -> Result<Tracer> {
-        let start = Instant::now();
         let serve = extra.first() == Some(&SERVE);
         let mut cmd = Command::new(bin);
         if serve {
@@ -269,11 +268,15 @@ impl Tracer {
         } else {
             cmd.args(["trace", "--format", "json"]).args(extra);
         }
-        let mut child = cmd
-            .args(["--pid", &master.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()?;
+        cmd.args(["--pid", &master.to_string()]);
+        Tracer::spawn(cmd, serve)
+    }
+
+    /// Start `cmd` (a tracer, or `hstrace bench-hooks-alone`) and wait until it says it
+    /// is attached; `serve`: scrape it every second meanwhile.
+    fn spawn(mut cmd: Command, serve: bool) -> Result<Tracer> {
+        let start = Instant::now();
+        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?;
         let err = child.stderr.take().expect("piped");
         let mut lines = BufReader::new(err).lines();
         loop {

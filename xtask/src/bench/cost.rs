@@ -246,6 +246,45 @@ fn untraced_pair(bin: &Path, master: u32) -> Result<(f64, f64)> {
     Ok((runs as f64 / n, ns as f64 / n))
 }
 
+/// Rounds of the hooks' floors (each one run of each side).
+const FLOOR_ROUNDS: usize = 3;
+
+/// Program runs and BPF run time counted per connection of `cmd` (new handshakes against
+/// nginx) under two floors of hstrace's figures: [empty programs at the hooks `trace`
+/// attaches (`hstrace bench-hooks-alone`), hstrace tracing another server (the bench's own
+/// listener): every run leaves at its first checks]. Medians of interleaved rounds.
+fn hook_floors(bin: &Path, cmd: &[String]) -> Result<[(f64, f64); 2]> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let once = |side: usize| -> Result<(f64, f64)> {
+        let tracer = if side == 0 {
+            let mut c = Command::new(bin);
+            c.arg("bench-hooks-alone");
+            Tracer::spawn(c, false)?
+        } else {
+            Tracer::start(bin, std::process::id(), &["--uprobes", "none"])?
+        };
+        let counted = counting(tracer.child.id(), || run_load(cmd));
+        tracer.stop();
+        let (run, gained) = counted?;
+        let (_, ops) = run?;
+        let runs: u64 = gained.iter().map(|(_, c, _)| c).sum();
+        let ns: u64 = gained.iter().map(|(_, _, t)| t).sum();
+        Ok((runs as f64 / ops, ns as f64 / ops))
+    };
+    let mut got = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    for round in 0..FLOOR_ROUNDS {
+        for k in 0..2 {
+            let side = (round + k) % 2;
+            let (runs, ns) = once(side)?;
+            got[2 * side].push(runs);
+            got[2 * side + 1].push(ns);
+        }
+    }
+    drop(listener);
+    let [r0, t0, r1, t1] = got;
+    Ok([(median(r0), median(t0)), (median(r1), median(t1))])
+}
+
 /// The CPU on/off rows of one workload: medians over interleaved rounds, ns per operation.
 struct OnOff {
     /// nginx's workers + the client + the tracer: off, default (`trace`), wire only
@@ -316,6 +355,8 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
     );
     let mut rows = String::new();
     let mut detail = String::new();
+    // the first workload's (new TLS 1.2 handshakes) traced figures, wire only
+    let mut traced_new = (0.0, 0.0);
     for w in WORKLOADS {
         let cmd = w.cmd(nginx);
         for (mode, extra) in [
@@ -344,6 +385,9 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
             );
             eprint!("{line}");
             rows.push_str(&line);
+            if mode == "wire only" && w.name == WORKLOADS[0].name {
+                traced_new = (p.runs, p.counted_ns);
+            }
             if mode == "default" {
                 let top: Vec<String> = p
                     .top
@@ -359,6 +403,30 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
         "untraced send+recv pair: {untraced_runs:.2} runs, {untraced_ns:.0} ns counted, {:.0} ns less the counting",
         untraced_ns - untraced_runs * floor
     );
+    let floors = hook_floors(bin, &WORKLOADS[0].cmd(nginx))?;
+    let mut floor_rows = String::new();
+    for (what, (runs, ns)) in [
+        (
+            "empty programs at the same hooks (`hstrace bench-hooks-alone`)",
+            floors[0],
+        ),
+        (
+            "hstrace tracing another server: every run leaves at its first checks",
+            floors[1],
+        ),
+        (
+            "hstrace tracing nginx, wire only (the table above)",
+            traced_new,
+        ),
+    ] {
+        let line = format!(
+            "| {what} | {runs:.1} | {:.2} µs | {:.2} µs |\n",
+            ns / 1e3,
+            (ns - runs * floor) / 1e3
+        );
+        eprint!("{line}");
+        floor_rows.push_str(&line);
+    }
     let mut cpu_rows = String::new();
     for w in WORKLOADS.iter().filter(|w| w.tls).take(3) {
         let c = cpu_on_off(bin, nginx.master, &w.cmd(nginx))?;
@@ -403,6 +471,14 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
          itself, its own listener, {UNTRACED_PAIRS} pairs, the tracer in default mode): \
          {untraced_runs:.2} program runs, {untraced_ns:.0} ns counted, {:.0} ns less the \
          counting.\n\n\
+         What the hooks cost before any of hstrace's work, per {} against nginx ({FLOOR_ROUNDS} \
+         interleaved rounds, medians; on loopback the client's own socket calls, state \
+         changes and arrivals run the programs too, about half of the runs). An empty \
+         program's run, cold under this load, costs more than the counting's floor measured \
+         in a tight loop; the difference between the first two rows is what hstrace's checks \
+         cost where nothing is traced, and between the last two what tracing costs:\n\n\
+         | hooks | program runs | BPF run time, counted | less the counting |\n\
+         |---|---|---|---|\n{floor_rows}\n\
          CPU per connection of nginx's worker, the client (`openssl s_time`) and the tracer \
          (run time from /proc schedstat and the client's rusage: other tenants of the \
          machine are left out), hstrace off, on in default mode (`trace`) and on wire only \
@@ -416,6 +492,7 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
         idle_trace * 1e3,
         idle_serve * 1e3,
         untraced_ns - untraced_runs * floor,
+        WORKLOADS[0].name.trim_end_matches('s'),
     ))
 }
 

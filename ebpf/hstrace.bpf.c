@@ -125,6 +125,7 @@ static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
 {
 	__u64 skey = (__u64)sk, fkey, now;
 	__u32 zero = 0;
+	__u16 sport = 0;
 	struct hs_conn_state *c;
 	struct est *e;
 
@@ -133,9 +134,20 @@ static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
 		count(HS_C_NO_SOCK);
 		return;
 	}
-	/* a socket whose handshake was seen carries its addresses (and is TCP); one
-	 * established before hstrace attached is read from the socket */
+	/* a socket whose handshake was seen carries its addresses (and is TCP, on a selected
+	 * port); one established before hstrace attached is read from the socket */
 	e = bpf_map_lookup_elem(&est_socks, &skey);
+	if (!e) {
+		/* (by helper reads: this socket pointer is not BTF-typed; a socket reset in the
+		 * accept queue has released its port) */
+		sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+		if (!sport)
+			sport = released_port(sk);
+		/* --port with no --pid follows every process's accepts: another port's leave
+		 * here, before anything is built */
+		if (targ_port && sport != targ_port)
+			return;
+	}
 	c = bpf_map_lookup_elem(&conn_scratch, &zero);
 	if (!c)
 		return;
@@ -152,11 +164,7 @@ static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
 			return;
 		if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
 			return;
-		/* (local_port, by helper reads: this socket pointer is not BTF-typed; a socket
-		 * reset in the accept queue has released its port) */
-		c->r.sport = BPF_CORE_READ(sk, __sk_common.skc_num);
-		if (!c->r.sport)
-			c->r.sport = released_port(sk);
+		c->r.sport = sport;
 		c->r.dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 		if (c->r.family == AF_INET) {
 			bpf_core_read(c->r.saddr, 4, &sk->__sk_common.skc_rcv_saddr);
@@ -168,8 +176,6 @@ static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
 		/* for a connection established before hstrace attached too */
 		mark_server_port(c->r.sport);
 	}
-	if (targ_port && c->r.sport != targ_port)
-		return;
 	count(HS_C_ACCEPTED);
 	now = bpf_ktime_get_ns();
 

@@ -653,6 +653,38 @@ fn selectors_comm_and_all_listeners() {
 
 /// Plain HTTP and TLS on one server, keep-alive: each connection's first request and
 /// response are stages of its record, and its close line counts every request.
+/// --port follows every process's accepts (a server started later is traced from its
+/// first one), and leaves the others at once: connections to another port of the same
+/// server are neither reported nor counted, and all of the selected port's are, before
+/// and after the other port's.
+#[test]
+fn port_selects_that_port_alone() {
+    let nginx = Nginx::start("port-alone", 1);
+    let port = nginx.port.to_string();
+    let tracer = Hstrace::start(&["--port", &port]);
+    let one = |url: String| curl(&[], &[url]);
+    assert_eq!(one(format!("https://127.0.0.1:{port}/a")), "ok\n");
+    for i in 0..4 {
+        assert_eq!(
+            one(format!("http://127.0.0.1:{}/{i}", nginx.plain_port)),
+            "plain\n"
+        );
+    }
+    assert_eq!(one(format!("https://127.0.0.1:{port}/b")), "ok\n");
+    let out = tracer.stop();
+    assert_eq!(out.records.len(), 2, "{:?}", out.records);
+    for r in &out.records {
+        assert_eq!(
+            str_field(r, "local"),
+            Some(format!("127.0.0.1:{port}").as_str()),
+            "{r}"
+        );
+        assert_eq!(str_field(r, "protocol"), Some("tls"), "{r}");
+    }
+    assert_eq!(out.health["accepted"], 2, "{}", out.health);
+    assert_accounted(&out.health, true);
+}
+
 #[test]
 fn plain_and_tls_on_one_server_with_keep_alive() {
     let nginx = Nginx::start("plain", 1);

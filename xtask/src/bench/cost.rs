@@ -263,7 +263,15 @@ fn hook_floors(bin: &Path, cmd: &[String]) -> Result<[(f64, f64); 2]> {
         if side == 0 {
             c.arg("bench-hooks-alone");
         } else {
-            c.args(["trace", "--format", "json", "--uprobes", "none", "--port", &port]);
+            c.args([
+                "trace",
+                "--format",
+                "json",
+                "--uprobes",
+                "none",
+                "--port",
+                &port,
+            ]);
         }
         let tracer = Tracer::spawn(c, false)?;
         let counted = counting(tracer.child.id(), || run_load(cmd));

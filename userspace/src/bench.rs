@@ -255,7 +255,7 @@ pub fn hooks_alone() -> Result<()> {
     }
     let names: Vec<&str> = chosen.iter().map(|h| h.name()).collect();
     eprintln!("hstrace: tracing (empty programs at {})", names.join(", "));
-    // until Ctrl-C or SIGTERM (which a shell's background job does not die of)
+    // until Ctrl-C or SIGTERM, by handler: a shell's background job inherits SIGINT ignored
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?

@@ -651,8 +651,6 @@ fn selectors_comm_and_all_listeners() {
     }
 }
 
-/// Plain HTTP and TLS on one server, keep-alive: each connection's first request and
-/// response are stages of its record, and its close line counts every request.
 /// --port follows every process's accepts (a server started later is traced from its
 /// first one), and leaves the others at once: connections to another port of the same
 /// server are neither reported nor counted, and all of the selected port's are, before
@@ -685,6 +683,8 @@ fn port_selects_that_port_alone() {
     assert_accounted(&out.health, true);
 }
 
+/// Plain HTTP and TLS on one server, keep-alive: each connection's first request and
+/// response are stages of its record, and its close line counts every request.
 #[test]
 fn plain_and_tls_on_one_server_with_keep_alive() {
     let nginx = Nginx::start("plain", 1);

@@ -68,6 +68,13 @@ fn programs(pid: u32) -> Result<HashMap<String, (u64, u64)>> {
 /// (program name, runs, run time in ns) gained over a stretch of time.
 type Gained = Vec<(String, u64, u64)>;
 
+/// All programs' runs and run time (ns) in `gained`.
+fn totals(gained: &Gained) -> (f64, f64) {
+    let runs: u64 = gained.iter().map(|(_, c, _)| c).sum();
+    let ns: u64 = gained.iter().map(|(_, _, t)| t).sum();
+    (runs as f64, ns as f64)
+}
+
 /// Run `work` with kernel.bpf_stats_enabled on: what it returns, and what each of process
 /// `pid`'s programs gained meanwhile.
 fn counting<R>(pid: u32, work: impl FnOnce() -> R) -> Result<(R, Gained)> {
@@ -240,10 +247,9 @@ fn untraced_pair(bin: &Path, master: u32) -> Result<(f64, f64)> {
     tracer.stop();
     let (done, gained) = counted?;
     done?;
-    let runs: u64 = gained.iter().map(|(_, c, _)| c).sum();
-    let ns: u64 = gained.iter().map(|(_, _, t)| t).sum();
+    let (runs, ns) = totals(&gained);
     let n = f64::from(UNTRACED_PAIRS);
-    Ok((runs as f64 / n, ns as f64 / n))
+    Ok((runs / n, ns / n))
 }
 
 /// Rounds of the hooks' floors (each one run of each side).
@@ -278,22 +284,21 @@ fn hook_floors(bin: &Path, cmd: &[String]) -> Result<[(f64, f64); 2]> {
         tracer.stop();
         let (run, gained) = counted?;
         let (_, ops) = run?;
-        let runs: u64 = gained.iter().map(|(_, c, _)| c).sum();
-        let ns: u64 = gained.iter().map(|(_, _, t)| t).sum();
-        Ok((runs as f64 / ops, ns as f64 / ops))
+        let (runs, ns) = totals(&gained);
+        Ok((runs / ops, ns / ops))
     };
-    let mut got = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    let mut got: [Vec<(f64, f64)>; 2] = [Vec::new(), Vec::new()];
     for round in 0..FLOOR_ROUNDS {
         for k in 0..2 {
             let side = (round + k) % 2;
-            let (runs, ns) = once(side)?;
-            got[2 * side].push(runs);
-            got[2 * side + 1].push(ns);
+            got[side].push(once(side)?);
         }
     }
     drop(listener);
-    let [r0, t0, r1, t1] = got;
-    Ok([(median(r0), median(t0)), (median(r1), median(t1))])
+    Ok(got.map(|side| {
+        let (runs, ns) = side.into_iter().unzip();
+        (median(runs), median(ns))
+    }))
 }
 
 /// The CPU on/off rows of one workload: medians over interleaved rounds, ns per operation.

@@ -139,11 +139,14 @@ struct {
 	__type(value, __u8);
 } traced_tgids SEC(".maps");
 
-/* Server-side sockets between the three-way handshake and accept, of every server on the
- * host (the one that will accept is not known yet): an LRU, so that other servers' sockets
- * never fill it. Freed at accept or when the socket closes. */
+/* Server-side sockets between the three-way handshake and accept, on the ports the
+ * selection allows (port_selected). Freed at accept or when the socket closes, so it holds
+ * what the selected servers' accept queues hold. A plain hash, not an LRU: an LRU would
+ * evict a queued socket's entry in silence (and its insert and delete take its lists'
+ * locks); when this is full, a socket is counted (HS_C_EST_FULL) and its accept_queue is
+ * not measured. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, HS_MAX_CONNS);
 	__type(key, __u64); /* struct sock * */
 	__type(value, struct est);

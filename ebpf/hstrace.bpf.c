@@ -284,7 +284,8 @@ static __always_inline void on_established(__u64 skey, struct est *fresh)
 		return;
 	fresh->t_est = bpf_ktime_get_ns();
 	mark_server_port(fresh->sport);
-	bpf_map_update_elem(&est_socks, &skey, fresh, BPF_ANY);
+	if (bpf_map_update_elem(&est_socks, &skey, fresh, BPF_ANY))
+		count(HS_C_EST_FULL);
 }
 
 static __always_inline int is_established(int oldstate, int newstate)

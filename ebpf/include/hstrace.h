@@ -13,7 +13,7 @@
 			    * extension order fit */
 
 /* Default map sizes; userspace may override them at load time. */
-#define HS_MAX_CONNS 65536   /* connections tracked at once (LRU) */
+#define HS_MAX_CONNS 65536   /* connections tracked at once (--max-conns's default) */
 #define HS_MAX_TGIDS 4096    /* traced processes */
 #define HS_IO_SLOTS 65536    /* per-thread state (a read/write or SSL call in flight): one
 			      * slot per thread id mod this */
@@ -267,6 +267,8 @@ struct hs_conn_state {
 			       * looks for new servers when this moves */
 #define HS_C_LATE_ARRIVAL 11  /* a client flight read before its arrival hook ran: the read's
 			       * time stands for the arrival */
-#define HS_C_MAX 12
+#define HS_C_EST_FULL 12      /* sockets established while est_socks was full: their
+			       * accept_queue is not measured */
+#define HS_C_MAX 13
 
 #endif

@@ -83,6 +83,72 @@ fn a_flood_past_max_conns_is_counted_and_survived() {
     }
 }
 
+/// More connections waiting in the accept queue than --max-conns (the worker is stopped
+/// while they connect, and each client has closed before the worker accepts it): the
+/// sockets the table of not-yet-accepted sockets could not take are counted
+/// (`accept_queue_unmeasured`), not evicted in silence, and their connections are still
+/// accepted, reported and accounted for, only without an `accept_queue` stage.
+#[test]
+fn a_queue_past_max_conns_is_counted() {
+    const MAX_CONNS: usize = 16;
+    const QUEUED: usize = 40;
+    let nginx = Nginx::start("acct-queue", 1);
+    let worker = *nginx.worker_pids().iter().next().unwrap() as i32;
+    let master = nginx.master_pid().to_string();
+    let tracer = Hstrace::start(&[
+        "--pid",
+        &master,
+        "--uprobes",
+        "none",
+        "--max-conns",
+        &MAX_CONNS.to_string(),
+    ]);
+    // SAFETY: plain kill(2) on the test's own nginx worker
+    unsafe { libc::kill(worker, libc::SIGSTOP) };
+    for _ in 0..QUEUED {
+        drop(TcpStream::connect(("127.0.0.1", nginx.port)).unwrap());
+    }
+    thread::sleep(Duration::from_millis(300));
+    // SAFETY: as above
+    unsafe { libc::kill(worker, libc::SIGCONT) };
+    wait_for(
+        "nginx to accept and close them",
+        Duration::from_secs(10),
+        || std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| listen_only(&t, nginx.port)),
+    );
+    thread::sleep(Duration::from_millis(500));
+    let out = tracer.stop();
+    let h = &out.health;
+    assert_accounted(h, true);
+    assert_eq!(h["accepted"].as_u64(), Some(QUEUED as u64), "{h}");
+    assert_eq!(h["reported"].as_u64(), Some(QUEUED as u64), "{h}");
+    assert_eq!(
+        h["accept_queue_unmeasured"].as_u64(),
+        Some((QUEUED - MAX_CONNS) as u64),
+        "{h}"
+    );
+    assert!(
+        out.stderr.contains("their accept_queue is not measured"),
+        "{}",
+        out.stderr
+    );
+    let queued = out
+        .records
+        .iter()
+        .filter(|r| r["stages_ns"]["accept_queue"].as_u64().is_some())
+        .count();
+    assert_eq!(queued, MAX_CONNS, "{:?}", out.records);
+}
+
+/// Only the listening socket is left on local port `port` in /proc/net/tcp's text.
+fn listen_only(tcp: &str, port: u16) -> bool {
+    let local = format!(":{port:04X}");
+    tcp.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.get(1).is_some_and(|a| a.ends_with(&local)))
+        .all(|f| f.get(3) == Some(&"0A"))
+}
+
 /// A server selected by name or by port and started again is traced from its first
 /// connection: by name from its exec, by port from its first accept, not from the next
 /// /proc scan. Handshakes made at once after the restart are all reported. Started

@@ -224,7 +224,7 @@ pub struct Close {
 }
 
 /// Counters kept by the BPF side, by index into the per-CPU `counters` map.
-pub const COUNTERS: [(u32, &str); 12] = [
+pub const COUNTERS: [(u32, &str); 13] = [
     (0, "connections_tracked"),
     (1, "records_sent"),
     (2, "records_dropped"),
@@ -237,6 +237,7 @@ pub const COUNTERS: [(u32, &str); 12] = [
     (9, "connections_accepted"),
     (10, "listens_seen"),
     (11, "arrivals_after_read"),
+    (12, "established_while_est_table_full"),
 ];
 pub const C_CONNS: u32 = 0;
 pub const C_RECORDS_DROPPED: u32 = 2;
@@ -248,6 +249,7 @@ pub const C_CLOSES_DROPPED: u32 = 7;
 pub const C_IO_SLOT_TAKEN: u32 = 8;
 pub const C_ACCEPTED: u32 = 9;
 pub const C_LISTENS: u32 = 10;
+pub const C_EST_FULL: u32 = 12;
 
 /// One direction of a connection's TLS record stream (`struct hs_stream`).
 #[repr(C)]

@@ -48,6 +48,9 @@ pub struct Health {
     pub io_slot_taken: u64,
     /// connections whose record stream stopped parsing
     pub record_stream_desync: u64,
+    /// sockets established while the table of sockets not yet accepted (`est_socks`, as
+    /// big as `--max-conns`) was full: their records have no `accept_queue`
+    pub accept_queue_unmeasured: u64,
     /// accepted fds whose socket could not be resolved
     pub accepted_without_socket: u64,
     /// kernel records of connections the sweep had already reported (not reported twice)
@@ -139,6 +142,12 @@ impl Health {
                 "hstrace: more live connections than --max-conns: raise it to trace them all\n",
             );
         }
+        if self.accept_queue_unmeasured > 0 {
+            s.push_str(&format!(
+                "hstrace: {} connections waited to be accepted while --max-conns sockets already did: their accept_queue is not measured (raise --max-conns)\n",
+                self.accept_queue_unmeasured
+            ));
+        }
         for p in &self.probes {
             if p.hook.is_none() {
                 s.push_str(&format!(
@@ -173,6 +182,7 @@ impl Health {
             }
         });
         o.u64("record_stream_desync", self.record_stream_desync)
+            .u64("accept_queue_unmeasured", self.accept_queue_unmeasured)
             .u64("accepted_without_socket", self.accepted_without_socket)
             .u64("duplicates", self.duplicates)
             .u64("undecodable", self.undecodable)
@@ -223,7 +233,7 @@ mod tests {
         let text = h.text();
         assert!(text.starts_with("hstrace: 13 connections (failed 1, full 6, resumed 6)\n"));
         assert!(text.contains("tracked 13, still in progress 0,"));
-        assert!(!text.contains("raise it"));
+        assert!(!text.contains("raise"));
         assert!(text.contains("close lines lost 2,"));
         assert!(text.contains("probe group arrival was unavailable"));
         let v: serde_json::Value = serde_json::from_str(&h.json()).unwrap();
@@ -231,5 +241,19 @@ mod tests {
         assert_eq!(v["connections"]["full"], 6);
         assert_eq!(v["lost"]["close_ring_buffer_full"], 2);
         assert_eq!(v["probes"]["arrival"], serde_json::Value::Null);
+        assert_eq!(v["accept_queue_unmeasured"], 0);
+    }
+
+    #[test]
+    fn unmeasured_accept_queues_are_said() {
+        let h = Health {
+            accept_queue_unmeasured: 3,
+            ..Default::default()
+        };
+        assert!(h.text().contains(
+            "hstrace: 3 connections waited to be accepted while --max-conns sockets already did"
+        ));
+        let v: serde_json::Value = serde_json::from_str(&h.json()).unwrap();
+        assert_eq!(v["accept_queue_unmeasured"], 3);
     }
 }

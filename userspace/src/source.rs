@@ -414,6 +414,7 @@ impl Source {
             table_entries: self.table_entries.clone(),
             io_slot_taken: self.counter(abi::C_IO_SLOT_TAKEN),
             record_stream_desync: self.counter(abi::C_DESYNC),
+            accept_queue_unmeasured: self.counter(abi::C_EST_FULL),
             accepted_without_socket: self.counter(abi::C_NO_SOCK),
             duplicates: pipe.counts.duplicates,
             undecodable: pipe.counts.undecodable,

@@ -50,7 +50,7 @@ fn http2() {
                 } else {
                     vec!["--http2", v]
                 };
-                assert_eq!(curl(&args, &[url.clone()]), "ok\n");
+                assert_eq!(curl(&args, std::slice::from_ref(&url)), "ok\n");
             }
         });
         assert_eq!(out.records.len(), 2, "{}", out.stderr);
@@ -109,7 +109,7 @@ fn ipv6() {
     let url = format!("https://[::1]:{}/", nginx.port);
     for mode in ["handshake", "none"] {
         let out = traced(&nginx, mode, || {
-            assert_eq!(curl(&["--tlsv1.3"], &[url.clone()]), "ok\n");
+            assert_eq!(curl(&["--tlsv1.3"], std::slice::from_ref(&url)), "ok\n");
         });
         assert_eq!(out.records.len(), 1, "{}", out.stderr);
         let r = &out.records[0];

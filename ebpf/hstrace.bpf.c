@@ -449,8 +449,9 @@ static __always_inline void arrival_raced_read(struct hs_conn_state *c, __u64 t)
 
 /* Bytes were queued on socket `skey` (local port `port`): the first since the server last
  * read is when they arrived. Runs in the sender's context on loopback: match the socket,
- * not the process. */
-static __always_inline void on_data_ready(__u64 skey, __u16 port)
+ * not the process. (A listening socket's readiness is a new connection in its accept
+ * queue, once a connection: it leaves before the two lookups that would miss.) */
+static __always_inline void on_data_ready(__u64 skey, __u16 port, int listening)
 {
 	struct hs_conn_state *c;
 	struct est *e;
@@ -458,7 +459,7 @@ static __always_inline void on_data_ready(__u64 skey, __u16 port)
 
 	if (!arrivals_hooked)
 		arrivals_hooked = 1;
-	if (!is_server_port(port))
+	if (listening || !is_server_port(port))
 		return;
 
 	c = bpf_map_lookup_elem(&conns, &skey);
@@ -487,30 +488,34 @@ SEC("tp_btf/sk_data_ready")
 int BPF_PROG(data_ready_btf, const struct sock *sk)
 {
 	if (sk->sk_protocol == IPPROTO_TCP)
-		on_data_ready((__u64)sk, sk->__sk_common.skc_num);
+		on_data_ready((__u64)sk, sk->__sk_common.skc_num,
+			      sk->__sk_common.skc_state == TCP_LISTEN);
 	return 0;
 }
 
 SEC("tracepoint/sock/sk_data_ready")
 int sock_data_ready(struct trace_event_raw_sk_data_ready *ctx)
 {
+	const struct sock *sk = (const struct sock *)ctx->skaddr;
+
 	if (ctx->protocol == IPPROTO_TCP)
-		on_data_ready((__u64)ctx->skaddr,
-			      BPF_CORE_READ((struct sock *)ctx->skaddr, __sk_common.skc_num));
+		on_data_ready((__u64)sk, BPF_CORE_READ(sk, __sk_common.skc_num),
+			      BPF_CORE_READ(sk, __sk_common.skc_state) == TCP_LISTEN);
 	return 0;
 }
 
+/* (tcp_data_ready queues bytes: never a listener's) */
 SEC("fentry/tcp_data_ready")
 int BPF_PROG(data_ready_fentry, struct sock *sk)
 {
-	on_data_ready((__u64)sk, sk->__sk_common.skc_num);
+	on_data_ready((__u64)sk, sk->__sk_common.skc_num, 0);
 	return 0;
 }
 
 SEC("kprobe/tcp_data_ready")
 int BPF_KPROBE(data_ready_kprobe, struct sock *sk)
 {
-	on_data_ready((__u64)sk, BPF_CORE_READ(sk, __sk_common.skc_num));
+	on_data_ready((__u64)sk, BPF_CORE_READ(sk, __sk_common.skc_num), 0);
 	return 0;
 }
 

@@ -127,6 +127,7 @@ pub struct Metrics {
     probes: Family<ProbeLabels, Gauge>,
     uprobe_failures: Counter,
     uprobes_untied: Counter,
+    accept_queue_unmeasured: Counter,
     sni_folded: Counter,
     sni: SniLabels,
     /// each server's series, looked up once
@@ -160,6 +161,7 @@ impl Metrics {
             probes: Family::default(),
             uprobe_failures: Counter::default(),
             uprobes_untied: Counter::default(),
+            accept_queue_unmeasured: Counter::default(),
             sni_folded: Counter::default(),
             sni: SniLabels::new(max_sni),
             servers: Vec::new(),
@@ -265,6 +267,11 @@ impl Metrics {
             "uprobes_untied",
             "Processes whose uprobes tied no OpenSSL call to a connection (memory BIOs, Node.js): detached, traced from the wire only",
             m.uprobes_untied.clone(),
+        );
+        r.register(
+            "accept_queue_unmeasured",
+            "Connections that waited to be accepted while --max-conns others did: reported without an accept_queue stage",
+            m.accept_queue_unmeasured.clone(),
         );
         r.register(
             "sni_folded",
@@ -441,6 +448,10 @@ impl Metrics {
         );
         self.uprobes_untied
             .inc_by(h.uprobes_untied.saturating_sub(last.uprobes_untied));
+        self.accept_queue_unmeasured.inc_by(
+            h.accept_queue_unmeasured
+                .saturating_sub(last.accept_queue_unmeasured),
+        );
         self.in_progress.set(h.in_progress as i64);
         self.open.set(h.open as i64);
         self.traced.set(h.traced_processes as i64);
@@ -663,6 +674,7 @@ mod tests {
             "# TYPE hstrace_resumption_accepted counter",
             "hstrace_lost_total{cause=\"ring_buffer_full\"} 0",
             "hstrace_connections_tracked_total 0",
+            "hstrace_accept_queue_unmeasured_total 0",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }

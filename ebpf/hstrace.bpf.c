@@ -228,14 +228,29 @@ static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
 	count(HS_C_CONNS);
 }
 
-/* accept() returned `ret`: the new fd, or an error. */
+/* Socket `skey` left the accept queue, or closed in it: forget its est entry (a lookup
+ * first: a delete locks its bucket even when the socket is not there). */
+static __always_inline void forget_est(__u64 skey)
+{
+	if (skey && bpf_map_lookup_elem(&est_socks, &skey))
+		bpf_map_delete_elem(&est_socks, &skey);
+}
+
+/* accept() returned `ret`: the new fd, or an error. Under --pid or --comm another
+ * process may accept on a selected port (a worker left out, a server in another network
+ * namespace on the same port number): its socket's est entry goes too, or it would stay
+ * until the connection closes. (With no selector, or --port alone, every process that
+ * accepts is traced.) */
 static __always_inline int on_accept_fd(long ret)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
-	/* untraced processes leave before the walk from fd to socket */
-	if (ret >= 0 && accept_traced(tgid))
+	if (ret < 0)
+		return 0;
+	if (accept_traced(tgid))
 		on_accept(sock_from_fd(ret, 1), ret, tgid);
+	else
+		forget_est((__u64)sock_from_fd(ret, 1));
 	return 0;
 }
 
@@ -246,6 +261,8 @@ static __always_inline int on_accept_sock(struct sock *newsk)
 
 	if (accept_traced(tgid))
 		on_accept(newsk, -1, tgid);
+	else
+		forget_est((__u64)newsk);
 	return 0;
 }
 
@@ -275,12 +292,16 @@ static __always_inline int server_closing(struct hs_conn_state *c)
 	return (bpf_get_current_pid_tgid() >> 32) == c->r.tgid && SYSCALL_NR(user_regs()) == NR_close;
 }
 
-/* A server's child socket `sk` finished the three-way handshake (`fresh` holds its
+/* A server's child socket `skey` finished the three-way handshake (`fresh` holds its
  * addresses): it waits in the accept queue from now. */
 static __always_inline void on_established(__u64 skey, struct est *fresh)
 {
 	/* other servers' connections are not waited for */
 	if (!port_selected(fresh->sport))
+		return;
+	/* a TCP Fast Open child can be accepted before the handshake's last ACK: then accept
+	 * has built its connection already, and an entry now would outlive it */
+	if (BPF_CORE_READ((struct sock *)skey, sk_socket))
 		return;
 	fresh->t_est = bpf_ktime_get_ns();
 	mark_server_port(fresh->sport);
@@ -319,10 +340,9 @@ static __always_inline void on_set_state(struct sock *sk, int oldstate, int news
 		return;
 	c = bpf_map_lookup_elem(&conns, &skey);
 	if (!c) {
-		/* closed before accept (a lookup first: a delete locks its bucket even when
-		 * the socket is not there, as for every connection that ended above) */
-		if (newstate == TCP_CLOSE && bpf_map_lookup_elem(&est_socks, &skey))
-			bpf_map_delete_elem(&est_socks, &skey);
+		/* closed before accept (or accepted by a process hstrace does not see) */
+		if (newstate == TCP_CLOSE)
+			forget_est(skey);
 		return;
 	}
 	/* the server's close() ends the connection */

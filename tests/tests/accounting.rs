@@ -140,6 +140,58 @@ fn a_queue_past_max_conns_is_counted() {
     assert_eq!(queued, MAX_CONNS, "{:?}", out.records);
 }
 
+/// Under --pid, a process outside the selection that accepts on a selected port (here
+/// the other worker of an nginx with a `reuseport` listener per worker, `--pid` naming
+/// one; a server in another network namespace on the same port number is the same case):
+/// each socket's entry in the table of not-yet-accepted sockets goes at that accept, so
+/// the other worker's open connections neither fill the table nor count as unmeasured
+/// accept queues.
+#[test]
+fn another_process_accepting_on_a_selected_port_leaves_no_entry() {
+    const HELD: usize = 40;
+    let nginx = Nginx::start_with(
+        "acct-other-worker",
+        2,
+        2048,
+        "listen 127.0.0.1:$port ssl reuseport;",
+    );
+    let worker = nginx.worker_pids().iter().next().unwrap().to_string();
+    let tracer = Hstrace::start(&["--pid", &worker, "--uprobes", "none"]);
+    // the kernel spreads them over the two workers' listeners by address hash
+    let held: Vec<TcpStream> = (0..HELD)
+        .map(|_| TcpStream::connect(("127.0.0.1", nginx.port)).unwrap())
+        .collect();
+    wait_for(
+        "both workers to accept them",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string("/proc/net/tcp")
+                .is_ok_and(|t| accept_queues(&t, nginx.port).iter().all(|q| *q == 0))
+        },
+    );
+    thread::sleep(Duration::from_millis(300));
+    let out = tracer.stop();
+    drop(held);
+    let h = &out.health;
+    assert_accounted(h, false);
+    let mine = h["accepted"].as_u64().unwrap();
+    assert!(mine > 0 && mine < HELD as u64, "one worker's share: {h}");
+    assert_eq!(h["accept_queue_unmeasured"].as_u64(), Some(0), "{h}");
+    assert_eq!(h["tables"]["est_socks"].as_u64(), Some(0), "{h}");
+}
+
+/// The accept queue of each socket listening on local port `port`, from /proc/net/tcp's
+/// text (a listener's rx_queue).
+fn accept_queues(tcp: &str, port: u16) -> Vec<u64> {
+    let local = format!(":{port:04X}");
+    tcp.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.get(1).is_some_and(|a| a.ends_with(&local)) && f.get(3) == Some(&"0A"))
+        .filter_map(|f| f.get(4)?.split(':').nth(1).map(str::to_owned))
+        .filter_map(|rx| u64::from_str_radix(&rx, 16).ok())
+        .collect()
+}
+
 /// Only the listening socket is left on local port `port` in /proc/net/tcp's text.
 fn listen_only(tcp: &str, port: u16) -> bool {
     let local = format!(":{port:04X}");

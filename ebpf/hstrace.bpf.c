@@ -517,10 +517,14 @@ SEC("tracepoint/sock/sk_data_ready")
 int sock_data_ready(struct trace_event_raw_sk_data_ready *ctx)
 {
 	const struct sock *sk = (const struct sock *)ctx->skaddr;
+	__u16 port;
 
-	if (ctx->protocol == IPPROTO_TCP)
-		on_data_ready((__u64)sk, BPF_CORE_READ(sk, __sk_common.skc_num),
-			      BPF_CORE_READ(sk, __sk_common.skc_state) == TCP_LISTEN);
+	if (ctx->protocol != IPPROTO_TCP)
+		return 0;
+	/* (the state by a helper call too: only for a server's port) */
+	port = BPF_CORE_READ(sk, __sk_common.skc_num);
+	on_data_ready((__u64)sk, port,
+		      is_server_port(port) && BPF_CORE_READ(sk, __sk_common.skc_state) == TCP_LISTEN);
 	return 0;
 }
 

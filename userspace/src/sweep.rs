@@ -23,9 +23,9 @@ use crate::{
 const BPF_EXIST: u64 = 2;
 
 /// The kernel's per-connection tables: the connection (`conns`), its fd (`fds`), its SSL
-/// object (`ssl_socks`), and sockets not yet accepted (`est_socks`, which the kernel
-/// frees at accept or close). The sweep reads `conns` and forgets a connection from all three, as the
-/// kernel's `drop_conn` does.
+/// object (`ssl_socks`), and sockets not yet accepted (`est_socks`, freed by the kernel
+/// at accept or close). The sweep reads `conns` and forgets a connection from the first
+/// three, as the kernel's `drop_conn` does.
 pub struct Tables {
     pub(crate) conns: BpfHashMap<MapData, u64, ConnState>,
     fds: BpfHashMap<MapData, u64, u64>,

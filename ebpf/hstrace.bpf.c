@@ -292,16 +292,19 @@ static __always_inline int server_closing(struct hs_conn_state *c)
 	return (bpf_get_current_pid_tgid() >> 32) == c->r.tgid && SYSCALL_NR(user_regs()) == NR_close;
 }
 
-/* A server's child socket `skey` finished the three-way handshake (`fresh` holds its
- * addresses): it waits in the accept queue from now. */
-static __always_inline void on_established(__u64 skey, struct est *fresh)
+/* A server's child socket `sk` finished the three-way handshake (`fresh` holds its
+ * addresses): it waits in the accept queue from now. `btf`: `sk` is BTF-typed (its fields
+ * are plain loads). */
+static __always_inline void on_established(const struct sock *sk, struct est *fresh, int btf)
 {
+	__u64 skey = (__u64)sk;
+
 	/* other servers' connections are not waited for */
 	if (!port_selected(fresh->sport))
 		return;
 	/* a TCP Fast Open child can be accepted before the handshake's last ACK: then accept
 	 * has built its connection already, and an entry now would outlive it */
-	if (BPF_CORE_READ((struct sock *)skey, sk_socket))
+	if (btf ? sk->sk_socket != NULL : BPF_CORE_READ(sk, sk_socket) != NULL)
 		return;
 	fresh->t_est = bpf_ktime_get_ns();
 	mark_server_port(fresh->sport);
@@ -385,7 +388,7 @@ int BPF_PROG(set_state_btf, const struct sock *sk, const int oldstate, const int
 				d[i] = skc->skc_v6_daddr.in6_u.u6_addr32[i];
 			}
 		}
-		on_established((__u64)sk, &fresh);
+		on_established(sk, &fresh, 1);
 		return 0;
 	}
 	on_set_state((struct sock *)sk, oldstate, newstate, local_port(sk));
@@ -417,7 +420,7 @@ int sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
 			d[2] = *(__u32 *)&ctx->daddr_v6[8];
 			d[3] = *(__u32 *)&ctx->daddr_v6[12];
 		}
-		on_established((__u64)ctx->skaddr, &fresh);
+		on_established((const struct sock *)ctx->skaddr, &fresh, 0);
 		return 0;
 	}
 	on_set_state((struct sock *)ctx->skaddr, ctx->oldstate, ctx->newstate, ctx->sport);

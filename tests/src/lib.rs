@@ -934,6 +934,26 @@ pub fn without_rates(mut v: Value) -> Value {
     v
 }
 
+/// A process stopped (SIGSTOP) until this is dropped (SIGCONT): connections queue in its
+/// accept queue meanwhile. Continued even when the test panics, or nginx's master would
+/// wait for the stopped worker forever when the test's server is dropped.
+pub struct Stopped(i32);
+
+impl Stopped {
+    pub fn new(pid: u32) -> Stopped {
+        // SAFETY: plain kill(2) on a process the test started
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        Stopped(pid as i32)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: as above
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
 /// Make `s`'s close send a reset, not a FIN (SO_LINGER with a zero timeout).
 pub fn reset_on_close(s: &TcpStream) -> std::io::Result<()> {
     let linger = libc::linger {

@@ -93,7 +93,7 @@ fn a_queue_past_max_conns_is_counted() {
     const MAX_CONNS: usize = 16;
     const QUEUED: usize = 40;
     let nginx = Nginx::start("acct-queue", 1);
-    let worker = *nginx.worker_pids().iter().next().unwrap() as i32;
+    let worker = *nginx.worker_pids().iter().next().unwrap();
     let master = nginx.master_pid().to_string();
     let tracer = Hstrace::start(&[
         "--pid",
@@ -103,14 +103,12 @@ fn a_queue_past_max_conns_is_counted() {
         "--max-conns",
         &MAX_CONNS.to_string(),
     ]);
-    // SAFETY: plain kill(2) on the test's own nginx worker
-    unsafe { libc::kill(worker, libc::SIGSTOP) };
+    let stopped = Stopped::new(worker);
     for _ in 0..QUEUED {
         drop(TcpStream::connect(("127.0.0.1", nginx.port)).unwrap());
     }
     thread::sleep(Duration::from_millis(300));
-    // SAFETY: as above
-    unsafe { libc::kill(worker, libc::SIGCONT) };
+    drop(stopped);
     wait_for(
         "nginx to accept and close them",
         Duration::from_secs(10),

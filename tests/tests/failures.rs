@@ -141,19 +141,17 @@ fn plain_http_to_the_tls_port() {
 #[test]
 fn a_reset_in_the_accept_queue() {
     let nginx = Nginx::start("reset-in-queue", 1);
-    let worker = *nginx.worker_pids().iter().next().unwrap() as i32;
+    let worker = *nginx.worker_pids().iter().next().unwrap();
     let port = nginx.port.to_string();
     let master = nginx.master_pid().to_string();
     for selector in [["--port", port.as_str()], ["--pid", master.as_str()]] {
         let tracer = Hstrace::start(&[selector[0], selector[1], "--uprobes", "none"]);
-        // SAFETY: plain kill(2) on the test's own nginx worker
-        unsafe { libc::kill(worker, libc::SIGSTOP) };
+        let stopped = Stopped::new(worker);
         let stream = std::net::TcpStream::connect(("127.0.0.1", nginx.port)).unwrap();
         reset_on_close(&stream).expect("SO_LINGER");
         drop(stream); // a reset, not a FIN
         std::thread::sleep(std::time::Duration::from_millis(200));
-        // SAFETY: as above
-        unsafe { libc::kill(worker, libc::SIGCONT) };
+        drop(stopped);
         let out = tracer.stop();
         let what = format!("{}: {}", selector[0], out.stderr);
         assert_eq!(out.records.len(), 1, "{what}");

@@ -729,7 +729,7 @@ pub fn spawn_until_ready(
     });
     let mut seen = Vec::new();
     let start = Instant::now();
-    loop {
+    let failure = loop {
         match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(line) => {
                 let done = line.contains(ready);
@@ -740,15 +740,17 @@ pub fn spawn_until_ready(
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                panic!("hstrace exited before {ready:?}:\n{}", seen.join("\n"))
+                break format!("hstrace exited before {ready:?}");
             }
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "hstrace did not say {ready:?}:\n{}",
-            seen.join("\n")
-        );
-    }
+        if start.elapsed() >= Duration::from_secs(30) {
+            break format!("hstrace did not say {ready:?}");
+        }
+    };
+    // not left running (still attached) into the next test
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("{failure}:\n{}", seen.join("\n"))
 }
 
 /// Run hstrace to completion, no input: its exit status and output.

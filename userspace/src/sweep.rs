@@ -176,7 +176,7 @@ pub fn sweep(t: &mut Tables, gone: &[u32], idle_timeout: Duration, capacity: u32
                     abi::FAIL_TIMEOUT
                 };
             }
-            records.push(Swept::Conn(r));
+            records.push(Swept::Conn(Box::new(r)));
             census.in_progress -= 1;
         }
         if exit {

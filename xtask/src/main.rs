@@ -5,6 +5,8 @@
 //!   cargo xtask test             setup, build, then every test (unit, verifier, integration)
 //!   cargo xtask vmlinux          regenerate ebpf/vmlinux/<arch>/vmlinux.h from this kernel
 //!   cargo xtask bench            with/without hstrace side by side: docs/benchmarks.md
+//!                                (--cost: that section alone; --profile: where BPF time
+//!                                goes; --ab OTHER_HSTRACE: this build against another)
 //!   cargo xtask validate-model   the model's predictions against a loaded nginx:
 //!                                docs/model-validation.md (--quick: a short run, printed)
 
@@ -79,7 +81,7 @@ fn xtask() -> Result<()> {
         Some("soak") => soak(&args[1..]),
         Some("fuzz-parsers") => fuzz_parsers(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench [--cost | --profile [--seconds N]] | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | fuzz-parsers [--runs N] | soak [--minutes M] | vmlinux");
+            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench [--cost | --profile [--seconds N] | --ab OTHER_HSTRACE [--workload N] [--pairs N]] | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | fuzz-parsers [--runs N] | soak [--minutes M] | vmlinux");
             std::process::exit(2);
         }
     }
@@ -343,6 +345,25 @@ fn bench(args: &[String]) -> Result<()> {
             apt_install(&["linux-perf"])?;
         }
         return bench::profile::run(&bin, &target, secs, &nginx.dir.join("perf.data"));
+    }
+    if let Some(other) = args.iter().skip_while(|a| *a != "--ab").nth(1) {
+        let number = |flag: &str, default: usize| -> Result<usize> {
+            args.iter()
+                .skip_while(|a| *a != flag)
+                .nth(1)
+                .map_or(Ok(default), |v| v.parse())
+                .with_context(|| format!("{flag} N"))
+        };
+        let other = fs::canonicalize(other).with_context(|| {
+            format!("--ab {other}: an hstrace binary built from another commit")
+        })?;
+        return bench::cost::ab(
+            &bin,
+            &other,
+            &target,
+            number("--workload", 0)?,
+            number("--pairs", 4)?,
+        );
     }
     if args.iter().any(|a| a == "--cost") {
         // the cost section alone, in place: the rest of the page stays as the last full run

@@ -512,6 +512,93 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
     ))
 }
 
+/// `cargo xtask bench --ab OTHER`: this build's BPF run time per operation against another
+/// hstrace binary's (OTHER, built from another commit), wire only, under one workload's
+/// load against the same nginx, in `pairs` interleaved pairs (every other pair with OTHER
+/// first): single runs here move by more than most changes do, pairs run back to back
+/// move together. Prints each pair and the medians (per operation, less the counting),
+/// by program too; writes nothing.
+pub fn ab(
+    bin: &Path,
+    other: &Path,
+    nginx: &BenchNginx,
+    workload: usize,
+    pairs: usize,
+) -> Result<()> {
+    let Some(w) = WORKLOADS.get(workload) else {
+        bail!(
+            "--workload {workload}: there are {} (0: {})",
+            WORKLOADS.len(),
+            WORKLOADS[0].name
+        );
+    };
+    let floor = super::hstrace_number(bin, &["bench-stats-floor"])?;
+    let cmd = w.cmd(nginx);
+    println!(
+        "{}, wire only, {pairs} pairs: BPF per operation less {floor:.0} ns a run (other → this)",
+        w.name
+    );
+    let (mut deltas, mut by_program) = (Vec::new(), HashMap::<String, Vec<f64>>::new());
+    for pair in 0..pairs {
+        let run = |b: &Path| per_op(b, nginx.master, &["--uprobes", "none"], &cmd);
+        let (o, t) = if pair % 2 == 0 {
+            let o = run(other)?;
+            (o, run(bin)?)
+        } else {
+            let t = run(bin)?;
+            (run(other)?, t)
+        };
+        let net = |p: &PerOp| (p.counted_ns - p.runs * floor) / 1e3;
+        deltas.push(net(&t) - net(&o));
+        println!(
+            "pair {}: {:.2} → {:.2} µs ({:+.2}), {:.1} → {:.1} runs",
+            pair + 1,
+            net(&o),
+            net(&t),
+            net(&t) - net(&o),
+            o.runs,
+            t.runs
+        );
+        let ns = |p: &PerOp, name: &str| {
+            p.top
+                .iter()
+                .find(|(n, _, _)| n == name)
+                .map_or(0.0, |(_, c, t)| t - c * floor)
+        };
+        let mut names: Vec<&String> = t.top.iter().chain(&o.top).map(|(n, _, _)| n).collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            by_program
+                .entry(name.clone())
+                .or_default()
+                .push(ns(&t, name) - ns(&o, name));
+        }
+    }
+    let range = |v: &[f64]| {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (lo, hi)
+    };
+    let (lo, hi) = range(&deltas);
+    println!(
+        "this − other: median {:+.2} µs ({lo:+.2}…{hi:+.2}), lower in {} of {pairs} pairs",
+        median(deltas.clone()),
+        deltas.iter().filter(|d| **d < 0.0).count()
+    );
+    let mut programs: Vec<_> = by_program.into_iter().collect();
+    programs.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, v) in programs {
+        let (lo, hi) = range(&v);
+        println!(
+            "  {name}: median {:+.0} ns ({lo:+.0}…{hi:+.0}, {} pairs)",
+            median(v.clone()),
+            v.len()
+        );
+    }
+    Ok(())
+}
+
 /// `doc` with its "Cost per operation" section replaced by `section` (which starts with
 /// its own heading), or the section put before the next one when there was none.
 pub fn replace_section(doc: &str, section: &str) -> String {

@@ -334,12 +334,7 @@ fn bench(args: &[String]) -> Result<()> {
         .output()?;
     let commit = String::from_utf8_lossy(&commit.stdout).trim().to_string();
     if args.iter().any(|a| a == "--profile") {
-        let secs = args
-            .iter()
-            .skip_while(|a| *a != "--seconds")
-            .nth(1)
-            .map_or(Ok(20), |v| v.parse())
-            .context("--seconds N")?;
+        let secs = flag(args, "--seconds", 20)?;
         // perf is for this alone: installed here, not by setup
         if !installed("linux-perf") {
             apt_install(&["linux-perf"])?;
@@ -347,13 +342,6 @@ fn bench(args: &[String]) -> Result<()> {
         return bench::profile::run(&bin, &target, secs, &nginx.dir.join("perf.data"));
     }
     if let Some(other) = args.iter().skip_while(|a| *a != "--ab").nth(1) {
-        let number = |flag: &str, default: usize| -> Result<usize> {
-            args.iter()
-                .skip_while(|a| *a != flag)
-                .nth(1)
-                .map_or(Ok(default), |v| v.parse())
-                .with_context(|| format!("{flag} N"))
-        };
         let other = fs::canonicalize(other).with_context(|| {
             format!("--ab {other}: an hstrace binary built from another commit")
         })?;
@@ -361,8 +349,8 @@ fn bench(args: &[String]) -> Result<()> {
             &bin,
             &other,
             &target,
-            number("--workload", 0)?,
-            number("--pairs", 4)?,
+            flag(args, "--workload", 0)?,
+            flag(args, "--pairs", 4)?,
         );
     }
     if args.iter().any(|a| a == "--cost") {
@@ -399,17 +387,25 @@ fn bench(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// `hstrace serve` under mixed load for a while: the "Soak" section of docs/benchmarks.md.
-fn soak(args: &[String]) -> Result<()> {
-    require_root("soak")?;
-    let minutes: f64 = match args.iter().position(|a| a == "--minutes") {
+/// The value after `name` in `args`, or `default` when `name` is not there (a value that
+/// is missing or does not parse is an error).
+fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> Result<T> {
+    match args.iter().position(|a| a == name) {
         Some(i) => args
             .get(i + 1)
             .and_then(|v| v.parse().ok())
-            .filter(|m: &f64| *m > 0.0 && *m <= 24.0 * 60.0)
-            .context("--minutes takes a number of minutes, e.g. --minutes 10")?,
-        None => 10.0,
-    };
+            .with_context(|| format!("{name} takes a number, e.g. {name} 10")),
+        None => Ok(default),
+    }
+}
+
+/// `hstrace serve` under mixed load for a while: the "Soak" section of docs/benchmarks.md.
+fn soak(args: &[String]) -> Result<()> {
+    require_root("soak")?;
+    let minutes: f64 = flag(args, "--minutes", 10.0)?;
+    if !(minutes > 0.0 && minutes <= 24.0 * 60.0) {
+        bail!("--minutes takes a number of minutes up to a day, e.g. --minutes 10");
+    }
     setup()?;
     let bin = build()?;
     let section = soak::soak(&bin, minutes)?;
@@ -429,13 +425,7 @@ const FUZZ_RUSTFLAGS: &str = "--cfg fuzzing -Cpasses=sancov-module \
 /// The userspace parsers under libFuzzer (fuzz/, hstrace::fuzz::one), from the captured
 /// hellos: N executions (default 10 M), failing on any crash, hang or overflow.
 fn fuzz_parsers(args: &[String]) -> Result<()> {
-    let runs: u64 = match args.iter().position(|a| a == "--runs") {
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .context("--runs takes a whole number, e.g. --runs 10000000")?,
-        None => 10_000_000,
-    };
+    let runs: u64 = flag(args, "--runs", 10_000_000)?;
     setup()?;
     let target = format!("{}-unknown-linux-gnu", env::consts::ARCH);
     let out = root().join("target/fuzz");
@@ -506,17 +496,8 @@ fn fuzz_parsers(args: &[String]) -> Result<()> {
 /// connection accounted for and every kernel table empty.
 fn fuzz_wire(args: &[String]) -> Result<()> {
     require_root("fuzz-wire")?;
-    let flag = |name: &str, default: u64| -> Result<u64> {
-        match args.iter().position(|a| a == name) {
-            Some(i) => args
-                .get(i + 1)
-                .and_then(|v| v.parse().ok())
-                .with_context(|| format!("{name} takes a whole number")),
-            None => Ok(default),
-        }
-    };
-    let cases = flag("--cases", 20_000)? as usize;
-    let seed = flag("--seed", 1)?;
+    let cases: usize = flag(args, "--cases", 20_000)?;
+    let seed: u64 = flag(args, "--seed", 1)?;
     setup()?;
     let bin = build()?;
     let nginx = DemoNginx::start("fuzz-wire", 2, 18543, 18580)?;

@@ -178,25 +178,27 @@ fn another_process_accepting_on_a_selected_port_leaves_no_entry() {
     assert_eq!(h["tables"]["est_socks"].as_u64(), Some(0), "{h}");
 }
 
-/// The accept queue of each socket listening on local port `port`, from /proc/net/tcp's
-/// text (a listener's rx_queue).
-fn accept_queues(tcp: &str, port: u16) -> Vec<u64> {
+/// The fields of /proc/net/tcp's lines (its text `tcp`) for sockets on local port `port`:
+/// [1] the local address, [3] the state (0A: listening), [4] tx_queue:rx_queue.
+fn sockets_on(tcp: &str, port: u16) -> impl Iterator<Item = Vec<&str>> {
     let local = format!(":{port:04X}");
     tcp.lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|f| f.get(1).is_some_and(|a| a.ends_with(&local)) && f.get(3) == Some(&"0A"))
+        .filter(move |f| f.get(1).is_some_and(|a| a.ends_with(&local)))
+}
+
+/// The accept queue of each socket listening on local port `port` (a listener's rx_queue).
+fn accept_queues(tcp: &str, port: u16) -> Vec<u64> {
+    sockets_on(tcp, port)
+        .filter(|f| f.get(3) == Some(&"0A"))
         .filter_map(|f| f.get(4)?.split(':').nth(1).map(str::to_owned))
         .filter_map(|rx| u64::from_str_radix(&rx, 16).ok())
         .collect()
 }
 
-/// Only the listening socket is left on local port `port` in /proc/net/tcp's text.
+/// Only the listening socket is left on local port `port`.
 fn listen_only(tcp: &str, port: u16) -> bool {
-    let local = format!(":{port:04X}");
-    tcp.lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|f| f.get(1).is_some_and(|a| a.ends_with(&local)))
-        .all(|f| f.get(3) == Some(&"0A"))
+    sockets_on(tcp, port).all(|f| f.get(3) == Some(&"0A"))
 }
 
 /// A server selected by name or by port and started again is traced from its first

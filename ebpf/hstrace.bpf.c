@@ -510,9 +510,10 @@ static __always_inline void on_data_ready(__u64 skey, __u16 port, int listening)
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(data_ready_btf, const struct sock *sk)
 {
-	if (sk->sk_protocol == IPPROTO_TCP)
-		on_data_ready((__u64)sk, sk->__sk_common.skc_num,
-			      sk->__sk_common.skc_state == TCP_LISTEN);
+	__u16 port = sk->__sk_common.skc_num;
+
+	if (is_server_port(port) && sk->sk_protocol == IPPROTO_TCP)
+		on_data_ready((__u64)sk, port, sk->__sk_common.skc_state == TCP_LISTEN);
 	return 0;
 }
 
@@ -659,8 +660,8 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 	/* TCP sockets on ports that never accepted a connection leave before any lookup
 	 * (port 0: a reset already released the port, and the server still reads what came
 	 * before it) */
-	if ((family != AF_INET && family != AF_INET6) || sk->sk_protocol != IPPROTO_TCP ||
-	    (port && !is_server_port(port)))
+	if ((family != AF_INET && family != AF_INET6) || (port && !is_server_port(port)) ||
+	    sk->sk_protocol != IPPROTO_TCP)
 		return;
 	c = bpf_map_lookup_elem(&conns, &skey);
 	if (!c)

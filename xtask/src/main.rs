@@ -334,7 +334,7 @@ fn bench(args: &[String]) -> Result<()> {
         .output()?;
     let commit = String::from_utf8_lossy(&commit.stdout).trim().to_string();
     if args.iter().any(|a| a == "--profile") {
-        let secs = flag(args, "--seconds", 20)?;
+        let secs = flag(args, "--seconds", 40)?;
         // perf is for this alone: installed here, not by setup
         if !installed("linux-perf") {
             apt_install(&["linux-perf"])?;

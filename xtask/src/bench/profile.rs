@@ -1,10 +1,11 @@
-//! Where the BPF programs' time goes, line by line (`cargo xtask bench --profile`): perf's
-//! cpu-clock samples of the whole machine while new TLS 1.2 handshakes run, each sample
-//! inside a program mapped to its source line through the program's jited line info
-//! (bpf_prog_info), which is what `bpftool prog dump jited linum` shows where bpftool has
-//! libbfd (Debian's has not). Helper functions are kernel symbols of their own and are
-//! counted apart; samples that land on a program's first line are mostly the cost of
-//! entering it (the indirect call, a cold instruction cache).
+//! Where the BPF programs' time goes (`cargo xtask bench --profile`): perf's cpu-clock
+//! samples of the whole machine, with call chains, while new TLS 1.2 handshakes run. A
+//! sample in a program's own code is mapped to its source line through the program's
+//! jited line info (bpf_prog_info), which is what `bpftool prog dump jited linum` shows
+//! where bpftool has libbfd (Debian's has not). A sample in a kernel function that a
+//! program called (a helper, a map's lookup, the clock) is counted by that function and
+//! the program it returns to. Samples that land on a program's first line are mostly the
+//! cost of entering it (the indirect call, a cold instruction cache).
 
 use std::{
     collections::HashMap,
@@ -165,6 +166,55 @@ fn btf_strings(id: u32) -> Result<Vec<u8>> {
 /// A source line of a program: (program, file, line, text).
 type SourceLine<'a> = (&'a str, &'a str, u32, &'a str);
 
+/// The line-info entry an address in a program's image belongs to: the last at or before
+/// it (the next program starts past its last line).
+fn line_at(table: &[Line], ip: u64) -> Option<&Line> {
+    let at = table.partition_point(|l| l.addr <= ip);
+    at.checked_sub(1)
+        .map(|i| &table[i])
+        .filter(|l| ip - l.addr < 4096)
+}
+
+/// Where a sample inside hstrace's programs ran.
+#[derive(Debug, PartialEq)]
+pub enum InProgram<'a> {
+    /// in a program's own code, at this address
+    Own(u64),
+    /// in kernel function `.1` (or what it called in turn), called from the program
+    /// address `.0` returns to
+    Called(u64, &'a str),
+}
+
+/// The samples of `perf script -F ip,sym` over a recording with call chains (each frame
+/// on a line of its own, address then symbol, innermost first; a blank line after each
+/// sample) that ran inside a BPF program or below one.
+pub fn in_programs(script: &str) -> Vec<InProgram<'_>> {
+    let mut out = Vec::new();
+    let mut frames: Vec<(u64, &str)> = Vec::new();
+    for line in script.lines().chain([""]) {
+        let mut w = line.split_whitespace();
+        match (w.next().map(|ip| u64::from_str_radix(ip, 16)), w.next()) {
+            (Some(Ok(ip)), Some(sym)) => {
+                frames.push((ip, sym.split('+').next().unwrap_or(sym)))
+            }
+            _ => {
+                out.extend(in_program(&frames));
+                frames.clear();
+            }
+        }
+    }
+    out
+}
+
+/// One sample's frames, innermost first: inside a program or below one?
+fn in_program<'a>(frames: &[(u64, &'a str)]) -> Option<InProgram<'a>> {
+    let i = frames.iter().position(|(_, s)| s.starts_with("bpf_prog_"))?;
+    Some(match i {
+        0 => InProgram::Own(frames[0].0),
+        _ => InProgram::Called(frames[i].0, frames[i - 1].1),
+    })
+}
+
 /// Samples per program and per source line (a line can have several entries: inlined
 /// into several places, or split by the compiler), from sample addresses: a sample in a
 /// program belongs to the last entry at or before its address.
@@ -174,13 +224,7 @@ pub fn attribute(
 ) -> (HashMap<&str, u64>, HashMap<SourceLine<'_>, u64>) {
     let (mut progs, mut lines) = (HashMap::new(), HashMap::new());
     for ip in samples {
-        let at = table.partition_point(|l| l.addr <= ip);
-        // within a program's image (the next program starts past its last line)
-        if let Some(l) = at
-            .checked_sub(1)
-            .map(|i| &table[i])
-            .filter(|l| ip - l.addr < 4096)
-        {
+        if let Some(l) = line_at(table, ip) {
             *progs.entry(l.prog.as_str()).or_insert(0) += 1;
             let key = (l.prog.as_str(), l.file.as_str(), l.line, l.text.as_str());
             *lines.entry(key).or_insert(0) += 1;
@@ -190,7 +234,8 @@ pub fn attribute(
 }
 
 /// Profile the tracer (wire only) under new TLS 1.2 handshakes for `secs`: print the
-/// samples by program and the hottest source lines.
+/// samples by program, split between their own code and the kernel functions they call,
+/// those functions, and the hottest source lines.
 pub fn run(bin: &Path, nginx: &BenchNginx, secs: u32, out: &Path) -> Result<()> {
     let tracer = Tracer::start(bin, nginx.master, &["--uprobes", "none"])?;
     let mut table = Vec::new();
@@ -199,7 +244,7 @@ pub fn run(bin: &Path, nginx: &BenchNginx, secs: u32, out: &Path) -> Result<()> 
     }
     table.sort_by_key(|l| l.addr);
     let mut perf = Command::new("perf")
-        .args(["record", "-a", "-e", "cpu-clock", "-F", "20000", "-o"])
+        .args(["record", "-a", "-g", "-e", "cpu-clock", "-F", "5000", "-o"])
         .arg(out)
         .args(["--", "sleep", &secs.to_string()])
         .stdout(Stdio::null())
@@ -215,39 +260,64 @@ pub fn run(bin: &Path, nginx: &BenchNginx, secs: u32, out: &Path) -> Result<()> 
     tracer.stop();
     loaded?;
     let script = Command::new("perf")
-        .args(["script", "-G", "-F", "ip,sym", "-i"])
+        .args(["script", "-F", "ip,sym", "-i"])
         .arg(out)
         .output()
         .context("perf script")?;
     let text = String::from_utf8_lossy(&script.stdout);
-    let ips = text.lines().filter_map(|l| {
-        let mut w = l.split_whitespace();
-        let ip = w.next()?;
-        w.next()
-            .filter(|s| s.starts_with("bpf_prog_"))
-            .and_then(|_| u64::from_str_radix(ip, 16).ok())
+    let samples = in_programs(&text);
+    let own = samples.iter().filter_map(|s| match s {
+        InProgram::Own(ip) => Some(*ip),
+        InProgram::Called(..) => None,
     });
-    let (progs, lines) = attribute(&table, ips);
+    let (mut progs, lines) = attribute(&table, own);
+    let own_total: u64 = progs.values().sum();
+    let (mut calls, mut called_by) = (HashMap::new(), HashMap::<&str, u64>::new());
+    for s in &samples {
+        if let InProgram::Called(ip, f) = s {
+            if let Some(l) = line_at(&table, *ip) {
+                *calls.entry(*f).or_insert(0u64) += 1;
+                *called_by.entry(l.prog.as_str()).or_insert(0) += 1;
+                *progs.entry(l.prog.as_str()).or_insert(0) += 1;
+            }
+        }
+    }
     let total: u64 = progs.values().sum();
     if total == 0 {
         bail!("no samples in hstrace's programs: was the load running?");
     }
+    let pct = |n: u64| 100.0 * n as f64 / total as f64;
+    println!(
+        "samples in hstrace's programs: {total} ({} s of {}): {:.1} % in their own code, {:.1} % in the kernel functions they call",
+        secs,
+        WORKLOADS[0].name,
+        pct(own_total),
+        pct(total - own_total)
+    );
     let mut progs: Vec<_> = progs.into_iter().collect();
     progs.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
-    println!(
-        "samples in hstrace's programs: {total} ({} s of {})",
-        secs, WORKLOADS[0].name
-    );
     for (p, n) in &progs {
-        println!("  {:5.1} %  {p}", 100.0 * *n as f64 / total as f64);
+        let c = called_by.get(p).copied().unwrap_or(0);
+        println!(
+            "  {:5.1} %  {p} (own code {:.1} %, calls {:.1} %)",
+            pct(*n),
+            pct(n - c),
+            pct(c)
+        );
+    }
+    let mut calls: Vec<_> = calls.into_iter().collect();
+    calls.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+    println!("kernel functions the programs call (with what they call in turn):");
+    for (f, n) in calls.iter().take(20) {
+        println!("  {:5.1} %  {f}", pct(*n));
     }
     let mut lines: Vec<_> = lines.into_iter().collect();
     lines.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
-    println!("hottest lines (the program, then file:line):");
+    println!("hottest lines of the programs' own code (the program, then file:line):");
     for ((prog, file, line, text), n) in lines.iter().take(40) {
         println!(
             "  {:5.1} %  {prog:<15} {file}:{line}  {}",
-            100.0 * *n as f64 / total as f64,
+            pct(*n),
             text.chars().take(80).collect::<String>()
         );
     }
@@ -256,7 +326,7 @@ pub fn run(bin: &Path, nginx: &BenchNginx, secs: u32, out: &Path) -> Result<()> 
 
 #[cfg(test)]
 mod tests {
-    use super::{attribute, Line};
+    use super::{attribute, in_programs, InProgram, Line};
 
     fn line(addr: u64, prog: &str, n: u32) -> Line {
         Line {
@@ -285,5 +355,31 @@ mod tests {
         assert_eq!(lines[&("a", "f.c", 2, "")], 2);
         assert_eq!(lines[&("b", "f.c", 7, "")], 1);
         assert_eq!(lines.len(), 3);
+    }
+
+    #[test]
+    fn a_sample_is_the_program_s_own_or_the_function_it_called() {
+        let script = "\
+\tffffffffc0001234 bpf_prog_6deef7357e7b4530_sock_recv+0x34
+\tffffffff81000010 __traceiter_sock_recv_length+0x10
+
+\tffffffff81200000 lookup_nulls_elem_raw+0x20
+\tffffffff81200100 __htab_map_lookup_elem+0x40
+\tffffffffc0002000 bpf_prog_aaaa_sock_send+0x80
+\tffffffff81000020 __traceiter_sock_send_length+0x10
+
+\tffffffff81300000 rsa_ossl_mod_exp+0x1
+\tffffffff81300100 ossl_bn_mul+0x2
+
+\tffffffffc0003000 bpf_prog_bbbb_walk_step+0x8
+";
+        assert_eq!(
+            in_programs(script),
+            vec![
+                InProgram::Own(0xffffffffc0001234),
+                InProgram::Called(0xffffffffc0002000, "__htab_map_lookup_elem"),
+                InProgram::Own(0xffffffffc0003000),
+            ]
+        );
     }
 }

@@ -512,7 +512,9 @@ int BPF_PROG(data_ready_btf, const struct sock *sk)
 {
 	__u16 port = sk->__sk_common.skc_num;
 
-	if (is_server_port(port) && sk->sk_protocol == IPPROTO_TCP)
+	/* the port before sk_protocol, which is on a cache line of its own: any other
+	 * socket's arrival only tells on_data_ready that the hook runs */
+	if (!is_server_port(port) || sk->sk_protocol == IPPROTO_TCP)
 		on_data_ready((__u64)sk, port, sk->__sk_common.skc_state == TCP_LISTEN);
 	return 0;
 }

@@ -646,14 +646,12 @@ static __always_inline __u64 call_buffer(struct pt_regs *regs, __u32 *iovcnt)
 	}
 }
 
-/* The time of a call on connection `c`, or 0 when nothing keeps it: a peek, or a call that
- * moved nothing, unless it is the read attempt that ends a response (on_read_attempt).
- * (nginx makes four such calls a handshake: a MSG_PEEK and three EAGAIN reads.) */
-static __always_inline __u64 call_time(struct hs_conn_state *c, __u32 dir, int ret, __u32 peek)
+/* The time of a call, or 0 for one that keeps none: a peek, or a call that moved nothing
+ * (nginx makes four a handshake: a MSG_PEEK and three EAGAIN reads). A read attempt that
+ * ends a response reads the clock itself (on_read_attempt). */
+static __always_inline __u64 call_time(int ret, __u32 peek)
 {
-	if (peek || (ret <= 0 && !(dir == HS_DIR_IN && c->r.phase == HS_PH_RESPONSE)))
-		return 0;
-	return bpf_ktime_get_ns();
+	return peek || ret <= 0 ? 0 : bpf_ktime_get_ns();
 }
 
 /* sock:sock_recv_length and sock:sock_send_length fire inside every socket read and write
@@ -692,7 +690,7 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 	/* the syscall's buffer only when the parser reads these bytes (or the fd is wanted):
 	 * not for a failed or peeking read, nor for bytes inside a record body it passes over */
 	if (!targ_lazy_fd && !wants_bytes(c, dir, ret, peek)) {
-		on_conn_io(c, skey, dir, ret, HS_PTR_UNREAD, 0, peek, call_time(c, dir, ret, peek));
+		on_conn_io(c, skey, dir, ret, HS_PTR_UNREAD, 0, peek, call_time(ret, peek));
 		return;
 	}
 	regs = user_regs();
@@ -704,7 +702,7 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 		c->fkey = fkey;
 		bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
 	}
-	on_conn_io(c, skey, dir, ret, ptr, iovcnt, peek, call_time(c, dir, ret, peek));
+	on_conn_io(c, skey, dir, ret, ptr, iovcnt, peek, call_time(ret, peek));
 }
 
 SEC("tp_btf/sock_recv_length")

@@ -514,8 +514,7 @@ static __always_inline void on_read_attempt(struct hs_conn_state *c, __u64 now)
 	if (c->done_at && !c->wire_done)
 		wire_done(c, c->done_at);
 	if (c->r.phase == HS_PH_RESPONSE) {
-		/* (`now` is 0 for a call that moved nothing if the phase was another when the
-		 * call looked: another thread's write may have started the response since) */
+		/* (`now` is 0 for a call that moved nothing: see call_time) */
 		emit_conn(c, now ? now : bpf_ktime_get_ns(), outcome_now(c));
 		c->r.phase = HS_PH_DONE;
 	}

@@ -557,6 +557,13 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The smallest and largest of `v`.
+fn range(v: &[f64]) -> (f64, f64) {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (lo, hi)
+}
+
 pub struct BenchNginx {
     pub master: u32,
     pub tls_port: u16,
@@ -632,10 +639,7 @@ pub fn run(
                 "wire only" => format!("≥ {:.2}", w.goal.1),
                 _ => "—".into(),
             };
-            let (lo, hi) = (
-                ratios.iter().cloned().fold(f64::MAX, f64::min),
-                ratios.iter().cloned().fold(0.0, f64::max),
-            );
+            let (lo, hi) = range(&ratios);
             let m = median(ratios);
             let line = format!(
                 "| {} | {mode} | {:.0} | {m:.3} ({lo:.3}–{hi:.3}) | {goal} |\n",

@@ -15,7 +15,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use super::{median, process_run_secs, run_load, BenchNginx, Tracer, SERVE, WORKLOADS};
+use super::{median, process_run_secs, range, run_load, BenchNginx, Tracer, SERVE, WORKLOADS};
 
 const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
@@ -575,11 +575,6 @@ pub fn ab(
                 .push(ns(&t, name) - ns(&o, name));
         }
     }
-    let range = |v: &[f64]| {
-        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        (lo, hi)
-    };
     let (lo, hi) = range(&deltas);
     println!(
         "this − other: median {:+.2} µs ({lo:+.2}…{hi:+.2}), lower in {} of {pairs} pairs",

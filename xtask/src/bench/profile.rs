@@ -194,9 +194,7 @@ pub fn in_programs(script: &str) -> Vec<InProgram<'_>> {
     for line in script.lines().chain([""]) {
         let mut w = line.split_whitespace();
         match (w.next().map(|ip| u64::from_str_radix(ip, 16)), w.next()) {
-            (Some(Ok(ip)), Some(sym)) => {
-                frames.push((ip, sym.split('+').next().unwrap_or(sym)))
-            }
+            (Some(Ok(ip)), Some(sym)) => frames.push((ip, sym.split('+').next().unwrap_or(sym))),
             _ => {
                 out.extend(in_program(&frames));
                 frames.clear();
@@ -208,7 +206,9 @@ pub fn in_programs(script: &str) -> Vec<InProgram<'_>> {
 
 /// One sample's frames, innermost first: inside a program or below one?
 fn in_program<'a>(frames: &[(u64, &'a str)]) -> Option<InProgram<'a>> {
-    let i = frames.iter().position(|(_, s)| s.starts_with("bpf_prog_"))?;
+    let i = frames
+        .iter()
+        .position(|(_, s)| s.starts_with("bpf_prog_"))?;
     Some(match i {
         0 => InProgram::Own(frames[0].0),
         _ => InProgram::Called(frames[i].0, frames[i - 1].1),

@@ -282,17 +282,30 @@ static __always_inline int tgid_traced(__u32 tgid)
 /* The current thread's on-CPU time at `now` (it is on CPU now), from the scheduler's own
  * accounting of it: the run time it has been charged (`se.sum_exec_runtime`, brought up
  * to date at every switch and tick) plus the time since it was last charged
- * (`se.exec_start`). No hook on the scheduler: nothing runs at context switches. The
- * scheduler's clock is not bpf_ktime_get_ns's, but the two move together: the reading
- * is off by their constant difference (HS_CPU_BASE keeps it from wrapping), and only
- * differences between two readings of one thread are used. */
+ * (`se.exec_start`). No hook on the scheduler: nothing runs at context switches.
+ *
+ * `exec_start` is on the CPU's task clock, which runs behind the scheduler's clock by the
+ * IRQ and steal time charged on that CPU (`rq->clock - rq->clock_task`): a different lag
+ * on each CPU, a fifth of a second apart on a VM whose host steals time. That lag is taken
+ * off, so that two readings on different CPUs (the thread migrated between them) still
+ * differ by the time it ran. The scheduler's clock is not bpf_ktime_get_ns's, but the two
+ * move together: what is left is their constant difference (HS_CPU_BASE keeps it from
+ * wrapping), and only differences between two readings of one thread are used. Without
+ * group scheduling (no `se.cfs_rq`) the lag stays in, and a stage across a migration can
+ * lose its CPU figure. */
 #define HS_CPU_BASE (1ULL << 62)
 
 static __always_inline __u64 thread_cpu_now(__u64 now)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
+	__u64 lag = 0;
 
-	return HS_CPU_BASE + t->se.sum_exec_runtime + now - t->se.exec_start;
+	if (bpf_core_field_exists(t->se.cfs_rq)) {
+		struct rq *rq = t->se.cfs_rq->rq;
+
+		lag = rq->clock - rq->clock_task;
+	}
+	return HS_CPU_BASE + t->se.sum_exec_runtime + now - t->se.exec_start - lag;
 }
 
 /* Send the connection's record; from here on only bytes and exchanges are counted. */

@@ -161,6 +161,83 @@ fn known_server_work_moves_into_the_right_stage() {
     }
 }
 
+/// Move the thread `pid` to `cpu` alone.
+fn pin(pid: u32, cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_setaffinity only reads it
+    let ok = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(pid as i32, std::mem::size_of_val(&set), &set) == 0
+    };
+    assert!(
+        ok,
+        "cannot move {pid} to CPU {cpu}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// On-CPU time survives the worker moving between CPUs mid-stage: every CPU keeps its
+/// own lag of the scheduler's task clock behind its clock (the IRQ and steal time charged
+/// there, a fifth of a second apart on these VMs), so a stage read on two CPUs is only
+/// right once that lag is taken off. Without it, a migrated stage's CPU came out
+/// negative (dropped: no cpu_ns) or far too large (cut to the wall clock).
+#[test]
+fn cpu_ns_survives_the_worker_moving_between_cpus() {
+    // SAFETY: sysconf has no preconditions
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    assert!(
+        cpus >= 2,
+        "moving a worker between CPUs needs 2 CPUs; this machine has {cpus}"
+    );
+    let nginx = Nginx::start("migrate", 1);
+    let worker = *nginx.worker_pids().iter().next().unwrap();
+    let tracer = Hstrace::start(&["--port", &nginx.port.to_string()]);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mover = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut moves = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                pin(worker, (moves % 2) as usize);
+                moves += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            pin(worker, 0);
+            moves
+        })
+    };
+    let made = s_time(nginx.port, 3);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let moves = mover.join().unwrap();
+    let out = tracer.stop();
+    assert!(
+        made >= 200 && moves >= 200,
+        "{made} handshakes, {moves} moves"
+    );
+    assert_eq!(out.records.len() as u64, made, "{}", out.stderr);
+    let (mut stages, mut without) = (0u64, Vec::new());
+    for r in &out.records {
+        for s in ["server_flight_1", "server_flight_2"] {
+            if r["stages_ns"][s].is_u64() {
+                stages += 1;
+                if !r["cpu_ns"][s].is_u64() {
+                    without.push(r);
+                }
+            }
+        }
+    }
+    assert!(
+        without.is_empty(),
+        "{} of {stages} service stages have no cpu_ns; the first: {}",
+        without.len(),
+        without[0]
+    );
+    assert!(
+        stages >= 2 * made,
+        "{stages} service stages in {made} handshakes"
+    );
+}
+
 /// On-CPU time tells a service stage that computed from one that waited for a CPU: with
 /// the worker pinned to one CPU and a busy loop sharing it, server_flight_1 (an RSA-4096
 /// signature) takes longer on the wall clock, but its cpu_ns stays what the signature

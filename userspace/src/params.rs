@@ -153,7 +153,9 @@ struct ProcAcc {
     connections: u64,
     /// the on-CPU time of its connections' service stages
     stage_cpu_ns: u128,
-    /// connections without any stage CPU (no on-CPU hook): its CPU cannot be split
+    /// connections with a service stage but no stage CPU (no on-CPU reading): its CPU
+    /// cannot be split. One that ended before any service stage (a port check, a client
+    /// that left before its ClientHello) has nothing to split and is not counted here.
     without_cpu: u64,
     /// the process's whole CPU time (`Estimator::add_cpu`)
     cpu_ns: u128,
@@ -229,7 +231,11 @@ impl Estimator {
         let slot = self.slot(now);
         let proc = slot.procs.entry(s.pid).or_default();
         proc.connections += 1;
-        if s.cpu.is_empty() {
+        let served = s
+            .stages
+            .iter()
+            .any(|(st, _)| st.class() == StageClass::Service);
+        if served && s.cpu.is_empty() {
             proc.without_cpu += 1;
         }
         proc.stage_cpu_ns += s.cpu.iter().map(|(_, ns)| u128::from(*ns)).sum::<u128>();
@@ -346,7 +352,7 @@ pub struct ServerCpu {
 }
 
 /// `ServerCpu` of a server's connections (`acc`) from its processes' CPU (`procs`): None
-/// when no process's CPU was seen, or a connection has no stage CPU (no on-CPU hook).
+/// when no process's CPU was seen, or a connection's service stages have no on-CPU time.
 fn server_cpu(acc: &ServerAcc, procs: &BTreeMap<u32, ProcAcc>) -> Option<ServerCpu> {
     let (mut whole, mut outside, mut n) = (0.0, 0.0, 0u64);
     for (pid, count) in &acc.by_pid {
@@ -747,7 +753,30 @@ mod tests {
         let v: Value = serde_json::from_str(&p.to_json()).unwrap();
         assert_eq!(v["servers"][1]["cpu"]["outside_stages_s"], 2e-3);
 
-        // a connection without stage CPU (no on-CPU hook): its process's CPU cannot be split
+        // a connection that ended before any service stage (a port check) has no stage CPU
+        // and nothing to split: the figures stand, over one more connection
+        let unserved = [
+            (Stage::AcceptQueue, 30_000),
+            (Stage::WaitClientHello, 10_000),
+        ];
+        e.add(
+            now,
+            &Sample {
+                pid: 20,
+                ..sample("b:2", Kind::Failed, &unserved, false)
+            },
+        );
+        let p = e.parameters(now + Duration::from_secs(1), SystemTime::now());
+        let b = p.servers[1].cpu.unwrap();
+        // process 20: 4 ms over 2 connections, 0.5 ms of stages each; process 10 as above
+        assert!(
+            close(b.per_connection_s, 2e-3)
+                && close(b.outside_stages_s, (1e-3 + 2.0 * 1.5e-3) / 3.0),
+            "{b:?}"
+        );
+
+        // a connection whose service stage has no CPU (no on-CPU reading): its process's
+        // CPU cannot be split
         e.add(
             now,
             &Sample {

@@ -286,26 +286,30 @@ static __always_inline int tgid_traced(__u32 tgid)
  *
  * `exec_start` is on the CPU's task clock, which runs behind the scheduler's clock by the
  * IRQ and steal time charged on that CPU (`rq->clock - rq->clock_task`): a different lag
- * on each CPU, a fifth of a second apart on a VM whose host steals time. That lag is taken
+ * on each CPU, a fifth of a second apart on a VM whose host steals time. The lag is taken
  * off, so that two readings on different CPUs (the thread migrated between them) still
- * differ by the time it ran. The scheduler's clock is not bpf_ktime_get_ns's, but the two
- * move together: what is left is their constant difference (HS_CPU_BASE keeps it from
- * wrapping), and only differences between two readings of one thread are used. Without
- * group scheduling (no `se.cfs_rq`) the lag stays in, and a stage across a migration can
- * lose its CPU figure. */
+ * differ by the time it ran. It is read from the run queue only when the connection's
+ * reading is on another CPU than its last one (those lines are the scheduler's, written
+ * from every CPU: ~150 ns a reading when read each time); on one CPU it stands, as the
+ * time stolen between two readings there counts as run time either way. The scheduler's
+ * clock is not bpf_ktime_get_ns's, but the two move together: what is left is their
+ * constant difference (HS_CPU_BASE keeps it from wrapping), and only differences between
+ * two readings of one thread are used. Without group scheduling (no `se.cfs_rq`) the lag
+ * stays in, and a stage across a migration can lose its CPU figure. */
 #define HS_CPU_BASE (1ULL << 62)
 
-static __always_inline __u64 thread_cpu_now(__u64 now)
+static __always_inline __u64 thread_cpu_now(struct hs_conn_state *c, __u64 now)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
-	__u64 lag = 0;
+	__u32 cpu = bpf_get_smp_processor_id() + 1;
 
-	if (bpf_core_field_exists(t->se.cfs_rq)) {
+	if (c->lag_cpu != cpu && bpf_core_field_exists(t->se.cfs_rq)) {
 		struct rq *rq = t->se.cfs_rq->rq;
 
-		lag = rq->clock - rq->clock_task;
+		c->cpu_lag = rq->clock - rq->clock_task;
+		c->lag_cpu = cpu;
 	}
-	return HS_CPU_BASE + t->se.sum_exec_runtime + now - t->se.exec_start - lag;
+	return HS_CPU_BASE + t->se.sum_exec_runtime + now - t->se.exec_start - c->cpu_lag;
 }
 
 /* Send the connection's record; from here on only bytes and exchanges are counted. */

@@ -288,10 +288,10 @@ static __always_inline int tgid_traced(__u32 tgid)
  * IRQ and steal time charged on that CPU (`rq->clock - rq->clock_task`): a different lag
  * on each CPU, a fifth of a second apart on a VM whose host steals time. The lag is taken
  * off, so that two readings on different CPUs (the thread migrated between them) still
- * differ by the time it ran. It is read from the run queue only when the connection's
- * reading is on another CPU than its last one (those lines are the scheduler's, written
- * from every CPU: ~150 ns a reading when read each time); on one CPU it stands, as the
- * time stolen between two readings there counts as run time either way. The scheduler's
+ * differ by the time it ran. It is read from the run queue (lines the scheduler writes
+ * from every CPU) only when the connection's reading is on another CPU than its last
+ * one; on one CPU it stands, and time stolen between two readings there counts as run
+ * time, as it did before the lag was taken off. The scheduler's
  * clock is not bpf_ktime_get_ns's, but the two move together: what is left is their
  * constant difference (HS_CPU_BASE keeps it from wrapping), and only differences between
  * two readings of one thread are used. Without group scheduling (no `se.cfs_rq`) the lag

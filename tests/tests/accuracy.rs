@@ -1,7 +1,15 @@
 //! The stages against ground truth: a known network delay must land in the right delay
 //! stage and nowhere else. Root only; run with `cargo xtask test`.
 
-use std::{process::Command, time::Duration};
+use std::{
+    process::Command,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    thread,
+    time::Duration,
+};
 
 use hstrace_tests::*;
 use serde_json::Value;
@@ -192,22 +200,22 @@ fn cpu_ns_survives_the_worker_moving_between_cpus() {
     let nginx = Nginx::start("migrate", 1);
     let worker = *nginx.worker_pids().iter().next().unwrap();
     let tracer = Hstrace::start(&["--port", &nginx.port.to_string()]);
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
     let mover = {
         let done = done.clone();
-        std::thread::spawn(move || {
+        thread::spawn(move || {
             let mut moves = 0u64;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            while !done.load(Ordering::Relaxed) {
                 pin(worker, (moves % 2) as usize);
                 moves += 1;
-                std::thread::sleep(Duration::from_millis(2));
+                thread::sleep(Duration::from_millis(2));
             }
             pin(worker, 0);
             moves
         })
     };
     let made = s_time(nginx.port, 3);
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    done.store(true, Ordering::Relaxed);
     let moves = mover.join().unwrap();
     let out = tracer.stop();
     assert!(
@@ -246,15 +254,7 @@ fn cpu_ns_survives_the_worker_moving_between_cpus() {
 fn cpu_ns_separates_computing_from_waiting_for_a_cpu() {
     let nginx = Nginx::start_with_key("oncpu", 1, 4096);
     let worker = *nginx.worker_pids().iter().next().unwrap();
-    let pin = Command::new("taskset")
-        .args(["-p", "1", &worker.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        pin.status.success(),
-        "taskset: {}",
-        String::from_utf8_lossy(&pin.stderr)
-    );
+    pin(worker, 0);
     let port = nginx.port.to_string();
     let run = |label: &str| {
         let tracer = Hstrace::start(&["--port", &port]);

@@ -291,11 +291,12 @@ static __always_inline int tgid_traced(__u32 tgid)
  * differ by the time it ran. It is read from the run queue (lines the scheduler writes
  * from every CPU) only when the connection's reading is on another CPU than its last
  * one; on one CPU it stands, and time stolen between two readings there counts as run
- * time, as it did before the lag was taken off. The scheduler's
- * clock is not bpf_ktime_get_ns's, but the two move together: what is left is their
- * constant difference (HS_CPU_BASE keeps it from wrapping), and only differences between
- * two readings of one thread are used. Without group scheduling (no `se.cfs_rq`) the lag
- * stays in, and a stage across a migration can lose its CPU figure. */
+ * time, as it did before the lag was taken off. Without group scheduling (no
+ * `se.cfs_rq`) the lag stays in, and a stage across a migration can lose its CPU figure.
+ *
+ * The scheduler's clock is not bpf_ktime_get_ns's, but the two move together: what is
+ * left is their constant difference (HS_CPU_BASE keeps it from wrapping), and only
+ * differences between two readings of one thread are used. */
 #define HS_CPU_BASE (1ULL << 62)
 
 static __always_inline __u64 thread_cpu_now(struct hs_conn_state *c, __u64 now)

@@ -203,12 +203,35 @@ pub fn stats_floor_ns(calls: u32) -> Result<f64> {
     Ok(info.run_time().as_nanos() as f64 / info.run_count() as f64)
 }
 
+/// Which of `trace`'s hooks `hooks_alone` holds. A syscall tracepoint (accept's, where
+/// the kernel offers no fexit) sends every syscall of every process down the kernel's
+/// traced-syscall path, so its cost lands on calls it never runs for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HookSet {
+    All,
+    /// only the tracepoints in the syscalls category
+    Syscalls,
+    /// every hook but those
+    NotSyscalls,
+}
+
+impl HookSet {
+    fn holds(self, hook: &crate::probes::Hook) -> bool {
+        let syscall = matches!(hook, crate::probes::Hook::Tracepoint("syscalls", _));
+        match self {
+            HookSet::All => true,
+            HookSet::Syscalls => syscall,
+            HookSet::NotSyscalls => !syscall,
+        }
+    }
+}
+
 /// An empty program at each hook `trace` attaches on this kernel (found by attaching the
-/// real programs once), held until this process is stopped: under a load, their program
-/// runs and run time are what the hooks and the counting cost before any of hstrace's
-/// own work. Says "hstrace: tracing" on stderr once attached, as `trace` does, and stops
-/// on Ctrl-C or SIGTERM.
-pub fn hooks_alone() -> Result<()> {
+/// real programs once; `set` picks among them), held until this process is stopped:
+/// under a load, their program runs and run time are what the hooks and the counting
+/// cost before any of hstrace's own work. Says "hstrace: tracing" on stderr once
+/// attached, as `trace` does, and stops on Ctrl-C or SIGTERM.
+pub fn hooks_alone(set: HookSet) -> Result<()> {
     use crate::probes::{attach_kernel_probes, Hook};
     use aya::programs::{BtfTracePoint, TracePoint};
 
@@ -227,6 +250,7 @@ pub fn hooks_alone() -> Result<()> {
         attach_kernel_probes(&mut bpf, &btf, &[])?
             .into_iter()
             .flat_map(|c| c.hooks.into_iter().flatten())
+            .filter(|h| set.holds(h))
             .collect()
     };
     let mut held = Vec::new();
@@ -253,6 +277,10 @@ pub fn hooks_alone() -> Result<()> {
         }
         held.push(bpf);
     }
+    anyhow::ensure!(
+        !chosen.is_empty(),
+        "no hooks of the set {set:?} on this kernel: nothing to hold"
+    );
     let names: Vec<&str> = chosen.iter().map(|h| h.name()).collect();
     eprintln!("hstrace: tracing (empty programs at {})", names.join(", "));
     // until Ctrl-C or SIGTERM, by handler: a shell's background job inherits SIGINT ignored

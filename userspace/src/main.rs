@@ -129,7 +129,11 @@ enum Command {
     /// Empty programs at the hooks `trace` attaches, held until stopped: what the hooks
     /// and the counting cost under a load (for `cargo xtask bench`)
     #[command(hide = true)]
-    BenchHooksAlone,
+    BenchHooksAlone {
+        /// all of them, only the syscall tracepoints, or all but those
+        #[arg(long, value_enum, default_value_t = hstrace::bench::HookSet::All)]
+        hooks: hstrace::bench::HookSet,
+    },
     /// Print one record per finished connection handshake, live
     Trace {
         #[command(flatten)]
@@ -358,7 +362,7 @@ fn run(cli: Cli) -> Result<()> {
             println!("{:.1}", hstrace::bench::stats_floor_ns(calls)?);
             Ok(())
         }
-        Command::BenchHooksAlone => hstrace::bench::hooks_alone(),
+        Command::BenchHooksAlone { hooks } => hstrace::bench::hooks_alone(hooks),
         Command::BenchSweep { conns } => {
             println!("{:.1}", hstrace::bench::sweep_ms(conns)?);
             Ok(())

@@ -23,8 +23,8 @@ const STIME_SECS: &str = "3";
 /// Requests per keep-alive run (h2load, 4 connections).
 const KEEPALIVE_REQUESTS: &str = "150000";
 
-struct Workload {
-    name: &'static str,
+pub struct Workload {
+    pub name: &'static str,
     /// goals for the default and the wire-only mode (on/off throughput)
     goal: (f64, f64),
     tls: bool,
@@ -33,7 +33,7 @@ struct Workload {
 
 impl Workload {
     /// The load generator's command line against `nginx`'s TLS or plain port.
-    fn cmd(&self, nginx: &BenchNginx) -> Vec<String> {
+    pub fn cmd(&self, nginx: &BenchNginx) -> Vec<String> {
         (self.args)(if self.tls {
             nginx.tls_port
         } else {
@@ -107,6 +107,22 @@ const WORKLOADS: &[Workload] = &[
         args: |p| h2load(format!("http://127.0.0.1:{p}/")),
     },
 ];
+
+/// WORKLOADS[n], for a flag that names one by number.
+pub fn workload(n: usize) -> Result<&'static Workload> {
+    WORKLOADS.get(n).with_context(|| {
+        let names: Vec<String> = WORKLOADS
+            .iter()
+            .enumerate()
+            .map(|(i, w)| format!("{i}: {}", w.name))
+            .collect();
+        format!(
+            "--workload {n}: there are {} ({})",
+            WORKLOADS.len(),
+            names.join(", ")
+        )
+    })
+}
 
 /// hstrace modes measured: label, extra arguments.
 const MODES: &[(&str, &[&str])] = &[

@@ -5,8 +5,9 @@
 //!   cargo xtask test             setup, build, then every test (unit, verifier, integration)
 //!   cargo xtask vmlinux          regenerate ebpf/vmlinux/<arch>/vmlinux.h from this kernel
 //!   cargo xtask bench            with/without hstrace side by side: docs/benchmarks.md
-//!                                (--cost: that section alone; --profile: where BPF time
-//!                                goes; --ab OTHER_HSTRACE: this build against another)
+//!                                (--cost: that section alone; --cpu: one workload's CPU
+//!                                on/off row, printed; --profile: where BPF time goes;
+//!                                --ab OTHER_HSTRACE: this build against another)
 //!   cargo xtask validate-model   the model's predictions against a loaded nginx:
 //!                                docs/model-validation.md (--quick: a short run, printed)
 
@@ -81,7 +82,7 @@ fn xtask() -> Result<()> {
         Some("soak") => soak(&args[1..]),
         Some("fuzz-parsers") => fuzz_parsers(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench [--cost | --profile [--seconds N] | --ab OTHER_HSTRACE [--workload N] [--pairs N]] | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | fuzz-parsers [--runs N] | soak [--minutes M] | vmlinux");
+            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench [--cost | --cpu [--workload N] | --profile [--seconds N] | --ab OTHER_HSTRACE [--workload N] [--pairs N]] | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | fuzz-parsers [--runs N] | soak [--minutes M] | vmlinux");
             std::process::exit(2);
         }
     }
@@ -352,6 +353,18 @@ fn bench(args: &[String]) -> Result<()> {
             flag(args, "--workload", 0)?,
             flag(args, "--pairs", 4)?,
         );
+    }
+    if args.iter().any(|a| a == "--cpu") {
+        // one workload's CPU on/off row, printed: for trying a change, writes nothing
+        let n: usize = flag(args, "--workload", 2)?;
+        let w = bench::workload(n)?;
+        let c = bench::cost::cpu_on_off(&bin, nginx.pid, &w.cmd(&target))?;
+        println!("| workload | off | empty programs | default | wire only | empty programs on/off | default on/off | wire only on/off | uprobes in nginx |");
+        print!("{}", bench::cost::cpu_row(w.name, &c));
+        let split = bench::cost::cpu_split(&bin, nginx.pid, &w.cmd(&target))?;
+        println!("\n| empty programs at | CPU per connection | on/off |");
+        print!("{}", bench::cost::split_rows(&split));
+        return Ok(());
     }
     if args.iter().any(|a| a == "--cost") {
         // the cost section alone, in place: the rest of the page stays as the last full run

@@ -21,8 +21,11 @@ const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
 /// Calls of the uprobe loop per run.
 const UPROBE_CALLS: &str = "200000";
-/// Rounds (off, default, wire only) of the CPU-per-connection rows.
+/// Rounds (each side of CPU_SIDES once) of the CPU-per-connection rows.
 const CPU_PAIRS: usize = 9;
+/// Rounds of the split of the empty programs' cost: its parts are a percent or two each,
+/// inside one short run's noise.
+const SPLIT_ROUNDS: usize = 15;
 
 /// The ids of the BPF programs process `pid` holds open (from /proc/PID/fdinfo).
 pub fn prog_ids(pid: u32) -> Result<Vec<u64>> {
@@ -301,61 +304,166 @@ fn hook_floors(bin: &Path, cmd: &[String]) -> Result<[(f64, f64); 2]> {
     }))
 }
 
-/// The CPU on/off rows of one workload: medians over interleaved rounds, ns per operation.
-struct OnOff {
-    /// nginx's workers + the client + the tracer: off, default (`trace`), wire only
-    all: [f64; 3],
-    /// the median ratios of each round's default and wire-only runs to its off run
-    ratio: [f64; 2],
-    /// nginx's workers alone: default less wire only, the OpenSSL uprobes where they run
-    uprobes_in_nginx: f64,
+/// What runs beside nginx in one side of the CPU on/off rows.
+#[derive(Clone, Copy)]
+enum Side {
+    Off,
+    /// `hstrace bench-hooks-alone --hooks SET`: an empty program at each of wire only's
+    /// hooks in SET (all, syscalls, not-syscalls)
+    EmptyPrograms(&'static str),
+    /// `hstrace trace` with these arguments
+    Trace(&'static [&'static str]),
 }
 
-/// CPU per operation of nginx's workers, the client and the tracer: hstrace off, on in
-/// default mode and on wire only, in short runs, each round in a rotated order.
-fn cpu_on_off(bin: &Path, master: u32, cmd: &[String]) -> Result<OnOff> {
-    // (all, nginx's workers) per operation, ns
-    let once = |extra: Option<&[&str]>| -> Result<(f64, f64)> {
-        let tracer = extra.map(|e| Tracer::start(bin, master, e)).transpose()?;
-        let pid = tracer.as_ref().map(|t| t.child.id());
-        let measured = (|| -> Result<(f64, f64)> {
-            let (w0, c0) = (workers_cpu_secs(master), waited_children_cpu_secs());
-            let t0 = pid.map_or(Ok(0.0), process_run_secs)?;
-            let (_, ops) = run_load(cmd)?;
-            let t1 = pid.map_or(Ok(0.0), process_run_secs)?;
-            let workers = workers_cpu_secs(master) - w0;
-            // the client's CPU before the tracer is waited for: its own would join it
-            let spent = workers + waited_children_cpu_secs() - c0 + t1 - t0;
-            Ok((spent * 1e9 / ops, workers * 1e9 / ops))
-        })();
-        if let Some(t) = tracer {
-            t.stop();
-        }
-        measured
-    };
-    let sides: [Option<&[&str]>; 3] = [None, Some(&[]), Some(&["--uprobes", "none"])];
-    let mut all = [Vec::new(), Vec::new(), Vec::new()];
-    let (mut ratio, mut uprobes) = ([Vec::new(), Vec::new()], Vec::new());
-    for round in 0..CPU_PAIRS {
-        let mut got = [(0.0, 0.0); 3];
-        for k in 0..3 {
-            let side = (round + k) % 3;
-            got[side] = once(sides[side])?;
-        }
-        for side in 0..3 {
-            all[side].push(got[side].0);
-        }
-        ratio[0].push(got[1].0 / got[0].0);
-        ratio[1].push(got[2].0 / got[0].0);
-        uprobes.push(got[1].1 - got[2].1);
-    }
-    let [off, default, wire] = all;
-    let [r_default, r_wire] = ratio;
-    Ok(OnOff {
-        all: [median(off), median(default), median(wire)],
-        ratio: [median(r_default), median(r_wire)],
-        uprobes_in_nginx: median(uprobes),
+/// The sides of the CPU on/off table, in the order of `OnOff::all`.
+const CPU_SIDES: [Side; 4] = [
+    Side::Off,
+    Side::EmptyPrograms("all"),
+    Side::Trace(&[]),
+    Side::Trace(&["--uprobes", "none"]),
+];
+
+/// The sides that split the empty programs' cost: accept's syscall tracepoints, the rest.
+const SPLIT_SIDES: [Side; 3] = [
+    Side::Off,
+    Side::EmptyPrograms("syscalls"),
+    Side::EmptyPrograms("not-syscalls"),
+];
+
+/// The workload whose on/off cost the hooks weigh on most: resumed TLS 1.2 handshakes.
+pub const SPLIT_WORKLOAD: &super::Workload = &WORKLOADS[2];
+
+/// The rows of the split table, from `cpu_split`'s figures.
+pub fn split_rows((all, ratio): &(Vec<f64>, Vec<f64>)) -> String {
+    [
+        "none (hstrace off)",
+        "accept's syscall tracepoints only",
+        "every other hook of wire only",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, what)| {
+        let r = if i == 0 {
+            "—".to_string()
+        } else {
+            format!("{:+.1} %", (ratio[i - 1] - 1.0) * 100.0)
+        };
+        format!("| {what} | {:.1} µs | {r} |\n", all[i] / 1e3)
     })
+    .collect()
+}
+
+/// CPU per operation of nginx's workers, the client and the tracer, with `side` beside
+/// them during one run of `cmd`: (all, nginx's workers), ns.
+fn cpu_once(bin: &Path, master: u32, cmd: &[String], side: Side) -> Result<(f64, f64)> {
+    let tracer = match side {
+        Side::Off => None,
+        Side::EmptyPrograms(set) => {
+            let mut c = Command::new(bin);
+            c.args(["bench-hooks-alone", "--hooks", set]);
+            Some(Tracer::spawn(c, false)?)
+        }
+        Side::Trace(extra) => Some(Tracer::start(bin, master, extra)?),
+    };
+    let pid = tracer.as_ref().map(|t| t.child.id());
+    let measured = (|| -> Result<(f64, f64)> {
+        let (w0, c0) = (workers_cpu_secs(master), waited_children_cpu_secs());
+        let t0 = pid.map_or(Ok(0.0), process_run_secs)?;
+        let (_, ops) = run_load(cmd)?;
+        let t1 = pid.map_or(Ok(0.0), process_run_secs)?;
+        let workers = workers_cpu_secs(master) - w0;
+        // the client's CPU before the tracer is waited for: its own would join it
+        let spent = workers + waited_children_cpu_secs() - c0 + t1 - t0;
+        Ok((spent * 1e9 / ops, workers * 1e9 / ops))
+    })();
+    if let Some(t) = tracer {
+        t.stop();
+    }
+    measured
+}
+
+/// `rounds` rounds of one run of `cmd` beside each of `sides`, each round in a rotated
+/// order: per round, (all, nginx's workers) per operation of each side, ns.
+fn cpu_rounds<const N: usize>(
+    bin: &Path,
+    master: u32,
+    cmd: &[String],
+    sides: [Side; N],
+    rounds: usize,
+) -> Result<Vec<[(f64, f64); N]>> {
+    let mut got_all = Vec::new();
+    for round in 0..rounds {
+        let mut got = [(0.0, 0.0); N];
+        for k in 0..N {
+            let side = (round + k) % N;
+            got[side] = cpu_once(bin, master, cmd, sides[side])?;
+        }
+        got_all.push(got);
+    }
+    Ok(got_all)
+}
+
+/// Over `rounds` (sides[0] off): the median CPU per operation of each side, and the
+/// median of each round's ratio of each other side to its off run.
+fn medians<const N: usize>(rounds: &[[(f64, f64); N]]) -> (Vec<f64>, Vec<f64>) {
+    let all = (0..N)
+        .map(|s| median(rounds.iter().map(|r| r[s].0).collect()))
+        .collect();
+    let ratio = (1..N)
+        .map(|s| median(rounds.iter().map(|r| r[s].0 / r[0].0).collect()))
+        .collect();
+    (all, ratio)
+}
+
+/// The CPU on/off rows of one workload: medians over interleaved rounds, ns per operation.
+pub struct OnOff {
+    /// nginx's workers + the client + the tracer, per CPU_SIDES: off, empty programs at
+    /// the hooks, default (`trace`), wire only
+    pub all: Vec<f64>,
+    /// the median ratios of each round's empty-program, default and wire-only runs to its
+    /// off run
+    pub ratio: Vec<f64>,
+    /// nginx's workers alone: default less wire only, the OpenSSL uprobes where they run
+    pub uprobes_in_nginx: f64,
+}
+
+/// CPU per operation of nginx's workers, the client and the tracer: hstrace off, empty
+/// programs at its hooks, on in default mode and on wire only.
+pub fn cpu_on_off(bin: &Path, master: u32, cmd: &[String]) -> Result<OnOff> {
+    let rounds = cpu_rounds(bin, master, cmd, CPU_SIDES, CPU_PAIRS)?;
+    let (all, ratio) = medians(&rounds);
+    Ok(OnOff {
+        all,
+        ratio,
+        uprobes_in_nginx: median(rounds.iter().map(|r| r[2].1 - r[3].1).collect()),
+    })
+}
+
+/// The empty programs' CPU on/off split between accept's syscall tracepoints and the
+/// other hooks: (CPU per operation off, with each; each one's on/off ratio), ns.
+pub fn cpu_split(bin: &Path, master: u32, cmd: &[String]) -> Result<(Vec<f64>, Vec<f64>)> {
+    Ok(medians(&cpu_rounds(
+        bin,
+        master,
+        cmd,
+        SPLIT_SIDES,
+        SPLIT_ROUNDS,
+    )?))
+}
+
+/// One row of the CPU on/off table.
+pub fn cpu_row(workload: &str, c: &OnOff) -> String {
+    format!(
+        "| {workload} | {:.1} µs | {:.1} µs | {:.1} µs | {:.1} µs | {:+.1} % | {:+.1} % | {:+.1} % | {:.1} µs |\n",
+        c.all[0] / 1e3,
+        c.all[1] / 1e3,
+        c.all[2] / 1e3,
+        c.all[3] / 1e3,
+        (c.ratio[0] - 1.0) * 100.0,
+        (c.ratio[1] - 1.0) * 100.0,
+        (c.ratio[2] - 1.0) * 100.0,
+        c.uprobes_in_nginx / 1e3,
+    )
 }
 
 /// The "Cost per operation" section of docs/benchmarks.md.
@@ -445,20 +553,12 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
     }
     let mut cpu_rows = String::new();
     for w in WORKLOADS.iter().filter(|w| w.tls).take(3) {
-        let c = cpu_on_off(bin, nginx.master, &w.cmd(nginx))?;
-        let line = format!(
-            "| {} | {:.1} µs | {:.1} µs | {:.1} µs | {:+.1} % | {:+.1} % | {:.1} µs |\n",
-            w.name,
-            c.all[0] / 1e3,
-            c.all[1] / 1e3,
-            c.all[2] / 1e3,
-            (c.ratio[0] - 1.0) * 100.0,
-            (c.ratio[1] - 1.0) * 100.0,
-            c.uprobes_in_nginx / 1e3,
-        );
+        let line = cpu_row(w.name, &cpu_on_off(bin, nginx.master, &w.cmd(nginx))?);
         eprint!("{line}");
         cpu_rows.push_str(&line);
     }
+    let split = split_rows(&cpu_split(bin, nginx.master, &SPLIT_WORKLOAD.cmd(nginx))?);
+    eprint!("{split}");
     Ok(format!(
         "\n## Cost per operation\n\n\
          `cargo xtask bench --cost` (also part of the full bench). Per connection (handshakes) \
@@ -497,18 +597,26 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
          |---|---|---|---|\n{floor_rows}\n\
          CPU per connection of nginx's worker, the client (`openssl s_time`) and the tracer \
          (run time from /proc schedstat and the client's rusage: other tenants of the \
-         machine are left out), hstrace off, on in default mode (`trace`) and on wire only \
+         machine are left out), hstrace off, empty programs at the hooks wire only attaches \
+         (`hstrace bench-hooks-alone`: what hooking costs before any program does \
+         anything, with no counting on), on in default mode (`trace`) and on wire only \
          (`trace --uprobes none`), {CPU_PAIRS} rounds of short runs (each round in a rotated \
          order), medians; the last column is nginx's worker alone, default less wire only \
          in each round: what the SSL_do_handshake uprobes cost where they run, against the \
          loop's figure above:\n\n\
-         | workload | off | default | wire only | default on/off | wire only on/off | uprobes in nginx |\n\
-         |---|---|---|---|---|---|---|\n{cpu_rows}",
+         | workload | off | empty programs | default | wire only | empty programs on/off | default on/off | wire only on/off | uprobes in nginx |\n\
+         |---|---|---|---|---|---|---|---|---|\n{cpu_rows}\n\
+         The empty programs' cost split, {} ({SPLIT_ROUNDS} rounds as above): accept \
+         is hooked at its syscall tracepoints where the kernel offers no fexit, and one \
+         syscall tracepoint sends every syscall of every process down the kernel's \
+         traced-syscall path:\n\n\
+         | empty programs at | CPU per connection | on/off |\n|---|---|---|\n{split}",
         trap_pair / 1e3,
         idle_trace * 1e3,
         idle_serve * 1e3,
         untraced_ns - untraced_runs * floor,
         WORKLOADS[0].name.trim_end_matches('s'),
+        SPLIT_WORKLOAD.name,
     ))
 }
 
@@ -525,13 +633,7 @@ pub fn ab(
     workload: usize,
     pairs: usize,
 ) -> Result<()> {
-    let Some(w) = WORKLOADS.get(workload) else {
-        bail!(
-            "--workload {workload}: there are {} (0: {})",
-            WORKLOADS.len(),
-            WORKLOADS[0].name
-        );
-    };
+    let w = super::workload(workload)?;
     let floor = super::hstrace_number(bin, &["bench-stats-floor"])?;
     let cmd = w.cmd(nginx);
     println!(

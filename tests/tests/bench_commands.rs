@@ -120,3 +120,13 @@ fn hooks_alone_splits_the_syscall_tracepoints_from_the_other_hooks() {
     every.sort();
     assert_eq!(both, every);
 }
+
+#[test]
+fn hooks_alone_control_holds_only_hooks_no_connection_fires() {
+    let all = hooks_held(&["--hooks", "all"]);
+    let mut quiet = hooks_held(&["--hooks", "quiet"]);
+    quiet.sort();
+    // the bench's control: new processes and execs, which its loads never make
+    assert_eq!(quiet, ["sched_process_exec", "sched_process_fork"]);
+    assert!(quiet.iter().all(|h| all.contains(h)), "{quiet:?} {all:?}");
+}

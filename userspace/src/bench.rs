@@ -213,15 +213,23 @@ pub enum HookSet {
     Syscalls,
     /// every hook but those
     NotSyscalls,
+    /// only the hooks no connection fires (new processes, execs): a control, attached
+    /// and held like the others, for what holding hooks costs where they never run
+    Quiet,
 }
 
 impl HookSet {
     fn holds(self, hook: &crate::probes::Hook) -> bool {
-        let syscall = matches!(hook, crate::probes::Hook::Tracepoint("syscalls", _));
+        use crate::probes::Hook;
+        let syscall = matches!(hook, Hook::Tracepoint("syscalls", _));
         match self {
             HookSet::All => true,
             HookSet::Syscalls => syscall,
             HookSet::NotSyscalls => !syscall,
+            HookSet::Quiet => matches!(
+                hook,
+                Hook::BtfTracepoint("sched_process_fork" | "sched_process_exec")
+            ),
         }
     }
 }

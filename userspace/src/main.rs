@@ -130,7 +130,8 @@ enum Command {
     /// and the counting cost under a load (for `cargo xtask bench`)
     #[command(hide = true)]
     BenchHooksAlone {
-        /// all of them, only the syscall tracepoints, or all but those
+        /// all of them, only the syscall tracepoints, all but those, or only those no
+        /// connection fires (a control)
         #[arg(long, value_enum, default_value_t = hstrace::bench::HookSet::All)]
         hooks: hstrace::bench::HookSet,
     },

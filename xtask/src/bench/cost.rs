@@ -323,11 +323,23 @@ const CPU_SIDES: [Side; 4] = [
     Side::Trace(&["--uprobes", "none"]),
 ];
 
-/// The sides that split the empty programs' cost: accept's syscall tracepoints, the rest.
-const SPLIT_SIDES: [Side; 3] = [
-    Side::Off,
-    Side::EmptyPrograms("syscalls"),
-    Side::EmptyPrograms("not-syscalls"),
+/// The sides that split the empty programs' cost, each with its row's label: a control
+/// (hooks held that no connection fires), accept's syscall tracepoints, the rest, all.
+const SPLIT_SIDES: [(Side, &str); 5] = [
+    (Side::Off, "none (hstrace off)"),
+    (
+        Side::EmptyPrograms("quiet"),
+        "only hooks no connection fires (fork, exec): the control",
+    ),
+    (
+        Side::EmptyPrograms("syscalls"),
+        "accept's syscall tracepoints only",
+    ),
+    (
+        Side::EmptyPrograms("not-syscalls"),
+        "every other hook of wire only",
+    ),
+    (Side::EmptyPrograms("all"), "all of wire only's hooks"),
 ];
 
 /// The workload whose on/off cost the hooks weigh on most: resumed TLS 1.2 handshakes.
@@ -335,22 +347,18 @@ pub const SPLIT_WORKLOAD: &super::Workload = &WORKLOADS[2];
 
 /// The rows of the split table, from `cpu_split`'s figures.
 pub fn split_rows((all, ratio): &(Vec<f64>, Vec<f64>)) -> String {
-    [
-        "none (hstrace off)",
-        "accept's syscall tracepoints only",
-        "every other hook of wire only",
-    ]
-    .iter()
-    .enumerate()
-    .map(|(i, what)| {
-        let r = if i == 0 {
-            "—".to_string()
-        } else {
-            format!("{:+.1} %", (ratio[i - 1] - 1.0) * 100.0)
-        };
-        format!("| {what} | {:.1} µs | {r} |\n", all[i] / 1e3)
-    })
-    .collect()
+    SPLIT_SIDES
+        .iter()
+        .enumerate()
+        .map(|(i, (_, what))| {
+            let r = if i == 0 {
+                "—".to_string()
+            } else {
+                format!("{:+.1} %", (ratio[i - 1] - 1.0) * 100.0)
+            };
+            format!("| {what} | {:.1} µs | {r} |\n", all[i] / 1e3)
+        })
+        .collect()
 }
 
 /// CPU per operation of nginx's workers, the client and the tracer, with `side` beside
@@ -440,13 +448,13 @@ pub fn cpu_on_off(bin: &Path, master: u32, cmd: &[String]) -> Result<OnOff> {
 }
 
 /// The empty programs' CPU on/off split between accept's syscall tracepoints and the
-/// other hooks: (CPU per operation off, with each; each one's on/off ratio), ns.
+/// other hooks, beside a control and all of them: (CPU per operation off, with each; each one's on/off ratio), ns.
 pub fn cpu_split(bin: &Path, master: u32, cmd: &[String]) -> Result<(Vec<f64>, Vec<f64>)> {
     Ok(medians(&cpu_rounds(
         bin,
         master,
         cmd,
-        SPLIT_SIDES,
+        SPLIT_SIDES.map(|(side, _)| side),
         SPLIT_ROUNDS,
     )?))
 }
@@ -609,7 +617,9 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
          The empty programs' cost split, {} ({SPLIT_ROUNDS} rounds as above): accept \
          is hooked at its syscall tracepoints where the kernel offers no fexit, and one \
          syscall tracepoint sends every syscall of every process down the kernel's \
-         traced-syscall path:\n\n\
+         traced-syscall path; the control holds empty programs only at hooks no \
+         connection fires, loaded and attached the same way, so what it shows is the \
+         method's own bias:\n\n\
          | empty programs at | CPU per connection | on/off |\n|---|---|---|\n{split}",
         trap_pair / 1e3,
         idle_trace * 1e3,

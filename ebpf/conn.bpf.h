@@ -83,17 +83,13 @@ static __always_inline int port_selected(__u16 port)
 	return bits && ((*bits >> (port & 63)) & 1);
 }
 
-/* A child socket between ESTABLISHED and accept(). */
-struct est {
-	__u64 t_est;
-	__u64 t_arrive; /* first bytes queued before accept() */
-	__u32 flags;    /* HS_F_PEER_FIN when the client closed before accept() */
-	/* the addresses, taken where the state change has them at hand (a BTF socket or the
-	 * tracepoint's fields): accept then reads no socket field */
+/* A new connection's addresses, where its state change has them at hand (a BTF socket
+ * or the tracepoint's fields): accept then reads no socket field. */
+struct conn_addrs {
 	__u16 family;
 	__u16 sport; /* host byte order */
 	__u16 dport;
-	__u16 pad[3];
+	__u16 pad;
 	__u8 saddr[16]; /* as in struct hs_conn */
 	__u8 daddr[16];
 };
@@ -139,22 +135,14 @@ struct {
 	__type(value, __u8);
 } traced_tgids SEC(".maps");
 
-/* Server-side sockets between the three-way handshake and accept, on the ports the
- * selection allows (port_selected). Freed at accept or when the socket closes, so it holds
- * what the selected servers' accept queues hold. A plain hash, not an LRU: an LRU would
- * evict a queued socket's entry in silence (and its insert and delete take its lists'
- * locks); when this is full, a socket is counted (HS_C_EST_FULL) and its accept_queue is
- * not measured. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, HS_MAX_CONNS);
-	__type(key, __u64); /* struct sock * */
-	__type(value, struct est);
-} est_socks SEC(".maps");
-
-/* The traced connections, from accept until they close: a plain hash, never evicted by
- * the kernel. When it is full, a new connection is counted (HS_C_TABLE_FULL), not
- * tracked; userspace's sweep keeps room by evicting the longest idle ones, counting each. */
+/* The traced connections, from the three-way handshake's last ACK (on a port the
+ * selection allows: port_selected) until they close. An entry made then waits in the
+ * accept queue with its socket, t_accept 0, until accept gives it its process: one entry
+ * a connection, so accept, arrivals and state changes each take one lookup. A plain hash,
+ * never evicted by the kernel: when it is full, a socket's handshake is counted
+ * (HS_C_EST_FULL: its accept_queue is not measured) and accept tries again; a connection
+ * accepted with the table still full is counted (HS_C_TABLE_FULL), not tracked.
+ * Userspace's sweep keeps room by evicting the longest idle accepted ones, counting each. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, HS_MAX_CONNS);
@@ -226,10 +214,14 @@ struct {
 	__type(value, struct hs_hello);
 } hello_scratch SEC(".maps");
 
-/* Scratch space for a new connection (too big for the BPF stack). */
+/* Scratch space for a new connection (too big for the BPF stack): one for accept, which
+ * runs in a process, one for the handshake's last ACK, which a softirq may bring in the
+ * middle of an accept on the same CPU. */
+#define HS_SCRATCH_ACCEPT 0
+#define HS_SCRATCH_ESTABLISHED 1
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, struct hs_conn_state);
 } conn_scratch SEC(".maps");
@@ -311,6 +303,14 @@ static __always_inline __u64 thread_cpu_now(struct hs_conn_state *c, __u64 now)
 		c->lag_cpu = cpu;
 	}
 	return HS_CPU_BASE + t->se.sum_exec_runtime + now - t->se.exec_start - c->cpu_lag;
+}
+
+/* A new connection's entry, its addresses filled in: nothing seen yet. */
+static __always_inline void new_conn(struct hs_conn_state *c)
+{
+	c->flight = -1;
+	c->r.rec = HS_REC_CONN;
+	c->r.outcome = HS_OUTCOME_FAILED; /* until its handshake completes */
 }
 
 /* Send the connection's record; from here on only bytes and exchanges are counted. */

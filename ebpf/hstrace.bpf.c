@@ -119,108 +119,88 @@ static __always_inline __u16 local_port(const struct sock *sk)
 	return port ? port : released_port(sk);
 }
 
+/* A connection's entry as the handshake's last ACK left it (in the accept queue, no
+ * process yet); or, for a socket whose handshake was not seen (established before hstrace
+ * attached, or the table was full then), one built now from the socket. NULL: not a
+ * connection to trace. */
+static __always_inline struct hs_conn_state *queued_conn(struct sock *sk, __u64 skey)
+{
+	struct hs_conn_state *c = bpf_map_lookup_elem(&conns, &skey);
+	__u32 slot = HS_SCRATCH_ACCEPT;
+	__u16 sport;
+
+	/* (an accepted connection's entry on this socket is one whose end was missed: the
+	 * socket's memory is a new connection's now) */
+	if (c && !c->r.t_accept)
+		return c;
+	/* (by helper reads: this socket pointer is not BTF-typed; a socket reset in the
+	 * accept queue has released its port) */
+	sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	if (!sport)
+		sport = released_port(sk);
+	/* --port with no --pid follows every process's accepts: another port's leave here,
+	 * before anything is built */
+	if (targ_port && sport != targ_port)
+		return NULL;
+	c = bpf_map_lookup_elem(&conn_scratch, &slot);
+	if (!c)
+		return NULL;
+	__builtin_memset(c, 0, sizeof(*c));
+	c->r.family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (c->r.family != AF_INET && c->r.family != AF_INET6)
+		return NULL;
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return NULL;
+	c->r.sport = sport;
+	c->r.dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	if (c->r.family == AF_INET) {
+		bpf_core_read(c->r.saddr, 4, &sk->__sk_common.skc_rcv_saddr);
+		bpf_core_read(c->r.daddr, 4, &sk->__sk_common.skc_daddr);
+	} else {
+		bpf_core_read(c->r.saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(c->r.daddr, 16, &sk->__sk_common.skc_v6_daddr);
+	}
+	new_conn(c);
+	/* for a connection established before hstrace attached too */
+	mark_server_port(sport);
+	/* a full table (userspace's sweep keeps room by evicting idle connections): counted,
+	 * not tracked */
+	if (bpf_map_update_elem(&conns, &skey, c, BPF_ANY)) {
+		count(HS_C_ACCEPTED);
+		count(HS_C_TABLE_FULL);
+		return NULL;
+	}
+	return bpf_map_lookup_elem(&conns, &skey);
+}
+
 /* Traced process `tgid` accepted `sk` (as `fd`, or -1 when accept is hooked in the
- * kernel). */
+ * kernel): the entry its handshake's last ACK made gets its process. */
 static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
 {
-	__u64 skey = (__u64)sk, fkey, now;
-	__u32 zero = 0;
-	__u16 sport = 0;
+	__u64 skey = (__u64)sk, fkey;
 	struct hs_conn_state *c;
-	struct est *e;
 
 	if (!sk) {
 		count(HS_C_ACCEPTED);
 		count(HS_C_NO_SOCK);
 		return;
 	}
-	/* a socket whose handshake was seen carries its addresses (and is TCP, on a selected
-	 * port); one established before hstrace attached is read from the socket */
-	e = bpf_map_lookup_elem(&est_socks, &skey);
-	if (!e) {
-		/* (by helper reads: this socket pointer is not BTF-typed; a socket reset in the
-		 * accept queue has released its port) */
-		sport = BPF_CORE_READ(sk, __sk_common.skc_num);
-		if (!sport)
-			sport = released_port(sk);
-		/* --port with no --pid follows every process's accepts: another port's leave
-		 * here, before anything is built */
-		if (targ_port && sport != targ_port)
-			return;
-	}
-	c = bpf_map_lookup_elem(&conn_scratch, &zero);
+	c = queued_conn(sk, skey);
 	if (!c)
 		return;
-	__builtin_memset(c, 0, sizeof(*c));
-	if (e) {
-		c->r.family = e->family;
-		c->r.sport = e->sport;
-		c->r.dport = e->dport;
-		__builtin_memcpy(c->r.saddr, e->saddr, sizeof(c->r.saddr));
-		__builtin_memcpy(c->r.daddr, e->daddr, sizeof(c->r.daddr));
-	} else {
-		c->r.family = BPF_CORE_READ(sk, __sk_common.skc_family);
-		if (c->r.family != AF_INET && c->r.family != AF_INET6)
-			return;
-		if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
-			return;
-		c->r.sport = sport;
-		c->r.dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-		if (c->r.family == AF_INET) {
-			bpf_core_read(c->r.saddr, 4, &sk->__sk_common.skc_rcv_saddr);
-			bpf_core_read(c->r.daddr, 4, &sk->__sk_common.skc_daddr);
-		} else {
-			bpf_core_read(c->r.saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
-			bpf_core_read(c->r.daddr, 16, &sk->__sk_common.skc_v6_daddr);
-		}
-		/* for a connection established before hstrace attached too */
-		mark_server_port(c->r.sport);
-	}
 	count(HS_C_ACCEPTED);
-	now = bpf_ktime_get_ns();
-
-	c->flight = -1;
-	c->r.rec = HS_REC_CONN;
-	c->r.outcome = HS_OUTCOME_FAILED; /* until its handshake completes */
 	c->r.conn_id = __sync_fetch_and_add(&next_conn_id, 1) + 1;
 	c->r.tgid = tgid;
 	bpf_get_current_comm(c->r.comm, sizeof(c->r.comm));
-	c->r.t_accept = now;
-	if (e) {
-		c->r.t_est = e->t_est;
-		c->r.flags |= HS_F_EST_SEEN;
-		c->arrive_pending = e->t_arrive;
-		c->r.flags |= e->flags;
-	}
 	/* the fd, only while some hook reads the fds table: a connection has an fds entry
 	 * exactly when its fkey is set */
-	if (fd >= 0 && fds_used())
-		c->fkey = fd_key(tgid, fd);
-	/* a full table (userspace's sweep keeps room by evicting idle connections): counted,
-	 * not tracked */
-	if (bpf_map_update_elem(&conns, &skey, c, BPF_ANY)) {
-		count(HS_C_TABLE_FULL);
-		if (e)
-			bpf_map_delete_elem(&est_socks, &skey);
-		return;
-	}
-	/* The client's bytes may have arrived (on another CPU) between the copy above and the
-	 * insert: on_data_ready then wrote them into the est entry. Re-read it now that the
-	 * connection is in the table; on_data_ready does the mirror check, so one side sees
-	 * the other (both through a locked, fully ordered instruction). */
-	if (e && !c->arrive_pending) {
-		__u64 t = __sync_fetch_and_add(&e->t_arrive, 0);
-		struct hs_conn_state *stored;
-
-		if (t && (stored = bpf_map_lookup_elem(&conns, &skey)))
-			__sync_val_compare_and_swap(&stored->arrive_pending, 0, t);
-	}
-	if (e)
-		bpf_map_delete_elem(&est_socks, &skey);
-	if (c->fkey) {
-		fkey = c->fkey;
+	if (fd >= 0 && fds_used()) {
+		fkey = fd_key(tgid, fd);
+		c->fkey = fkey;
 		bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
 	}
+	/* last: from here on the entry is an accepted connection's */
+	c->r.t_accept = bpf_ktime_get_ns();
 	if (targ_all && !tgid_traced(tgid)) {
 		__u8 one = 1;
 		bpf_map_update_elem(&traced_tgids, &tgid, &one, BPF_ANY);
@@ -228,12 +208,14 @@ static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
 	count(HS_C_CONNS);
 }
 
-/* Socket `skey` left the accept queue, or closed in it: forget its est entry (a lookup
- * first: a delete locks its bucket even when the socket is not there). */
-static __always_inline void forget_est(__u64 skey)
+/* Socket `skey` left the accept queue to a process hstrace does not trace, or closed in
+ * it: forget its entry. */
+static __always_inline void forget_queued(__u64 skey)
 {
-	if (skey && bpf_map_lookup_elem(&est_socks, &skey))
-		bpf_map_delete_elem(&est_socks, &skey);
+	struct hs_conn_state *c = skey ? bpf_map_lookup_elem(&conns, &skey) : NULL;
+
+	if (c && !c->r.t_accept)
+		bpf_map_delete_elem(&conns, &skey);
 }
 
 /* accept() returned `ret`: the new fd, or an error. Under --pid or --comm another
@@ -250,7 +232,7 @@ static __always_inline int on_accept_fd(long ret)
 	if (accept_traced(tgid))
 		on_accept(sock_from_fd(ret, 1), ret, tgid);
 	else
-		forget_est((__u64)sock_from_fd(ret, 1));
+		forget_queued((__u64)sock_from_fd(ret, 1));
 	return 0;
 }
 
@@ -262,7 +244,7 @@ static __always_inline int on_accept_sock(struct sock *newsk)
 	if (accept_traced(tgid))
 		on_accept(newsk, -1, tgid);
 	else
-		forget_est((__u64)newsk);
+		forget_queued((__u64)newsk);
 	return 0;
 }
 
@@ -293,11 +275,14 @@ static __always_inline int server_closing(struct hs_conn_state *c)
 }
 
 /* A server's child socket `sk` finished the three-way handshake (`fresh` holds its
- * addresses): it waits in the accept queue from now. `btf`: `sk` is BTF-typed (its fields
- * are plain loads). */
-static __always_inline void on_established(const struct sock *sk, struct est *fresh, int btf)
+ * addresses): it waits in the accept queue from now, its connection's entry made (no
+ * process yet: t_accept 0) so that accept, its arrivals and its state changes all find
+ * the one entry. `btf`: `sk` is BTF-typed (its fields are plain loads). */
+static __always_inline void on_established(const struct sock *sk, struct conn_addrs *fresh, int btf)
 {
 	__u64 skey = (__u64)sk;
+	struct hs_conn_state *c;
+	__u32 slot = HS_SCRATCH_ESTABLISHED;
 
 	/* other servers' connections are not waited for */
 	if (!port_selected(fresh->sport))
@@ -306,9 +291,21 @@ static __always_inline void on_established(const struct sock *sk, struct est *fr
 	 * has built its connection already, and an entry now would outlive it */
 	if (btf ? sk->sk_socket != NULL : BPF_CORE_READ(sk, sk_socket) != NULL)
 		return;
-	fresh->t_est = bpf_ktime_get_ns();
+	c = bpf_map_lookup_elem(&conn_scratch, &slot);
+	if (!c)
+		return;
+	__builtin_memset(c, 0, sizeof(*c));
+	c->r.family = fresh->family;
+	c->r.sport = fresh->sport;
+	c->r.dport = fresh->dport;
+	__builtin_memcpy(c->r.saddr, fresh->saddr, sizeof(c->r.saddr));
+	__builtin_memcpy(c->r.daddr, fresh->daddr, sizeof(c->r.daddr));
+	c->r.flags = HS_F_EST_SEEN;
+	new_conn(c);
+	c->r.t_est = bpf_ktime_get_ns();
 	mark_server_port(fresh->sport);
-	if (bpf_map_update_elem(&est_socks, &skey, fresh, BPF_ANY))
+	/* a full table: accept builds the entry, without t_est, if there is room then */
+	if (bpf_map_update_elem(&conns, &skey, c, BPF_ANY))
 		count(HS_C_EST_FULL);
 }
 
@@ -321,7 +318,6 @@ static __always_inline void on_set_state(struct sock *sk, int oldstate, int news
 {
 	__u64 skey = (__u64)sk;
 	struct hs_conn_state *c;
-	struct est *e;
 
 	/* a new server (or one started again): userspace's next scan finds its process */
 	if (newstate == TCP_LISTEN) {
@@ -335,17 +331,25 @@ static __always_inline void on_set_state(struct sock *sk, int oldstate, int news
 		c = bpf_map_lookup_elem(&conns, &skey);
 		if (c)
 			c->r.flags |= HS_F_PEER_FIN;
-		else if ((e = bpf_map_lookup_elem(&est_socks, &skey)))
-			e->flags |= HS_F_PEER_FIN;
 		return;
 	}
 	if (newstate != TCP_FIN_WAIT1 && newstate != TCP_LAST_ACK && newstate != TCP_CLOSE)
 		return;
 	c = bpf_map_lookup_elem(&conns, &skey);
-	if (!c) {
-		/* closed before accept (or accepted by a process hstrace does not see) */
-		if (newstate == TCP_CLOSE)
-			forget_est(skey);
+	if (!c)
+		return;
+	if (!c->r.t_accept) {
+		/* Closed in the accept queue: nothing accepted it, nothing to report (accept
+		 * may still return the socket: it then builds the entry anew). Accept grafts
+		 * the socket to its fd under the socket's lock, which this runs under: once
+		 * grafted, the entry is accept's to fill, and the connection ends like any
+		 * accepted one. */
+		if (newstate != TCP_CLOSE)
+			return;
+		if (!BPF_CORE_READ(sk, sk_socket))
+			bpf_map_delete_elem(&conns, &skey);
+		else if (oldstate == TCP_ESTABLISHED)
+			c->r.flags |= HS_F_PEER_RESET;
 		return;
 	}
 	/* the server's close() ends the connection */
@@ -375,7 +379,7 @@ int BPF_PROG(set_state_btf, const struct sock *sk, const int oldstate, const int
 	if (sk->sk_protocol != IPPROTO_TCP)
 		return 0;
 	if (is_established(oldstate, newstate)) {
-		struct est fresh = { .family = skc->skc_family, .sport = skc->skc_num,
+		struct conn_addrs fresh = { .family = skc->skc_family, .sport = skc->skc_num,
 				     .dport = bpf_ntohs(skc->skc_dport) };
 		__u32 *s = (__u32 *)fresh.saddr, *d = (__u32 *)fresh.daddr;
 
@@ -401,7 +405,7 @@ int sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
 	if (ctx->protocol != IPPROTO_TCP)
 		return 0;
 	if (is_established(ctx->oldstate, ctx->newstate)) {
-		struct est fresh = { .family = ctx->family, .sport = ctx->sport, .dport = ctx->dport };
+		struct conn_addrs fresh = { .family = ctx->family, .sport = ctx->sport, .dport = ctx->dport };
 
 		__u32 *s = (__u32 *)fresh.saddr, *d = (__u32 *)fresh.daddr;
 
@@ -420,6 +424,9 @@ int sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
 			d[2] = *(__u32 *)&ctx->daddr_v6[8];
 			d[3] = *(__u32 *)&ctx->daddr_v6[12];
 		}
+		/* the copy above stays a copy: later reads of `fresh` are of the stack, not
+		 * through a ctx pointer the compiler moved */
+		asm volatile("" : : "r"(&fresh) : "memory");
 		on_established((const struct sock *)ctx->skaddr, &fresh, 0);
 		return 0;
 	}
@@ -435,6 +442,11 @@ static __always_inline void on_destroy(__u64 skey)
 
 	if (!c)
 		return;
+	/* (destroyed in the accept queue: nothing accepted it, nothing to report) */
+	if (!c->r.t_accept) {
+		bpf_map_delete_elem(&conns, &skey);
+		return;
+	}
 	end_conn(c, skey);
 }
 
@@ -477,32 +489,19 @@ static __always_inline void arrival_raced_read(struct hs_conn_state *c, __u64 t)
 static __always_inline void on_data_ready(__u64 skey, __u16 port, int listening)
 {
 	struct hs_conn_state *c;
-	struct est *e;
 	__u64 now;
 
 	if (!arrivals_hooked)
 		arrivals_hooked = 1;
 	if (listening || !is_server_port(port))
 		return;
-
+	/* (a socket still in the accept queue has its entry too: its first bytes' arrival
+	 * waits there for the first read) */
 	c = bpf_map_lookup_elem(&conns, &skey);
-	if (c) {
-		if (c->arrive_pending || c->r.phase == HS_PH_DONE)
-			return;
-		now = bpf_ktime_get_ns();
-		if (!__sync_val_compare_and_swap(&c->arrive_pending, 0, now))
-			arrival_raced_read(c, now);
-		return;
-	}
-	e = bpf_map_lookup_elem(&est_socks, &skey);
-	if (!e || e->t_arrive)
+	if (!c || c->arrive_pending || c->r.phase == HS_PH_DONE)
 		return;
 	now = bpf_ktime_get_ns();
-	__sync_val_compare_and_swap(&e->t_arrive, 0, now);
-	/* on_accept may have copied the est entry just before this write: see it there (the
-	 * server may even have read the bytes since) */
-	c = bpf_map_lookup_elem(&conns, &skey);
-	if (c && c->flight < 0 && !__sync_val_compare_and_swap(&c->arrive_pending, 0, now))
+	if (!__sync_val_compare_and_swap(&c->arrive_pending, 0, now))
 		arrival_raced_read(c, now);
 }
 

@@ -206,8 +206,9 @@ struct hs_close {
 };
 
 /* The kernel's per-connection state (the `conns` map's values): the record being filled in
- * and how far the server's reads and writes have been parsed. Userspace reads it only to
- * sweep up connections that never end on their own (idle, or their server exited).
+ * and how far the server's reads and writes have been parsed; r.t_accept 0 while the
+ * socket waits in the accept queue. Userspace reads it only to sweep up connections that
+ * never end on their own (idle, or their server exited).
  *
  * One direction of a connection's TLS record stream. */
 struct hs_stream {
@@ -269,7 +270,7 @@ struct hs_conn_state {
 			       * looks for new servers when this moves */
 #define HS_C_LATE_ARRIVAL 11  /* a client flight read before its arrival hook ran: the read's
 			       * time stands for the arrival */
-#define HS_C_EST_FULL 12      /* sockets established while est_socks was full: their
+#define HS_C_EST_FULL 12      /* sockets established while the table was full: their
 			       * accept_queue is not measured */
 #define HS_C_MAX 13
 

@@ -141,9 +141,9 @@ fn a_queue_past_max_conns_is_counted() {
 /// Under --pid, a process outside the selection that accepts on a selected port (here
 /// the other worker of an nginx with a `reuseport` listener per worker, `--pid` naming
 /// one; a server in another network namespace on the same port number is the same case):
-/// each socket's entry in the table of not-yet-accepted sockets goes at that accept, so
-/// the other worker's open connections neither fill the table nor count as unmeasured
-/// accept queues.
+/// the entry each socket got at its handshake's last ACK goes at that accept, so the other
+/// worker's open connections neither fill the table nor count as unmeasured accept
+/// queues, and the table holds exactly the traced worker's open connections.
 #[test]
 fn another_process_accepting_on_a_selected_port_leaves_no_entry() {
     const HELD: usize = 40;
@@ -175,7 +175,8 @@ fn another_process_accepting_on_a_selected_port_leaves_no_entry() {
     let mine = h["accepted"].as_u64().unwrap();
     assert!(mine > 0 && mine < HELD as u64, "one worker's share: {h}");
     assert_eq!(h["accept_queue_unmeasured"].as_u64(), Some(0), "{h}");
-    assert_eq!(h["tables"]["est_socks"].as_u64(), Some(0), "{h}");
+    assert_eq!(h["tables"]["conns_queued"].as_u64(), Some(0), "{h}");
+    assert_eq!(h["tables"]["conns"].as_u64(), Some(mine), "{h}");
 }
 
 /// The fields of /proc/net/tcp's lines (its text `tcp`) for sockets on local port `port`:

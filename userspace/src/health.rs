@@ -48,8 +48,8 @@ pub struct Health {
     pub io_slot_taken: u64,
     /// connections whose record stream stopped parsing
     pub record_stream_desync: u64,
-    /// sockets established while the table of sockets not yet accepted (`est_socks`, as
-    /// big as `--max-conns`) was full: their records have no `accept_queue`
+    /// sockets established while the connection table (`--max-conns`, which sockets
+    /// waiting in an accept queue share) was full: their records have no `accept_queue`
     pub accept_queue_unmeasured: u64,
     /// accepted fds whose socket could not be resolved
     pub accepted_without_socket: u64,

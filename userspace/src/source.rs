@@ -127,7 +127,6 @@ impl Source {
             )
             .map_max_entries("conns", opts.max_conns)
             .map_max_entries("fds", opts.max_conns)
-            .map_max_entries("est_socks", opts.max_conns)
             .map_max_entries("ssl_socks", opts.max_conns)
             .load(crate::BPF_OBJECT)
             .context("loading the BPF object")?;

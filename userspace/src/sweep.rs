@@ -22,15 +22,20 @@ use crate::{
 /// forgotten the connection since the sweep read it: do not bring it back).
 const BPF_EXIST: u64 = 2;
 
-/// The kernel's per-connection tables: the connection (`conns`), its fd (`fds`), its SSL
-/// object (`ssl_socks`), and sockets not yet accepted (`est_socks`, freed by the kernel
-/// at accept or close). The sweep reads `conns` and forgets a connection from the first
-/// three, as the kernel's `drop_conn` does.
+/// The kernel's per-connection tables: the connection (`conns`: from the handshake's last
+/// ACK, `t_accept` 0 while its socket waits in the accept queue), its fd (`fds`) and its
+/// SSL object (`ssl_socks`). The sweep reads `conns` and forgets an accepted connection
+/// from all three, as the kernel's `drop_conn` does; a socket still in an accept queue is
+/// the kernel's alone (it goes at accept or when the socket closes).
 pub struct Tables {
     pub(crate) conns: BpfHashMap<MapData, u64, ConnState>,
     fds: BpfHashMap<MapData, u64, u64>,
     ssl_socks: BpfHashMap<MapData, SslKey, u64>,
-    est_socks: BpfHashMap<MapData, u64, [u64; 8]>,
+}
+
+/// Is this entry a socket still waiting in an accept queue (no process has it yet)?
+fn queued(state: &ConnState) -> bool {
+    state.r.t_accept == 0
 }
 
 impl Tables {
@@ -40,7 +45,6 @@ impl Tables {
             conns: BpfHashMap::try_from(take("conns")?)?,
             fds: BpfHashMap::try_from(take("fds")?)?,
             ssl_socks: BpfHashMap::try_from(take("ssl_socks")?)?,
-            est_socks: BpfHashMap::try_from(take("est_socks")?)?,
         })
     }
 
@@ -61,23 +65,35 @@ impl Tables {
         let _ = self.conns.remove(&sk);
     }
 
-    /// Count the connections in the table, changing nothing.
+    /// Count the accepted connections in the table, changing nothing.
     pub fn census(&self) -> Census {
         let mut c = Census::default();
         for (_, state) in self.conns.iter().filter_map(|e| e.ok()) {
+            if queued(&state) {
+                continue;
+            }
             c.open += 1;
             c.in_progress += u64::from(state.emitted == 0);
         }
         c
     }
 
-    /// Entries in each table now, by name (all 0 once every connection has closed).
+    /// Entries in each table now, by name (all 0 once every connection has closed):
+    /// `conns` as accepted connections and `conns_queued`, sockets in an accept queue.
     pub fn entries(&self) -> Vec<(&'static str, u64)> {
+        let (mut accepted, mut waiting) = (0, 0);
+        for (_, state) in self.conns.iter().filter_map(|e| e.ok()) {
+            if queued(&state) {
+                waiting += 1;
+            } else {
+                accepted += 1;
+            }
+        }
         vec![
-            ("conns", self.conns.keys().count() as u64),
+            ("conns", accepted),
+            ("conns_queued", waiting),
             ("fds", self.fds.keys().count() as u64),
             ("ssl_socks", self.ssl_socks.keys().count() as u64),
-            ("est_socks", self.est_socks.keys().count() as u64),
         ]
     }
 }
@@ -132,7 +148,8 @@ fn eviction_order(mut live: Vec<(bool, u64, u64)>, excess: usize) -> Vec<u64> {
 /// they close). A response is complete when the server reads again; one whose server
 /// does not (it handed the connection back to an event loop) is reported once it has been
 /// idle for RESPONSE_IDLE. Then, if the table is nearly full (`capacity`: its size,
-/// --max-conns), the connections `eviction_order` picks are forgotten and counted.
+/// --max-conns; sockets in an accept queue take room too, but only the kernel forgets
+/// them), the accepted connections `eviction_order` picks are forgotten and counted.
 pub fn sweep(t: &mut Tables, gone: &[u32], idle_timeout: Duration, capacity: u32) -> Sweep {
     let now = monotonic_ns();
     let idle_limit = idle_timeout.as_nanos() as u64;
@@ -143,7 +160,13 @@ pub fn sweep(t: &mut Tables, gone: &[u32], idle_timeout: Duration, capacity: u32
     // (unreported, last activity, key) of every connection that stays
     let mut live = Vec::new();
     let mut census = Census::default();
+    // entries of sockets in an accept queue: they take room, but are not connections yet
+    let mut waiting = 0;
     for (sk, state) in t.conns.iter().filter_map(|e| e.ok()) {
+        if queued(&state) {
+            waiting += 1;
+            continue;
+        }
         let c = &state.r;
         let unreported = state.emitted == 0;
         census.open += 1;
@@ -207,8 +230,9 @@ pub fn sweep(t: &mut Tables, gone: &[u32], idle_timeout: Duration, capacity: u32
     }
     let mut evicted = Evicted::default();
     let (high, low) = eviction_bounds(u64::from(capacity));
-    if census.open > high {
-        for sk in eviction_order(live, (census.open - low) as usize) {
+    if census.open + waiting > high {
+        let excess = (census.open + waiting).saturating_sub(low) as usize;
+        for sk in eviction_order(live, excess) {
             // read again: the kernel may have ended it meanwhile (then it is not evicted)
             let Ok(state) = t.conns.get(&sk, 0) else {
                 continue;

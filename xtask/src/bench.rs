@@ -346,7 +346,6 @@ impl Tracer {
         // "ID: TYPE  name NAME  flags ..." then "\tkey 8B  value 352B  max_entries 65536  memlock 23068672B"
         let names = [
             "traced_tgids",
-            "est_socks",
             "conns",
             "fds",
             "io_in_flight",

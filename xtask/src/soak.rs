@@ -21,7 +21,7 @@ use serde_json::Value;
 const ADDR: &str = "127.0.0.1:19726";
 const TLS_PORT: u16 = 18643;
 const PLAIN_PORT: u16 = 18680;
-const TABLES: [&str; 4] = ["conns", "fds", "ssl_socks", "est_socks"];
+const TABLES: [&str; 3] = ["conns", "fds", "ssl_socks"];
 
 /// One sample of the daemon.
 struct Sample {

@@ -735,15 +735,20 @@ static __always_inline void pass_over(struct hs_conn_state *c, __u32 dir, __u32 
 	body_taken(c, dir, n, now);
 }
 
-/* Walk the records in `n` bytes at user address `buf`, read (IN) or written (OUT). */
-static __always_inline void parse_bytes(struct hs_conn_state *c, __u32 dir, __u64 buf, __u32 n, __u64 now)
+/* Walk the records in `n` bytes at user address `buf`, read (IN) or written (OUT). (A
+ * global function: verified once, not at each of its call sites, and its code is in each
+ * program once.) */
+__noinline int parse_bytes(struct hs_conn_state *c, __u32 dir, __u64 buf, __u32 n, __u64 now)
 {
 	struct walk w = { .c = c, .buf = buf, .now = now, .dir = dir, .n = n };
 
+	if (!c)
+		return 0;
 	bpf_loop(HS_WALK_STEPS, walk_step, &w, 0);
 	/* bytes left unwalked would put the next read's parse out of step */
 	if (w.off < n && !c->emitted && !c->st[dir & 1].desync)
 		desync(c, dir);
+	return 0;
 }
 
 /* Walk up to HS_IOV_SEGS segments of an iovec array, `n` bytes in all. */

@@ -661,7 +661,7 @@ static __always_inline __u64 call_time(int ret, __u32 peek)
 static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, int flags)
 {
 	__u16 family = sk->__sk_common.skc_family, port = sk->__sk_common.skc_num;
-	__u64 skey = (__u64)sk, ptr = 0;
+	__u64 skey = (__u64)sk, ptr = 0, now = 0;
 	__u32 iovcnt = 0, peek;
 	struct pt_regs *regs;
 	struct hs_conn_state *c;
@@ -683,25 +683,27 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 		if (dir == HS_DIR_IN && ret > 0 && !peek && !c->not_tls &&
 		    flight_dir(c->flight) != HS_DIR_IN)
 			ptr = call_buffer(user_regs(), &iovcnt);
-		on_conn_io(c, skey, dir, ret, ptr, iovcnt, peek, 0);
-		return;
-	}
-	/* the syscall's buffer only when the parser reads these bytes (or the fd is wanted):
-	 * not for a failed or peeking read, nor for bytes inside a record body it passes over */
-	if (!targ_lazy_fd && !wants_bytes(c, dir, ret, peek)) {
-		on_conn_io(c, skey, dir, ret, HS_PTR_UNREAD, 0, peek, call_time(ret, peek));
-		return;
-	}
-	regs = user_regs();
-	ptr = call_buffer(regs, &iovcnt);
-	/* accept was hooked in the kernel: the connection's fd is the one this call names */
-	if (targ_lazy_fd && ptr && !c->fkey && fds_used()) {
-		__u64 fkey = fd_key(bpf_get_current_pid_tgid() >> 32, SYSCALL_ARG1(regs));
+	} else if (!targ_lazy_fd && !wants_bytes(c, dir, ret, peek)) {
+		/* the syscall's buffer only when the parser reads these bytes (or the fd is
+		 * wanted): not for a failed or peeking read, nor for bytes inside a record body
+		 * it passes over */
+		ptr = HS_PTR_UNREAD;
+		now = call_time(ret, peek);
+	} else {
+		regs = user_regs();
+		ptr = call_buffer(regs, &iovcnt);
+		/* accept was hooked in the kernel: the connection's fd is the one this call
+		 * names */
+		if (targ_lazy_fd && ptr && !c->fkey && fds_used()) {
+			__u64 fkey = fd_key(bpf_get_current_pid_tgid() >> 32, SYSCALL_ARG1(regs));
 
-		c->fkey = fkey;
-		bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
+			c->fkey = fkey;
+			bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
+		}
+		now = call_time(ret, peek);
 	}
-	on_conn_io(c, skey, dir, ret, ptr, iovcnt, peek, call_time(ret, peek));
+	/* (one call site: the connection's logic is in the program once) */
+	on_conn_io(c, skey, dir, ret, ptr, iovcnt, peek, now);
 }
 
 SEC("tp_btf/sock_recv_length")

@@ -258,12 +258,11 @@ fn untraced_pair(bin: &Path, master: u32) -> Result<(f64, f64)> {
 /// Rounds of the hooks' floors (each one run of each side).
 const FLOOR_ROUNDS: usize = 3;
 
-/// Program runs and BPF run time counted per connection of `cmd` (new handshakes against
-/// nginx) under two floors of hstrace's figures: [empty programs at the hooks `trace`
-/// attaches (`hstrace bench-hooks-alone`), hstrace tracing another server (`--port` of
-/// the bench's own listener: with --port alone every process's accept is looked at, so
-/// nginx's are too, and every other run leaves at its first checks)]. Medians of
-/// interleaved rounds.
+/// Program runs and BPF run time counted per operation of `cmd` (a workload against nginx)
+/// under two floors of hstrace's figures: [empty programs at the hooks `trace` attaches
+/// (`hstrace bench-hooks-alone`), hstrace tracing another server (`--port` of the bench's
+/// own listener: with --port alone every process's accept is looked at, so nginx's are
+/// too, and every other run leaves at its first checks)]. Medians of interleaved rounds.
 fn hook_floors(bin: &Path, cmd: &[String]) -> Result<[(f64, f64); 2]> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port().to_string();
@@ -487,8 +486,8 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
     );
     let mut rows = String::new();
     let mut detail = String::new();
-    // the first workload's (new TLS 1.2 handshakes) traced figures, wire only
-    let mut traced_new = (0.0, 0.0);
+    // each workload's traced figures, wire only (beside its floors below)
+    let mut traced = Vec::new();
     for w in WORKLOADS {
         let cmd = w.cmd(nginx);
         for (mode, extra) in [
@@ -517,8 +516,8 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
             );
             eprint!("{line}");
             rows.push_str(&line);
-            if mode == "wire only" && w.name == WORKLOADS[0].name {
-                traced_new = (p.runs, p.counted_ns);
+            if mode == "wire only" {
+                traced.push((p.runs, p.counted_ns));
             }
             if mode == "default" {
                 let top: Vec<String> = p
@@ -535,26 +534,17 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
         "untraced send+recv pair: {untraced_runs:.2} runs, {untraced_ns:.0} ns counted, {:.0} ns less the counting",
         untraced_ns - untraced_runs * floor
     );
-    let floors = hook_floors(bin, &WORKLOADS[0].cmd(nginx))?;
     let mut floor_rows = String::new();
-    for (what, (runs, ns)) in [
-        (
-            "empty programs at the same hooks (`hstrace bench-hooks-alone`)",
-            floors[0],
-        ),
-        (
-            "hstrace tracing another server (`--port`): nginx's runs leave at their first checks",
-            floors[1],
-        ),
-        (
-            "hstrace tracing nginx, wire only (the table above)",
-            traced_new,
-        ),
-    ] {
+    for (w, traced) in WORKLOADS.iter().zip(traced) {
+        let [empty, other] = hook_floors(bin, &w.cmd(nginx))?;
+        let cell =
+            |(runs, ns): (f64, f64)| format!("{runs:.1} runs, {:.2} µs", (ns - runs * floor) / 1e3);
         let line = format!(
-            "| {what} | {runs:.1} | {:.2} µs | {:.2} µs |\n",
-            ns / 1e3,
-            (ns - runs * floor) / 1e3
+            "| {} | {} | {} | {} |\n",
+            w.name,
+            cell(empty),
+            cell(other),
+            cell(traced)
         );
         eprint!("{line}");
         floor_rows.push_str(&line);
@@ -595,13 +585,17 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
          itself, its own listener, {UNTRACED_PAIRS} pairs, the tracer in default mode): \
          {untraced_runs:.2} program runs, {untraced_ns:.0} ns counted, {:.0} ns less the \
          counting.\n\n\
-         What the hooks cost before any of hstrace's work, per {} against nginx ({FLOOR_ROUNDS} \
-         interleaved rounds, medians; on loopback the client's own socket calls, state \
-         changes and arrivals run the programs too, about half of the runs). An empty \
+         What the hooks cost before any of hstrace's work, per operation against nginx, \
+         less the counting ({FLOOR_ROUNDS} interleaved rounds of the first two columns, \
+         medians; the last column is the wire-only row above; on loopback the client's own \
+         socket calls, state changes and arrivals run the programs too, about half of the \
+         runs): empty programs at the same hooks (`hstrace bench-hooks-alone`: an empty \
          program's run, cold under this load, costs more than the counting's floor measured \
-         in a tight loop; the difference between the first two rows is what hstrace's checks \
-         cost where nothing is traced, and between the last two what tracing costs:\n\n\
-         | hooks | program runs | BPF run time, counted | less the counting |\n\
+         in a tight loop), hstrace tracing another server (`--port` of the bench's own \
+         listener: nginx's runs leave at their first checks), and hstrace tracing nginx. \
+         The first two differ by what hstrace's checks cost where nothing is traced, the \
+         last two by what tracing costs:\n\n\
+         | workload | empty programs | tracing another server | tracing nginx, wire only |\n\
          |---|---|---|---|\n{floor_rows}\n\
          CPU per connection of nginx's worker, the client (`openssl s_time`) and the tracer \
          (run time from /proc schedstat and the client's rusage: other tenants of the \
@@ -625,7 +619,6 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
         idle_trace * 1e3,
         idle_serve * 1e3,
         untraced_ns - untraced_runs * floor,
-        WORKLOADS[0].name.trim_end_matches('s'),
         SPLIT_WORKLOAD.name,
     ))
 }

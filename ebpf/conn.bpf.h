@@ -305,12 +305,25 @@ static __always_inline __u64 thread_cpu_now(struct hs_conn_state *c, __u64 now)
 	return HS_CPU_BASE + t->se.sum_exec_runtime + now - t->se.exec_start - c->cpu_lag;
 }
 
-/* A new connection's entry, its addresses filled in: nothing seen yet. */
-static __always_inline void new_conn(struct hs_conn_state *c)
+/* A new connection's entry at addresses `a`, built in conn_scratch's `slot` (nothing seen
+ * yet), its port marked as a server's; NULL if there is no scratch. */
+static __always_inline struct hs_conn_state *new_conn(__u32 slot, const struct conn_addrs *a)
 {
+	struct hs_conn_state *c = bpf_map_lookup_elem(&conn_scratch, &slot);
+
+	if (!c)
+		return NULL;
+	__builtin_memset(c, 0, sizeof(*c));
+	c->r.family = a->family;
+	c->r.sport = a->sport;
+	c->r.dport = a->dport;
+	__builtin_memcpy(c->r.saddr, a->saddr, sizeof(c->r.saddr));
+	__builtin_memcpy(c->r.daddr, a->daddr, sizeof(c->r.daddr));
 	c->flight = -1;
 	c->r.rec = HS_REC_CONN;
 	c->r.outcome = HS_OUTCOME_FAILED; /* until its handshake completes */
+	mark_server_port(a->sport);
+	return c;
 }
 
 /* Send the connection's record; from here on only bytes and exchanges are counted. */

@@ -126,8 +126,7 @@ static __always_inline __u16 local_port(const struct sock *sk)
 static __always_inline struct hs_conn_state *queued_conn(struct sock *sk, __u64 skey)
 {
 	struct hs_conn_state *c = bpf_map_lookup_elem(&conns, &skey);
-	__u32 slot = HS_SCRATCH_ACCEPT;
-	__u16 sport;
+	struct conn_addrs a = {};
 
 	/* (an accepted connection's entry on this socket is one whose end was missed: the
 	 * socket's memory is a new connection's now) */
@@ -135,34 +134,30 @@ static __always_inline struct hs_conn_state *queued_conn(struct sock *sk, __u64 
 		return c;
 	/* (by helper reads: this socket pointer is not BTF-typed; a socket reset in the
 	 * accept queue has released its port) */
-	sport = BPF_CORE_READ(sk, __sk_common.skc_num);
-	if (!sport)
-		sport = released_port(sk);
+	a.sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	if (!a.sport)
+		a.sport = released_port(sk);
 	/* --port with no --pid follows every process's accepts: another port's leave here,
 	 * before anything is built */
-	if (targ_port && sport != targ_port)
+	if (targ_port && a.sport != targ_port)
 		return NULL;
-	c = bpf_map_lookup_elem(&conn_scratch, &slot);
-	if (!c)
-		return NULL;
-	__builtin_memset(c, 0, sizeof(*c));
-	c->r.family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	if (c->r.family != AF_INET && c->r.family != AF_INET6)
+	a.family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (a.family != AF_INET && a.family != AF_INET6)
 		return NULL;
 	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
 		return NULL;
-	c->r.sport = sport;
-	c->r.dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-	if (c->r.family == AF_INET) {
-		bpf_core_read(c->r.saddr, 4, &sk->__sk_common.skc_rcv_saddr);
-		bpf_core_read(c->r.daddr, 4, &sk->__sk_common.skc_daddr);
+	a.dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	if (a.family == AF_INET) {
+		bpf_core_read(a.saddr, 4, &sk->__sk_common.skc_rcv_saddr);
+		bpf_core_read(a.daddr, 4, &sk->__sk_common.skc_daddr);
 	} else {
-		bpf_core_read(c->r.saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
-		bpf_core_read(c->r.daddr, 16, &sk->__sk_common.skc_v6_daddr);
+		bpf_core_read(a.saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(a.daddr, 16, &sk->__sk_common.skc_v6_daddr);
 	}
-	new_conn(c);
-	/* for a connection established before hstrace attached too */
-	mark_server_port(sport);
+	/* (its port marked: for a connection established before hstrace attached too) */
+	c = new_conn(HS_SCRATCH_ACCEPT, &a);
+	if (!c)
+		return NULL;
 	/* a full table (userspace's sweep keeps room by evicting idle connections): counted,
 	 * not tracked */
 	if (bpf_map_update_elem(&conns, &skey, c, BPF_ANY)) {
@@ -282,7 +277,6 @@ static __always_inline void on_established(const struct sock *sk, struct conn_ad
 {
 	__u64 skey = (__u64)sk;
 	struct hs_conn_state *c;
-	__u32 slot = HS_SCRATCH_ESTABLISHED;
 
 	/* other servers' connections are not waited for */
 	if (!port_selected(fresh->sport))
@@ -291,19 +285,11 @@ static __always_inline void on_established(const struct sock *sk, struct conn_ad
 	 * has built its connection already, and an entry now would outlive it */
 	if (btf ? sk->sk_socket != NULL : BPF_CORE_READ(sk, sk_socket) != NULL)
 		return;
-	c = bpf_map_lookup_elem(&conn_scratch, &slot);
+	c = new_conn(HS_SCRATCH_ESTABLISHED, fresh);
 	if (!c)
 		return;
-	__builtin_memset(c, 0, sizeof(*c));
-	c->r.family = fresh->family;
-	c->r.sport = fresh->sport;
-	c->r.dport = fresh->dport;
-	__builtin_memcpy(c->r.saddr, fresh->saddr, sizeof(c->r.saddr));
-	__builtin_memcpy(c->r.daddr, fresh->daddr, sizeof(c->r.daddr));
 	c->r.flags = HS_F_EST_SEEN;
-	new_conn(c);
 	c->r.t_est = bpf_ktime_get_ns();
-	mark_server_port(fresh->sport);
 	/* a full table: accept builds the entry, without t_est, if there is room then */
 	if (bpf_map_update_elem(&conns, &skey, c, BPF_ANY))
 		count(HS_C_EST_FULL);

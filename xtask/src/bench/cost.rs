@@ -447,7 +447,8 @@ pub fn cpu_on_off(bin: &Path, master: u32, cmd: &[String]) -> Result<OnOff> {
 }
 
 /// The empty programs' CPU on/off split between accept's syscall tracepoints and the
-/// other hooks, beside a control and all of them: (CPU per operation off, with each; each one's on/off ratio), ns.
+/// other hooks, beside a control and all of them: (CPU per operation off, with each; each
+/// one's on/off ratio), ns.
 pub fn cpu_split(bin: &Path, master: u32, cmd: &[String]) -> Result<(Vec<f64>, Vec<f64>)> {
     Ok(medians(&cpu_rounds(
         bin,

@@ -280,29 +280,31 @@ static __always_inline int tgid_traced(__u32 tgid)
  * IRQ and steal time charged on that CPU (`rq->clock - rq->clock_task`): a different lag
  * on each CPU, a fifth of a second apart on a VM whose host steals time. The lag is taken
  * off, so that two readings on different CPUs (the thread migrated between them) still
- * differ by the time it ran. It is read from the run queue (lines the scheduler writes
- * from every CPU) only when the connection's reading is on another CPU than its last
- * one; on one CPU it stands, and time stolen between two readings there counts as run
- * time, as it did before the lag was taken off. Without group scheduling (no
- * `se.cfs_rq`) the lag stays in, and a stage across a migration can lose its CPU figure.
+ * differ by the time it ran. It is read from the run queue at every reading: it grows at
+ * each of the CPU's clock updates by the time stolen (and, with IRQ_TIME_ACCOUNTING,
+ * spent in interrupts) since the last, so a lag kept from an earlier reading would count
+ * that time as the thread's, and a stage that began on a CPU with a kept lag and ended on
+ * another could come out negative (it then has no CPU figure). What no reading can take
+ * off is time stolen since the CPU's last clock update: the scheduler charges it only at
+ * the next one. Without group scheduling (no `se.cfs_rq`) the lag stays in, and a stage
+ * across a migration can lose its CPU figure.
  *
  * The scheduler's clock is not bpf_ktime_get_ns's, but the two move together: what is
  * left is their constant difference (HS_CPU_BASE keeps it from wrapping), and only
  * differences between two readings of one thread are used. */
 #define HS_CPU_BASE (1ULL << 62)
 
-static __always_inline __u64 thread_cpu_now(struct hs_conn_state *c, __u64 now)
+static __always_inline __u64 thread_cpu_now(__u64 now)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
-	__u32 cpu = bpf_get_smp_processor_id() + 1;
+	__u64 lag = 0;
 
-	if (c->lag_cpu != cpu && bpf_core_field_exists(t->se.cfs_rq)) {
+	if (bpf_core_field_exists(t->se.cfs_rq)) {
 		struct rq *rq = t->se.cfs_rq->rq;
 
-		c->cpu_lag = rq->clock - rq->clock_task;
-		c->lag_cpu = cpu;
+		lag = rq->clock - rq->clock_task;
 	}
-	return HS_CPU_BASE + t->se.sum_exec_runtime + now - t->se.exec_start - c->cpu_lag;
+	return HS_CPU_BASE + t->se.sum_exec_runtime + now - t->se.exec_start - lag;
 }
 
 /* A new connection's entry at addresses `a`, built in conn_scratch's `slot` (nothing seen

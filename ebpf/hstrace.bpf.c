@@ -989,7 +989,7 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 		return 0;
 	}
 	c->r.t_hs_done = now;
-	c->r.cpu_hs_done = thread_cpu_now(c, now);
+	c->r.cpu_hs_done = thread_cpu_now(now);
 	c->r.flags |= HS_F_HS_DONE_SSL;
 	handshake_complete(c);
 	return 0;
@@ -1018,7 +1018,7 @@ int stats_floor_tp(void *ctx)
 _Static_assert(sizeof(struct hs_conn) == 472, "hs_conn layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_close) == 56, "hs_close layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_hello) == 32 + HS_HELLO_CAP, "hs_hello layout changed: update abi.rs");
-_Static_assert(sizeof(struct hs_conn_state) == 640, "hs_conn_state layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_conn_state) == 632, "hs_conn_state layout changed: update abi.rs");
 _Static_assert(__builtin_offsetof(struct hs_conn_state, emitted) == 617, "hs_conn_state layout changed: update abi.rs");
 _Static_assert(sizeof(struct ssl_key) == 16, "ssl_key layout changed: update abi.rs");
 

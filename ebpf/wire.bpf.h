@@ -149,7 +149,7 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
 	/* on-CPU time where a service stage ends: a server flight's last write (where one
 	 * starts, a client flight's first record, is read in on_record_end) */
 	if (dir == HS_DIR_OUT)
-		c->r.cpu_last[fi] = thread_cpu_now(c, now);
+		c->r.cpu_last[fi] = thread_cpu_now(now);
 	return new_flight;
 }
 
@@ -413,7 +413,7 @@ static __always_inline void wire_done(struct hs_conn_state *c, __u64 now)
 		/* TLS 1.3's end is found at the next read: its last write's CPU reading */
 		c->r.cpu_hs_done = now == c->done_at && c->r.t_last[HS_FL_S2] == now
 					   ? c->r.cpu_last[HS_FL_S2]
-					   : thread_cpu_now(c, now);
+					   : thread_cpu_now(now);
 	}
 }
 
@@ -458,7 +458,7 @@ static __always_inline void on_record_end(struct hs_conn_state *c, __u32 dir, __
 				count(HS_C_LATE_ARRIVAL);
 			}
 			c->r.t_arrive[f & 3] = c->last_arrive;
-			c->r.cpu_first[f & 3] = thread_cpu_now(c, now);
+			c->r.cpu_first[f & 3] = thread_cpu_now(now);
 		}
 	}
 	/* TLS 1.3 0-RTT: application data in the client's first flight is early data, the
@@ -477,7 +477,7 @@ static __always_inline void on_record_end(struct hs_conn_state *c, __u32 dir, __
 			c->r.phase = HS_PH_REQUEST;
 		c->r.t_req_read = now;
 		c->r.t_req_arrive = c->last_arrive;
-		c->r.cpu_req_read = thread_cpu_now(c, now);
+		c->r.cpu_req_read = thread_cpu_now(now);
 		c->exchanges = 1;
 	}
 	/* TLS 1.2: the client's Finished (a handshake record after its ChangeCipherSpec) */
@@ -553,7 +553,7 @@ static __always_inline void on_exchange(struct hs_conn_state *c, __u32 dir, int 
 			c->r.phase = HS_PH_REQUEST;
 			c->r.t_req_read = now;
 			c->r.t_req_arrive = c->last_arrive;
-			c->r.cpu_req_read = thread_cpu_now(c, now);
+			c->r.cpu_req_read = thread_cpu_now(now);
 			c->exchanges = 1;
 		} else if (ph == HS_PH_DONE && new_flight && is_request(c, buf, iovcnt)) {
 			c->exchanges += 1;
@@ -568,7 +568,7 @@ static __always_inline void on_exchange(struct hs_conn_state *c, __u32 dir, int 
 		if (!c->r.t_resp_first)
 			c->r.t_resp_first = now;
 		c->r.t_resp_last = now;
-		c->r.cpu_resp_last = thread_cpu_now(c, now);
+		c->r.cpu_resp_last = thread_cpu_now(now);
 		c->r.phase = HS_PH_RESPONSE;
 	}
 }

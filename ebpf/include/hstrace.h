@@ -250,8 +250,6 @@ struct hs_conn_state {
 	__u8 fin_len;           /* TLS 1.3: the length of the client's Finished record for the
 				 * ServerHello's cipher suite (0: unknown) */
 	__u32 exchanges;        /* request/response exchanges after the handshake */
-	__u32 lag_cpu;          /* 1 + the CPU whose task-clock lag `cpu_lag` is (0: none yet) */
-	__u64 cpu_lag;          /* that CPU's task clock behind its clock (thread_cpu_now) */
 };
 
 /* Counters (index into the per-CPU array `counters`). */

@@ -295,10 +295,6 @@ pub struct ConnState {
     pub client_fin: u8,
     pub fin_len: u8,
     pub exchanges: u32,
-    /// 1 + the CPU whose task-clock lag `cpu_lag` is, 0 before the first CPU reading
-    pub lag_cpu: u32,
-    /// that CPU's task clock behind its clock (the on-CPU readings take it off)
-    pub cpu_lag: u64,
 }
 
 // SAFETY: plain old data, every bit pattern valid, layout fixed by repr(C).
@@ -356,13 +352,12 @@ const _: () = {
     assert!(offset_of!(Conn, ssl_calls) == 240);
     assert!(offset_of!(Conn, bytes_out) == 264);
     assert!(size_of::<Stream>() == 52);
-    assert!(size_of::<ConnState>() == 640);
+    assert!(size_of::<ConnState>() == 632);
     assert!(offset_of!(ConnState, st) == 472);
     assert!(offset_of!(ConnState, fkey) == 600);
     assert!(offset_of!(ConnState, ssl) == 608);
     assert!(offset_of!(ConnState, emitted) == 617);
     assert!(offset_of!(ConnState, exchanges) == 624);
-    assert!(offset_of!(ConnState, cpu_lag) == 632);
     assert!(size_of::<SslKey>() == 16);
 };
 

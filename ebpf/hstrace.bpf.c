@@ -995,25 +995,6 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 	return 0;
 }
 
-/* ---- the cost of counting ----------------------------------------------------------- */
-
-/* Does nothing: attached only by `hstrace bench-stats-floor`, its run time under
- * kernel.bpf_stats_enabled is what the counting itself adds to every program run, which
- * the bench subtracts from the figures of the real programs. */
-SEC("tp_btf/sock_recv_length")
-int BPF_PROG(stats_floor)
-{
-	return 0;
-}
-
-/* The same at a tracefs tracepoint: with stats_floor, `hstrace bench-hooks-alone` puts one
- * at each hook hstrace attaches (what the hooks cost before any of hstrace's work). */
-SEC("tracepoint/syscalls/sys_exit_accept4")
-int stats_floor_tp(void *ctx)
-{
-	return 0;
-}
-
 /* the layout userspace/src/abi.rs expects */
 _Static_assert(sizeof(struct hs_conn) == 472, "hs_conn layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_close) == 56, "hs_close layout changed: update abi.rs");

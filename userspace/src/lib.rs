@@ -26,15 +26,11 @@
 //! - `params`: the measured stage parameters (`hstrace.parameters/v1`)
 //! - `trace`, `serve`, `export`: the commands
 //! - `model`: seed 002's queueing model, solved from the parameters (`hstrace model`)
-//! - `bench`: figures for `cargo xtask bench`
 
 pub mod abi;
 pub mod assemble;
-pub mod bench;
 pub mod clock;
 pub mod export;
-#[doc(hidden)]
-pub mod fuzz;
 pub mod health;
 pub mod json;
 pub mod metrics;

@@ -103,38 +103,6 @@ struct SourceArgs {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Connections per second the userspace pipeline sustains on synthetic records (4
-    /// ring-buffer records each; for `cargo xtask bench`)
-    #[command(hide = true)]
-    BenchPipeline {
-        #[arg(long, default_value_t = 1_000_000)]
-        records: u64,
-        /// Through serve's sinks (metrics and parameters) instead of JSON lines
-        #[arg(long)]
-        serve: bool,
-    },
-    /// Milliseconds one idle sweep takes over N live connections (for `cargo xtask bench`)
-    #[command(hide = true)]
-    BenchSweep {
-        #[arg(long, default_value_t = 65536)]
-        conns: u32,
-    },
-    /// Nanoseconds kernel.bpf_stats_enabled adds to each program run, from an empty
-    /// program on sock_recv_length (for `cargo xtask bench`)
-    #[command(hide = true)]
-    BenchStatsFloor {
-        #[arg(long, default_value_t = 200_000)]
-        calls: u32,
-    },
-    /// Empty programs at the hooks `trace` attaches, held until stopped: what the hooks
-    /// and the counting cost under a load (for `cargo xtask bench`)
-    #[command(hide = true)]
-    BenchHooksAlone {
-        /// all of them, only the syscall tracepoints, all but those, or only those no
-        /// connection fires (a control)
-        #[arg(long, value_enum, default_value_t = hstrace::bench::HookSet::All)]
-        hooks: hstrace::bench::HookSet,
-    },
     /// Print one record per finished connection handshake, live
     Trace {
         #[command(flatten)]
@@ -355,19 +323,6 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::BenchPipeline { records, serve } => {
-            println!("{:.0}", hstrace::bench::pipeline(records, serve)?);
-            Ok(())
-        }
-        Command::BenchStatsFloor { calls } => {
-            println!("{:.1}", hstrace::bench::stats_floor_ns(calls)?);
-            Ok(())
-        }
-        Command::BenchHooksAlone { hooks } => hstrace::bench::hooks_alone(hooks),
-        Command::BenchSweep { conns } => {
-            println!("{:.1}", hstrace::bench::sweep_ms(conns)?);
-            Ok(())
-        }
         Command::Trace {
             source,
             duration,

@@ -28,7 +28,8 @@ const BPF_EXIST: u64 = 2;
 /// from all three, as the kernel's `drop_conn` does; a socket still in an accept queue is
 /// the kernel's alone (it goes at accept or when the socket closes).
 pub struct Tables {
-    pub(crate) conns: BpfHashMap<MapData, u64, ConnState>,
+    /// The connection table (the bench fills it from userspace)
+    pub conns: BpfHashMap<MapData, u64, ConnState>,
     fds: BpfHashMap<MapData, u64, u64>,
     ssl_socks: BpfHashMap<MapData, SslKey, u64>,
 }

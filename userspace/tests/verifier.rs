@@ -73,3 +73,18 @@ fn every_program_variant_verifies() {
     );
     assert!(verified >= 25, "only {verified} programs verified");
 }
+
+/// The object users load holds the product only: every program in it is one the probe
+/// table or the OpenSSL uprobes name (the bench's empty programs live in ebpf/bench.bpf.c).
+#[test]
+fn every_program_in_the_object_is_in_the_probe_table() {
+    let bpf = loader();
+    let mut named: Vec<&str> = probes::all_probes().map(|p| p.program).collect();
+    named.extend(probes::Uprobes::All.probes().iter().map(|(name, _)| *name));
+    let stray: Vec<&str> = bpf
+        .programs()
+        .map(|(name, _)| name)
+        .filter(|name| !named.contains(name))
+        .collect();
+    assert!(stray.is_empty(), "programs no probe names: {stray:?}");
+}

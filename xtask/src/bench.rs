@@ -288,7 +288,7 @@ impl Tracer {
         Tracer::spawn(cmd, serve)
     }
 
-    /// Start `cmd` (a tracer, or `hstrace bench-hooks-alone`) and wait until it says it
+    /// Start `cmd` (a tracer, or `hstrace-bench hooks-alone`) and wait until it says it
     /// is attached; `serve`: scrape it every second meanwhile.
     fn spawn(mut cmd: Command, serve: bool) -> Result<Tracer> {
         let start = Instant::now();
@@ -559,12 +559,25 @@ fn scrape_ms() -> Result<f64> {
     Ok(start.elapsed().as_secs_f64() * 1e3)
 }
 
-fn hstrace_number(bin: &Path, args: &[&str]) -> Result<f64> {
-    let out = Command::new(bin).args(args).output()?;
+/// `hstrace-bench` (the tools crate: the bench's own commands, never shipped), built
+/// beside `bin` by xtask's `build_bench`.
+fn tool(bin: &Path) -> std::path::PathBuf {
+    bin.with_file_name("hstrace-bench")
+}
+
+/// The one number `hstrace-bench ARGS` prints.
+fn hstrace_number(tool: &Path, args: &[&str]) -> Result<f64> {
+    let out = Command::new(tool).args(args).output()?;
     String::from_utf8_lossy(&out.stdout)
         .trim()
         .parse()
-        .with_context(|| format!("hstrace {}", args.join(" ")))
+        .with_context(|| {
+            format!(
+                "hstrace-bench {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+        })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -668,14 +681,14 @@ pub fn run(
     // the machine's other tenants only ever slow a run down: the median of several, with
     // their spread, says more than one long run
     let mut pipelines = (0..PAIRS)
-        .map(|_| hstrace_number(bin, &["bench-pipeline", "--records", "200000"]))
+        .map(|_| hstrace_number(&tool(bin), &["pipeline", "--records", "200000"]))
         .collect::<Result<Vec<f64>>>()?;
     pipelines.sort_by(f64::total_cmp);
     let (pipe_min, pipe_max) = (pipelines[0], pipelines[pipelines.len() - 1]);
     let pipeline = median(pipelines);
-    let sweep = hstrace_number(bin, &["bench-sweep", "--conns", "65536"])?;
+    let sweep = hstrace_number(&tool(bin), &["sweep", "--conns", "65536"])?;
     let mut serve_pipelines = (0..PAIRS)
-        .map(|_| hstrace_number(bin, &["bench-pipeline", "--records", "200000", "--serve"]))
+        .map(|_| hstrace_number(&tool(bin), &["pipeline", "--records", "200000", "--serve"]))
         .collect::<Result<Vec<f64>>>()?;
     serve_pipelines.sort_by(f64::total_cmp);
     let (serve_min, serve_max) = (

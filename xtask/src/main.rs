@@ -157,6 +157,14 @@ fn build() -> Result<PathBuf> {
     Ok(root().join("target/release/hstrace"))
 }
 
+/// `build`, and `hstrace-bench` beside it (the tools crate: the bench's own commands).
+fn build_bench() -> Result<PathBuf> {
+    run(Command::new("cargo")
+        .args(["build", "--release", "-p", "hstrace", "-p", "hstrace-tools"])
+        .current_dir(root()))?;
+    Ok(root().join("target/release/hstrace"))
+}
+
 fn test(extra: &[String]) -> Result<()> {
     setup()?;
     let bin = build()?;
@@ -320,7 +328,7 @@ fn bench_serve_memory() -> Result<()> {
 /// Throughput with and without hstrace, side by side in one run: docs/benchmarks.md.
 fn bench(args: &[String]) -> Result<()> {
     setup()?;
-    let bin = build()?;
+    let bin = build_bench()?;
     let nginx = DemoNginx::start("bench", 1, 18443, 18080)?;
     let syscall_exe = bench::build_c(&nginx.dir, "syscall_cost", &[])?;
     let uprobe_exe = bench::build_c(&nginx.dir, "uprobe_cost", &["-lssl", "-lcrypto"])?;
@@ -435,7 +443,7 @@ const FUZZ_RUSTFLAGS: &str = "--cfg fuzzing -Cpasses=sancov-module \
     -Cllvm-args=-sanitizer-coverage-pc-table -Cllvm-args=-sanitizer-coverage-trace-compares \
     -Cdebug-assertions -Coverflow-checks";
 
-/// The userspace parsers under libFuzzer (fuzz/, hstrace::fuzz::one), from the captured
+/// The userspace parsers under libFuzzer (fuzz/, hstrace_tools::fuzz::one), from the captured
 /// hellos: N executions (default 10 M), failing on any crash, hang or overflow.
 fn fuzz_parsers(args: &[String]) -> Result<()> {
     let runs: u64 = flag(args, "--runs", 10_000_000)?;

@@ -260,16 +260,20 @@ const FLOOR_ROUNDS: usize = 3;
 
 /// Program runs and BPF run time counted per operation of `cmd` (a workload against nginx)
 /// under two floors of hstrace's figures: [empty programs at the hooks `trace` attaches
-/// (`hstrace bench-hooks-alone`), hstrace tracing another server (`--port` of the bench's
+/// (`hstrace-bench hooks-alone`), hstrace tracing another server (`--port` of the bench's
 /// own listener: with --port alone every process's accept is looked at, so nginx's are
 /// too, and every other run leaves at its first checks)]. Medians of interleaved rounds.
 fn hook_floors(bin: &Path, cmd: &[String]) -> Result<[(f64, f64); 2]> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port().to_string();
     let once = |side: usize| -> Result<(f64, f64)> {
-        let mut c = Command::new(bin);
+        let mut c = Command::new(if side == 0 {
+            super::tool(bin)
+        } else {
+            bin.into()
+        });
         if side == 0 {
-            c.arg("bench-hooks-alone");
+            c.arg("hooks-alone");
         } else {
             c.args([
                 "trace",
@@ -307,7 +311,7 @@ fn hook_floors(bin: &Path, cmd: &[String]) -> Result<[(f64, f64); 2]> {
 #[derive(Clone, Copy)]
 enum Side {
     Off,
-    /// `hstrace bench-hooks-alone --hooks SET`: an empty program at each of wire only's
+    /// `hstrace-bench hooks-alone --hooks SET`: an empty program at each of wire only's
     /// hooks in SET (all, syscalls, not-syscalls)
     EmptyPrograms(&'static str),
     /// `hstrace trace` with these arguments
@@ -366,8 +370,8 @@ fn cpu_once(bin: &Path, master: u32, cmd: &[String], side: Side) -> Result<(f64,
     let tracer = match side {
         Side::Off => None,
         Side::EmptyPrograms(set) => {
-            let mut c = Command::new(bin);
-            c.args(["bench-hooks-alone", "--hooks", set]);
+            let mut c = Command::new(super::tool(bin));
+            c.args(["hooks-alone", "--hooks", set]);
             Some(Tracer::spawn(c, false)?)
         }
         Side::Trace(extra) => Some(Tracer::start(bin, master, extra)?),
@@ -476,7 +480,7 @@ pub fn cpu_row(workload: &str, c: &OnOff) -> String {
 
 /// The "Cost per operation" section of docs/benchmarks.md.
 pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<String> {
-    let floor = super::hstrace_number(bin, &["bench-stats-floor"])?;
+    let floor = super::hstrace_number(&super::tool(bin), &["stats-floor"])?;
     let trap_pair = uprobe_trap_pair_ns(bin, uprobe_exe)?;
     let idle_trace = idle_cpu(bin, nginx.master, &[])?;
     let idle_serve = idle_cpu(bin, nginx.master, &[SERVE])?;
@@ -566,7 +570,7 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
          as `kernel.bpf_stats_enabled=1` counts them (the tracer's own program ids, from \
          /proc/PID/fdinfo; the client's calls on loopback fire them too);\n\
          - **less the counting**: minus runs × {floor:.0} ns, the mean run time the kernel \
-         reports for a program that does nothing (`hstrace bench-stats-floor`: an empty \
+         reports for a program that does nothing (`hstrace-bench stats-floor`: an empty \
          program on sock_recv_length, 200,000 loopback reads): that is the counting's own \
          two clock reads, not hstrace's;\n\
          - **uprobe traps**: runs of the uprobe and uretprobe programs, × the measured cost \
@@ -590,7 +594,7 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
          less the counting ({FLOOR_ROUNDS} interleaved rounds of the first two columns, \
          medians; the last column is the wire-only row above; on loopback the client's own \
          socket calls, state changes and arrivals run the programs too, about half of the \
-         runs): empty programs at the same hooks (`hstrace bench-hooks-alone`: an empty \
+         runs): empty programs at the same hooks (`hstrace-bench hooks-alone`: an empty \
          program's run, cold under this load, costs more than the counting's floor measured \
          in a tight loop), hstrace tracing another server (`--port` of the bench's own \
          listener: nginx's runs leave at their first checks), and hstrace tracing nginx. \
@@ -601,7 +605,7 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
          CPU per connection of nginx's worker, the client (`openssl s_time`) and the tracer \
          (run time from /proc schedstat and the client's rusage: other tenants of the \
          machine are left out), hstrace off, empty programs at the hooks wire only attaches \
-         (`hstrace bench-hooks-alone`: what hooking costs before any program does \
+         (`hstrace-bench hooks-alone`: what hooking costs before any program does \
          anything, with no counting on), on in default mode (`trace`) and on wire only \
          (`trace --uprobes none`), {CPU_PAIRS} rounds of short runs (each round in a rotated \
          order), medians; the last column is nginx's worker alone, default less wire only \
@@ -638,7 +642,7 @@ pub fn ab(
     pairs: usize,
 ) -> Result<()> {
     let w = super::workload(workload)?;
-    let floor = super::hstrace_number(bin, &["bench-stats-floor"])?;
+    let floor = super::hstrace_number(&super::tool(bin), &["stats-floor"])?;
     let cmd = w.cmd(nginx);
     println!(
         "{}, wire only, {pairs} pairs: BPF per operation less {floor:.0} ns a run (other → this)",

@@ -4,7 +4,7 @@
 
 use std::io;
 
-use crate::{
+use hstrace::{
     assemble::Pipeline,
     print::{Format, Printer},
     sink::Both,
@@ -48,31 +48,31 @@ pub fn one(data: &[u8]) {
 /// The captured hellos (userspace/tests/fixtures/hello): (ClientHello, ServerHello).
 const HELLOS: [(&str, &str); 5] = [
     (
-        include_str!("../tests/fixtures/hello/tls12_full.client_hello.hex"),
-        include_str!("../tests/fixtures/hello/tls12_full.server_hello.hex"),
+        include_str!("../../userspace/tests/fixtures/hello/tls12_full.client_hello.hex"),
+        include_str!("../../userspace/tests/fixtures/hello/tls12_full.server_hello.hex"),
     ),
     (
-        include_str!("../tests/fixtures/hello/tls12_sessid.client_hello.hex"),
-        include_str!("../tests/fixtures/hello/tls12_sessid.server_hello.hex"),
+        include_str!("../../userspace/tests/fixtures/hello/tls12_sessid.client_hello.hex"),
+        include_str!("../../userspace/tests/fixtures/hello/tls12_sessid.server_hello.hex"),
     ),
     (
-        include_str!("../tests/fixtures/hello/tls12_ticket.client_hello.hex"),
-        include_str!("../tests/fixtures/hello/tls12_ticket.server_hello.hex"),
+        include_str!("../../userspace/tests/fixtures/hello/tls12_ticket.client_hello.hex"),
+        include_str!("../../userspace/tests/fixtures/hello/tls12_ticket.server_hello.hex"),
     ),
     (
-        include_str!("../tests/fixtures/hello/tls13_full.client_hello.hex"),
-        include_str!("../tests/fixtures/hello/tls13_full.server_hello.hex"),
+        include_str!("../../userspace/tests/fixtures/hello/tls13_full.client_hello.hex"),
+        include_str!("../../userspace/tests/fixtures/hello/tls13_full.server_hello.hex"),
     ),
     (
-        include_str!("../tests/fixtures/hello/tls13_psk.client_hello.hex"),
-        include_str!("../tests/fixtures/hello/tls13_psk.server_hello.hex"),
+        include_str!("../../userspace/tests/fixtures/hello/tls13_psk.client_hello.hex"),
+        include_str!("../../userspace/tests/fixtures/hello/tls13_psk.server_hello.hex"),
     ),
 ];
 
 /// The fuzzer's seeds: each captured hello for its parser, and each pair as the ring
 /// buffer hands it over (both hellos, the connection record, its close line).
 pub fn seeds() -> Vec<Vec<u8>> {
-    use crate::abi::{self, Close, Conn, HelloHeader};
+    use hstrace::abi::{self, Close, Conn, HelloHeader};
     fn bytes<T: Copy>(v: &T) -> Vec<u8> {
         // SAFETY: plain-old-data ABI structs, read as the bytes they are
         unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
@@ -103,8 +103,8 @@ pub fn seeds() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     for (ch, sh) in HELLOS {
         let (ch, sh) = (
-            crate::tls::unhex(ch).expect("fixture"),
-            crate::tls::unhex(sh).expect("fixture"),
+            hstrace::tls::unhex(ch).expect("fixture"),
+            hstrace::tls::unhex(sh).expect("fixture"),
         );
         out.push([&[0u8][..], &ch].concat());
         out.push([&[1u8][..], &sh].concat());

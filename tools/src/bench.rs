@@ -1,11 +1,11 @@
-//! Figures for `cargo xtask bench` that need the crate's insides (hidden commands).
+//! Figures for `cargo xtask bench` that need hstrace's insides: `hstrace-bench`'s commands.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use aya::EbpfLoader;
 
-use crate::{
+use hstrace::{
     abi::{self, Conn, ConnState, Hello},
     assemble::Pipeline,
     clock::monotonic_ns,
@@ -38,11 +38,11 @@ pub fn pipeline_connections_per_sec(n: u64, sink: Option<&mut dyn Sink>) -> Resu
     };
     let mut ch = hello(
         abi::DIR_IN,
-        include_str!("../tests/fixtures/hello/tls13_full.client_hello.hex"),
+        include_str!("../../userspace/tests/fixtures/hello/tls13_full.client_hello.hex"),
     );
     let mut sh = hello(
         abi::DIR_OUT,
-        include_str!("../tests/fixtures/hello/tls13_full.server_hello.hex"),
+        include_str!("../../userspace/tests/fixtures/hello/tls13_full.server_hello.hex"),
     );
     let mut c = Conn {
         rec: abi::REC_CONN,
@@ -134,7 +134,7 @@ pub fn pipeline(n: u64, serve: bool) -> Result<f64> {
 pub fn sweep_ms(n: u32) -> Result<f64> {
     let mut bpf = EbpfLoader::new()
         .map_max_entries("conns", 2 * n)
-        .load(crate::BPF_OBJECT)
+        .load(hstrace::BPF_OBJECT)
         .context("loading the BPF object")?;
     let mut tables = sweep::Tables::take(&mut bpf)?;
     // reported, and accepted just now: nothing to take
@@ -199,9 +199,8 @@ pub fn stats_floor_ns(calls: u32) -> Result<f64> {
     const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
     let mut bpf = EbpfLoader::new()
-        .map_max_entries("conns", 64)
-        .load(crate::BPF_OBJECT)
-        .context("loading the BPF object")?;
+        .load(crate::BENCH_OBJECT)
+        .context("loading the bench's BPF object")?;
     let btf = aya::Btf::from_sys_fs().context("reading the kernel's BTF")?;
     let prog: &mut aya::programs::BtfTracePoint = bpf
         .program_mut("stats_floor")
@@ -245,8 +244,8 @@ pub enum HookSet {
 }
 
 impl HookSet {
-    fn holds(self, hook: &crate::probes::Hook) -> bool {
-        use crate::probes::Hook;
+    fn holds(self, hook: &hstrace::probes::Hook) -> bool {
+        use hstrace::probes::Hook;
         let syscall = matches!(hook, Hook::Tracepoint("syscalls", _));
         match self {
             HookSet::All => true,
@@ -266,21 +265,18 @@ impl HookSet {
 /// cost before any of hstrace's own work. Says "hstrace: tracing" on stderr once
 /// attached, as `trace` does, and stops on Ctrl-C or SIGTERM.
 pub fn hooks_alone(set: HookSet) -> Result<()> {
-    use crate::probes::{attach_kernel_probes, Hook};
     use aya::programs::{BtfTracePoint, TracePoint};
+    use hstrace::probes::{attach_kernel_probes, Hook};
 
     let btf = aya::Btf::from_sys_fs().context("reading the kernel's BTF")?;
-    // the object once per program: a BTF tracepoint program is loaded for one hook (its
-    // maps kept small, they are never used)
-    let object = || {
-        EbpfLoader::new()
+    // which hooks: hstrace's own programs, attached once as `trace` would (their maps
+    // kept small, they are never used)
+    let chosen: Vec<Hook> = {
+        let mut bpf = EbpfLoader::new()
             .map_max_entries("conns", 64)
             .map_max_entries("events", 4096)
-            .load(crate::BPF_OBJECT)
-            .context("loading the BPF object")
-    };
-    let chosen: Vec<Hook> = {
-        let mut bpf = object()?;
+            .load(hstrace::BPF_OBJECT)
+            .context("loading the BPF object")?;
         attach_kernel_probes(&mut bpf, &btf, &[])?
             .into_iter()
             .flat_map(|c| c.hooks.into_iter().flatten())
@@ -289,7 +285,10 @@ pub fn hooks_alone(set: HookSet) -> Result<()> {
     };
     let mut held = Vec::new();
     for hook in &chosen {
-        let mut bpf = object()?;
+        // the bench object once per program: a BTF tracepoint program is loaded for one hook
+        let mut bpf = EbpfLoader::new()
+            .load(crate::BENCH_OBJECT)
+            .context("loading the bench's BPF object")?;
         match *hook {
             Hook::BtfTracepoint(event) => {
                 let prog: &mut BtfTracePoint = bpf
@@ -321,7 +320,7 @@ pub fn hooks_alone(set: HookSet) -> Result<()> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(crate::trace::stop_signal(None));
+        .block_on(hstrace::trace::stop_signal(None));
     drop(held);
     Ok(())
 }

@@ -1,55 +1,56 @@
-//! The parts of `cargo xtask bench` that are hstrace's own commands work and measure
-//! something: the userspace pipeline on synthetic records, and the idle sweep over a
-//! filled connection map (which loads the BPF object: needs root). Their speed is
-//! recorded by the bench, not asserted here.
+//! `hstrace-bench`, the parts of `cargo xtask bench` that need hstrace's insides, works
+//! and measures something: the userspace pipeline on synthetic records, the idle sweep
+//! over a filled connection map and the empty programs at trace's hooks (which load BPF
+//! objects: needs root, run through `cargo xtask test`). Their speed is recorded by the
+//! bench, not asserted here.
 
 use std::process::Command;
 
-use hstrace_tests::hstrace_bin;
+const BENCH: &str = env!("CARGO_BIN_EXE_hstrace-bench");
 
 fn number(args: &[&str]) -> f64 {
-    let out = Command::new(hstrace_bin()).args(args).output().unwrap();
+    let out = Command::new(BENCH).args(args).output().unwrap();
     assert!(
         out.status.success(),
-        "hstrace {args:?}: {}",
+        "hstrace-bench {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
     text.trim()
         .parse()
-        .unwrap_or_else(|_| panic!("hstrace {args:?} printed {text:?}"))
+        .unwrap_or_else(|_| panic!("hstrace-bench {args:?} printed {text:?}"))
 }
 
 #[test]
 fn pipeline_benchmark_parses_synthetic_connections() {
-    let per_sec = number(&["bench-pipeline", "--records", "20000"]);
+    let per_sec = number(&["pipeline", "--records", "20000"]);
     assert!(per_sec > 0.0 && per_sec.is_finite(), "{per_sec}");
 }
 
 #[test]
 fn sweep_benchmark_walks_a_full_map_and_keeps_live_connections() {
-    // bench-sweep fails if the sweep takes any of the live connections it was given, or
+    // sweep fails if the sweep takes any of the live connections it was given, or
     // reports, evicts or counts a socket still waiting in an accept queue
-    let ms = number(&["bench-sweep", "--conns", "4096"]);
+    let ms = number(&["sweep", "--conns", "4096"]);
     assert!(ms > 0.0 && ms.is_finite(), "{ms}");
 }
 
 #[test]
 fn pipeline_benchmark_through_the_daemons_sinks_counts_every_connection() {
-    // bench-pipeline --serve fails unless the metrics counted every synthetic connection
-    let per_sec = number(&["bench-pipeline", "--records", "20000", "--serve"]);
+    // pipeline --serve fails unless the metrics counted every synthetic connection
+    let per_sec = number(&["pipeline", "--records", "20000", "--serve"]);
     assert!(per_sec > 0.0 && per_sec.is_finite(), "{per_sec}");
 }
 
-/// Run `hstrace bench-hooks-alone` with `args` until it says it is attached: the hooks it
+/// Run `hstrace-bench hooks-alone` with `args` until it says it is attached: the hooks it
 /// names, after checking that it holds one attachment (a BPF link) per hook and stops
 /// cleanly on SIGINT.
 fn hooks_held(args: &[&str]) -> Vec<String> {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
 
-    let mut child = Command::new(hstrace_bin())
-        .arg("bench-hooks-alone")
+    let mut child = Command::new(BENCH)
+        .arg("hooks-alone")
         .args(args)
         .stderr(Stdio::piped())
         .spawn()
@@ -60,7 +61,7 @@ fn hooks_held(args: &[&str]) -> Vec<String> {
         .by_ref()
         .map_while(Result::ok)
         .find(|l| l.starts_with("hstrace: tracing"))
-        .expect("bench-hooks-alone exited before attaching");
+        .expect("hstrace-bench hooks-alone exited before attaching");
     // "hstrace: tracing (empty programs at inet_sock_set_state, sys_exit_accept4, ...)"
     let hooks: Vec<String> = said
         .split_once(" at ")
@@ -75,8 +76,10 @@ fn hooks_held(args: &[&str]) -> Vec<String> {
         .filter(|info| info.contains("link_type:"))
         .count();
     assert_eq!(links, hooks.len(), "{said}");
-    // SAFETY: plain kill(2) on our own child
-    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
     hooks

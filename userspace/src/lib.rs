@@ -24,11 +24,13 @@
 //! - `health`: the tracer's own accounting
 //! - `metrics`: `serve`'s Prometheus metrics (every name and label)
 //! - `params`: the measured stage parameters (`hstrace.parameters/v1`)
-//! - `trace`, `serve`, `export`: the commands
-//! - `model`: seed 002's queueing model, solved from the parameters (`hstrace model`)
+//! - `trace`, `serve`, `export`: the commands; `cli`: the command line that wires them
+//! - `model`: the queueing model of a secure web server (Lin, Wong, Kou), solved from the
+//!   parameters (`hstrace model`)
 
 pub mod abi;
 pub mod assemble;
+pub mod cli;
 pub mod clock;
 pub mod export;
 pub mod health;

@@ -1,0 +1,500 @@
+//! The `hstrace` command line: its clap definitions (from which the man pages and shell
+//! completions are generated, see tools/), the checks of every option value, and the
+//! wiring of each command to the record source and its sink.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use crate::{
+    export::{self, ExportFormat},
+    model::{self, knobs, mva::Discipline, ModelFormat, ModelOptions},
+    print::Format,
+    probes::Uprobes,
+    serve::{self, ServeOptions},
+    source::Options,
+    targets::Selector,
+};
+use anyhow::{bail, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "hstrace",
+    version,
+    about = "Per-stage latency of every TCP + TLS handshake of unmodified, running servers",
+    long_about = "Per-stage latency of every TCP + TLS handshake of unmodified, running servers.\n\n\
+        hstrace attaches eBPF programs to the kernel (and, optionally, uprobes to OpenSSL) and \
+        times each stage of every connection the selected servers accept: the accept queue, \
+        waiting for the ClientHello, the server's flights, waiting for the client, queueing \
+        inside the server and the first response. It reads only TLS record and handshake \
+        headers and the ClientHello/ServerHello, never application data. Needs root (or \
+        CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH) and a kernel with BTF.",
+    after_help = "Examples:\n  \
+        hstrace trace --comm nginx                   one line per connection, live\n  \
+        hstrace serve --comm nginx                   metrics on http://127.0.0.1:9725/metrics\n  \
+        hstrace export --duration 60 --port 443      the measured stage parameters, once\n  \
+        hstrace model --from http://127.0.0.1:9725   response time forecast for more users"
+)]
+pub struct Cli {
+    /// More detail on stderr: which hook each probe group uses (-v), libbpf and verifier detail (-vv), every kernel record as it arrives (-vvv)
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum UprobesArg {
+    None,
+    Handshake,
+    All,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FormatArg {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ExportFormatArg {
+    Json,
+    Csv,
+    Table,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DisciplineArg {
+    /// requests share the processor (threads or processes: Apache, most servers)
+    ProcessorSharing,
+    /// one event loop (an nginx worker): each flight is answered to completion, in turn
+    /// (approximate MVA)
+    EventLoop,
+    /// the same event loop as nginx runs it (gated passes over the ready list, one accept
+    /// per pass), by discrete-event simulation (--seed)
+    EventLoopSim,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ModelFormatArg {
+    Text,
+    Json,
+    Csv,
+}
+
+/// What to trace and how: the same for trace, serve and export.
+#[derive(Args)]
+struct SourceArgs {
+    /// Trace this process and its descendants (a master's workers); repeatable
+    #[arg(long = "pid", value_name = "PID")]
+    pids: Vec<u32>,
+    /// Trace every process with this name
+    #[arg(long, value_name = "NAME")]
+    comm: Option<String>,
+    /// Trace connections to this listening port
+    #[arg(long, value_name = "PORT")]
+    port: Option<u16>,
+    /// Wire only: no uprobes at all (same as --uprobes none)
+    #[arg(long)]
+    no_uprobes: bool,
+    /// OpenSSL functions hooked in the traced processes: none; handshake
+    /// (SSL_do_handshake); all (also SSL_read/SSL_write: the library's view of the
+    /// first request and response, at a uprobe hit per call) [default: handshake for
+    /// trace and export, none for serve]
+    #[arg(long, value_enum)]
+    uprobes: Option<UprobesArg>,
+    /// Report a connection idle this long as it stands (a handshake that never
+    /// completed: failed, "timeout")
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    idle_timeout: f64,
+    /// Connections tracked at once in the kernel; past it, new ones are counted (table_full), not tracked
+    #[arg(long, default_value_t = crate::abi::MAX_CONNS, value_name = "N")]
+    max_conns: u32,
+    /// Pass over the probe-table alternatives that use this hook (an event or kernel
+    /// function name), as on a kernel without it: the tests run the fallbacks this way
+    #[arg(long, value_name = "HOOK", hide = true)]
+    avoid_hook: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print one line per connection of the selected servers, live
+    ///
+    /// Each line: the connection's TLS version, cipher, SNI, kind (full, resumed, plain,
+    /// failed) and every stage's duration.
+    #[command(after_help = "Examples:\n  \
+        hstrace trace --comm nginx\n  \
+        hstrace trace --port 443 --format json --duration 60 > conns.ndjson\n  \
+        hstrace trace --pid 1234 --uprobes none\n\n\
+        The JSON lines are a contract: fields are only ever added (see docs/trace-records.md). \
+        At exit the tracer's own accounting (every accepted connection reported, in progress \
+        or lost with its cause) is printed on stderr.")]
+    Trace {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Stop after this many seconds (default: until Ctrl-C)
+        #[arg(long, value_name = "SECONDS")]
+        duration: Option<f64>,
+        /// text: one readable line per connection; json: one JSON object per line
+        #[arg(long, value_enum, default_value = "text")]
+        format: FormatArg,
+    },
+    /// The daemon: Prometheus metrics, health and the measured stage parameters over HTTP
+    ///
+    /// Answers /metrics (OpenMetrics), /healthz (the tracer's accounting, JSON) and
+    /// /api/v1/parameters (hstrace.parameters/v1). Wire only unless told --uprobes.
+    #[command(after_help = "Examples:\n  \
+        hstrace serve --comm nginx\n  \
+        hstrace serve --port 443 --listen 0.0.0.0:9725\n\n\
+        Run it as a service: the package's hstrace.service reads its options from \
+        HSTRACE_ARGS in /etc/default/hstrace.")]
+    Serve {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Address to answer on (loopback by default: put it on another address only
+        /// behind your network policy)
+        #[arg(long, default_value = "127.0.0.1:9725", value_name = "ADDR:PORT")]
+        listen: String,
+        /// The parameters cover the last this many seconds
+        #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+        window: f64,
+        /// SNI label values kept in the metrics; the rest are counted as "other"
+        #[arg(long, default_value_t = 50, value_name = "N")]
+        max_sni: usize,
+    },
+    /// Print the measured stage parameters once: trace for --duration, or ask a daemon
+    ///
+    /// Per server and request class (full TLS, resumed TLS, plain): each stage's mean and
+    /// percentiles, and the session cache's hit ratio (hstrace.parameters/v1).
+    #[command(after_help = "Examples:\n  \
+        hstrace export --duration 60 --comm nginx > params.json\n  \
+        hstrace export --from http://127.0.0.1:9725 --format table")]
+    Export {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Trace this many seconds, then print the parameters of the whole run
+        #[arg(long, value_name = "SECONDS", conflicts_with = "from")]
+        duration: Option<f64>,
+        /// Ask the `hstrace serve` at this address instead (e.g. http://127.0.0.1:9725)
+        #[arg(long, value_name = "URL")]
+        from: Option<String>,
+        /// json (hstrace.parameters/v1), csv (a row per server, class and stage), table
+        #[arg(long, value_enum, default_value = "json")]
+        format: ExportFormatArg,
+    },
+    /// Forecast throughput and response time for N users from measured stage parameters
+    ///
+    /// A closed queueing network of the server: each request's service stages are demand
+    /// on its CPU, its waits for the client a delay; solved by mean value analysis or
+    /// simulated, with what-if knobs (hit ratio, CPU speed, a costlier stage).
+    #[command(after_help = "Examples:\n  \
+        hstrace model --from http://127.0.0.1:9725 --users 1..400\n  \
+        hstrace model --params params.json --hit-ratio 0.9 --plot forecast.svg\n  \
+        hstrace model --params params.json --scale-stage server_flight_1=4   (a costlier key)\n\n\
+        The model and its validation against a loaded nginx: docs/model.md.")]
+    Model {
+        /// A hstrace.parameters/v1 file (`hstrace export`'s JSON, or written by hand)
+        #[arg(long, value_name = "FILE")]
+        params: Option<String>,
+        /// Ask the `hstrace serve` at this address (e.g. http://127.0.0.1:9725)
+        #[arg(long, value_name = "URL")]
+        from: Option<String>,
+        /// PromQL over the daemons' metrics in this Prometheus, summed across hosts
+        /// (e.g. http://prom:9090)
+        #[arg(long, value_name = "URL")]
+        from_prometheus: Option<String>,
+        /// With --from-prometheus: the seconds the stage means and class shares cover
+        #[arg(
+            long,
+            default_value_t = 300.0,
+            value_name = "SECONDS",
+            allow_negative_numbers = true
+        )]
+        window: f64,
+        /// The server (`comm:port`, e.g. nginx:443; default: the one with the most
+        /// connections). Ports of one server, comma-separated (nginx:443,nginx:80), are one
+        /// web server: their shares and stage means weighted by connections
+        #[arg(long, value_name = "SERVER")]
+        server: Option<String>,
+        /// User counts: 1,10,50 or 1..400 (every integer) or 1..400:10 (every 10th, and
+        /// 400); default: 1 to twice N* in about 50 steps
+        #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
+        users: Option<String>,
+        /// Mean think time between a user's requests (2s, 500ms, or seconds)
+        #[arg(
+            long,
+            default_value = "2s",
+            value_name = "TIME",
+            allow_hyphen_values = true
+        )]
+        think_time: String,
+        /// The share of requests that are TLS, full : resumed kept; a list (0.1,0.2,0.3)
+        /// gives one curve each
+        #[arg(long, value_name = "P[,P…]", allow_hyphen_values = true)]
+        secure_fraction: Option<String>,
+        /// The share of TLS requests that resume a session (the TLS share kept)
+        #[arg(long, value_name = "R", allow_negative_numbers = true)]
+        hit_ratio: Option<f64>,
+        /// Divide every service demand by K (a K times faster CPU)
+        #[arg(
+            long,
+            default_value_t = 1.0,
+            value_name = "K",
+            allow_negative_numbers = true
+        )]
+        cpu_speedup: f64,
+        /// Multiply one stage's mean by K wherever it occurs (e.g. server_flight_2=4 for a
+        /// costlier key); repeatable
+        #[arg(long, value_name = "STAGE=K", allow_hyphen_values = true)]
+        scale_stage: Vec<String>,
+        /// Processors of the web server (a c-server processor-sharing station)
+        #[arg(
+            long,
+            default_value_t = 1,
+            value_name = "C",
+            allow_negative_numbers = true
+        )]
+        servers: i64,
+        /// How the web server shares its processor (event-loop: approximate MVA, one
+        /// processor; event-loop-sim: simulated, with a 95 % confidence half-width)
+        #[arg(long, value_enum, default_value = "processor-sharing")]
+        discipline: DisciplineArg,
+        /// The seed of --discipline event-loop-sim (the same seed, the same answer)
+        #[arg(long, default_value_t = 1, value_name = "SEED")]
+        seed: u32,
+        /// With event-loop-sim: the worker's CPU per request that no stage measures
+        /// (accepting, closing, logging, epoll), shared among each request's handler
+        /// calls [default: the parameters' measured cpu.outside_stages_s, else 0]
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        overhead: Option<String>,
+        /// With event-loop-sim: how long a worker asleep in epoll_wait takes to run after
+        /// an event (its CPU waking up): one TIME, or by how long it slept, IDLE=TIME,...
+        /// (e.g. 1ms=50us,200ms=300us; interpolated on log(idle) between them)
+        #[arg(
+            long,
+            default_value = "0",
+            value_name = "TIME|IDLE=TIME,...",
+            allow_hyphen_values = true
+        )]
+        wakeup: String,
+        /// text (a table), json (hstrace.model/v1), csv (a row per curve, N and class)
+        #[arg(long, value_enum, default_value = "text")]
+        format: ModelFormatArg,
+        /// Draw response time against users per class to this SVG file
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+        /// Measured points to draw on the --plot (CSV: users,response_s[,class])
+        #[arg(long, value_name = "FILE")]
+        measured: Option<PathBuf>,
+    },
+}
+
+/// Seconds from the command line, checked: finite, positive, at most a year.
+fn seconds(flag: &str, v: f64) -> Result<Duration> {
+    if !v.is_finite() || v <= 0.0 || v > 365.0 * 86400.0 {
+        // 1e300 as 1e300, not three hundred digits
+        let v = if v.abs() >= 1e9 {
+            format!("{v:e}")
+        } else {
+            v.to_string()
+        };
+        bail!("{flag} {v} is not a number of seconds between 0 and one year: give e.g. {flag} 60");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+impl SourceArgs {
+    /// The options, with `uprobes` unless --uprobes or --no-uprobes says otherwise.
+    fn options(self, uprobes: Uprobes) -> Result<Options> {
+        if self.max_conns < 16 || self.max_conns > 1 << 22 {
+            bail!(
+                "--max-conns {} is out of range: give between 16 and {} (default {})",
+                self.max_conns,
+                1 << 22,
+                crate::abi::MAX_CONNS
+            );
+        }
+        if let Some(name) = &self.comm {
+            if name.is_empty() || name.len() > 15 {
+                bail!(
+                    "--comm '{name}' cannot be a process name: the kernel keeps at most 15 bytes of one (see `ps -eo comm`)"
+                );
+            }
+        }
+        Ok(Options {
+            selector: Selector {
+                pids: self.pids,
+                comm: self.comm,
+                port: self.port,
+            },
+            uprobes: match (self.no_uprobes, self.uprobes) {
+                (true, _) | (_, Some(UprobesArg::None)) => Uprobes::None,
+                (_, Some(UprobesArg::Handshake)) => Uprobes::Handshake,
+                (_, Some(UprobesArg::All)) => Uprobes::All,
+                (false, None) => uprobes,
+            },
+            max_conns: self.max_conns,
+            idle_timeout: seconds("--idle-timeout", self.idle_timeout)?,
+            avoid_hooks: self.avoid_hook,
+            end_when_selection_exits: true,
+        })
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Run the command `cli` names.
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Trace {
+            source,
+            duration,
+            format,
+        } => {
+            let opts = source.options(Uprobes::Handshake)?;
+            let duration = duration.map(|d| seconds("--duration", d)).transpose()?;
+            let format = match format {
+                FormatArg::Text => Format::Text,
+                FormatArg::Json => Format::Json,
+            };
+            runtime()?.block_on(crate::trace::run(opts, format, duration))
+        }
+        Command::Serve {
+            source,
+            listen,
+            window,
+            max_sni,
+        } => {
+            // wire only: the daemon's metrics all come from the wire, and SSL_do_handshake's
+            // two uprobe round trips per handshake are a third of what hstrace costs one
+            // (README, "What it costs"); --uprobes handshake asks for them
+            let opts = Options {
+                end_when_selection_exits: false,
+                ..source.options(Uprobes::None)?
+            };
+            let listen: SocketAddr = listen.parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "--listen {listen:?} is not an address:port (e.g. 127.0.0.1:9725 or [::1]:9725)"
+                )
+            })?;
+            if max_sni > 10_000 {
+                bail!("--max-sni {max_sni} is too many series: give at most 10000 (default 50)");
+            }
+            serve::run(
+                opts,
+                ServeOptions {
+                    listen,
+                    window: seconds("--window", window)?,
+                    max_sni,
+                },
+            )
+        }
+        Command::Export {
+            source,
+            duration,
+            from,
+            format,
+        } => {
+            let format = match format {
+                ExportFormatArg::Json => ExportFormat::Json,
+                ExportFormatArg::Csv => ExportFormat::Csv,
+                ExportFormatArg::Table => ExportFormat::Table,
+            };
+            match (from, duration) {
+                (Some(url), _) => export::from_daemon(&url, format),
+                (None, Some(d)) => {
+                    let d = seconds("--duration", d)?;
+                    let opts = source.options(Uprobes::Handshake)?;
+                    runtime()?.block_on(export::traced(opts, d, format))
+                }
+                (None, None) => bail!(
+                    "say where the parameters come from: --duration SECONDS (trace now) or --from http://HOST:PORT (a running hstrace serve)"
+                ),
+            }
+        }
+        Command::Model {
+            params,
+            from,
+            from_prometheus,
+            window,
+            server,
+            users,
+            think_time,
+            secure_fraction,
+            hit_ratio,
+            cpu_speedup,
+            scale_stage,
+            servers,
+            discipline,
+            seed,
+            overhead,
+            wakeup,
+            format,
+            plot,
+            measured,
+        } => {
+            let source = match (params, from, from_prometheus) {
+                (Some(f), None, None) => model::Source::File(f),
+                (None, Some(u), None) => model::Source::Daemon(u),
+                (None, None, Some(u)) => model::Source::Prometheus {
+                    url: u,
+                    window_s: seconds("--window", window)?.as_secs().max(1),
+                },
+                _ => bail!(
+                    "give exactly one of --params FILE, --from http://HOST:PORT (a running hstrace serve) or --from-prometheus http://HOST:PORT"
+                ),
+            };
+            if !(1..=i64::from(knobs::MAX_SERVERS)).contains(&servers) {
+                bail!(
+                    "--servers {servers} is not a number of processors: give 1 to {}",
+                    knobs::MAX_SERVERS
+                );
+            }
+            let knobs = knobs::Knobs {
+                think_s: knobs::parse_seconds("--think-time", &think_time)?,
+                servers: servers as u32,
+                hit_ratio: hit_ratio
+                    .map(|r| knobs::check_fraction("--hit-ratio", r))
+                    .transpose()?,
+                cpu_speedup: knobs::check_factor("--cpu-speedup", cpu_speedup)?,
+                scale_stages: scale_stage
+                    .iter()
+                    .map(|s| knobs::parse_scale(s))
+                    .collect::<Result<_>>()?,
+                discipline: match discipline {
+                    DisciplineArg::ProcessorSharing => Discipline::ProcessorSharing,
+                    DisciplineArg::EventLoop => Discipline::EventLoop,
+                    DisciplineArg::EventLoopSim => Discipline::EventLoopSim,
+                },
+                seed: u64::from(seed),
+                overhead_s: overhead
+                    .as_deref()
+                    .map(|o| knobs::parse_seconds("--overhead", o))
+                    .transpose()?
+                    .unwrap_or(0.0),
+                overhead_given: overhead.is_some(),
+                wakeup: knobs::parse_wakeup(&wakeup)?,
+            };
+            model::run(ModelOptions {
+                source,
+                server,
+                users: users.map(|u| knobs::parse_users(&u)).transpose()?,
+                secure_fractions: match secure_fraction {
+                    Some(p) => knobs::parse_fractions("--secure-fraction", &p)?,
+                    None => Vec::new(),
+                },
+                knobs,
+                format: match format {
+                    ModelFormatArg::Text => ModelFormat::Text,
+                    ModelFormatArg::Json => ModelFormat::Json,
+                    ModelFormatArg::Csv => ModelFormat::Csv,
+                },
+                plot,
+                measured,
+            })
+        }
+    }
+}

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only OR MIT */
 /*
  * Per-connection state: the maps every hook shares, the settings userspace fills in
  * before load, and sending a connection's record. Included once, by hstrace.bpf.c.

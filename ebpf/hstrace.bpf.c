@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
 /*
  * hstrace's BPF programs, one object. Every hook is listed, with its alternatives,
  * in userspace/src/probes.rs; the hooks here only feed the per-connection state of
@@ -22,7 +22,8 @@
 #include "conn.bpf.h"
 #include "wire.bpf.h"
 
-char LICENSE[] SEC("license") = "GPL";
+/* GPL-compatible for the kernel (the GPL-only helpers); see ebpf/LICENSE */
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 #define S_IFMT 00170000
 #define S_IFSOCK 0140000

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only OR MIT */
 /*
  * The TLS record stream, as the server reads and writes it. Only record headers
  * (type, version, length), the 4-byte headers of plaintext handshake messages and the two

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only OR MIT */
 /*
  * hstrace's kernel <-> userspace ABI: the records the BPF programs send through the
  * ring buffer and the counters they keep. Plain fixed-size C types only; mirrored in

@@ -1,8 +1,11 @@
 //! Jobs cargo can't do alone. Run as root on a Debian machine:
-//!   cargo xtask setup            install what hstrace and its tests need (apt), mount tracefs
+//!   cargo xtask setup            install what building hstrace needs (apt), nothing else
 //!   cargo xtask demo [ARGS]      build, then trace ARGS (e.g. --pid 1234) or, with none, a
 //!                                throwaway TLS nginx on loopback driven by real clients
-//!   cargo xtask test             setup, build, then every test (unit, verifier, integration)
+//!                                (installs nginx, openssl, curl, prometheus: a test machine)
+//!   cargo xtask test             setup, build, package, then every test (unit, verifier,
+//!                                integration; installs the servers and clients they drive)
+//!   cargo xtask package          the Debian packages in target/package/
 //!   cargo xtask vmlinux          regenerate ebpf/vmlinux/<arch>/vmlinux.h from this kernel
 //!   cargo xtask bench            with/without hstrace side by side: docs/benchmarks.md
 //!                                (--cost: that section alone; --cpu: one workload's CPU
@@ -23,26 +26,40 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 mod bench;
+mod package;
 mod soak;
 mod validate;
 
-/// Debian packages: build (clang, libbpf headers, bpftool), servers and clients for the
-/// demo and the tests (gcc and libssl-dev build the statically linked test server).
-const PACKAGES: &[&str] = &[
-    "clang-19",
-    "llvm-19",
-    "libbpf-dev",
-    "bpftool",
+/// Debian packages that building hstrace needs, and nothing else: `cargo xtask setup`
+/// installs these (clang and llvm compile the BPF programs, libbpf-dev has their headers,
+/// bpftool regenerates vmlinux.h, pkg-config and gcc link the Rust binary).
+const BUILD_PACKAGES: &[&str] = &["clang-19", "llvm-19", "libbpf-dev", "bpftool", "gcc", "pkg-config"];
+
+/// What the demo adds on a test machine: a TLS server, its clients, and a Prometheus for
+/// `demo --serve`.
+const DEMO_PACKAGES: &[&str] = &["nginx", "openssl", "curl", "prometheus"];
+
+/// What the test suite adds on a test machine: the servers and clients it drives (gcc and
+/// libssl-dev build the statically linked test server, hsload links libssl), man-db and
+/// systemd for checking the package as an operator would use it. (The benches, the soak
+/// and the fuzzers use the same.)
+const TEST_PACKAGES: &[&str] = &[
     "nginx",
     "openssl",
+    "curl",
     "util-linux",
     "apache2",
     "haproxy",
-    "gcc",
     "libssl-dev",
     "nghttp2-client",
     "prometheus",
+    "man-db",
+    "systemd",
 ];
+
+/// What building the container image and running it needs (`cargo xtask image`, and the
+/// test suite, which does both): buildah builds it, podman runs it with Debian's runc.
+const IMAGE_PACKAGES: &[&str] = &["podman", "buildah", "runc"];
 
 /// Runtimes of the project's own test servers (tests/servers), with the Debian package
 /// installed when none is found: (commands that will do, package).
@@ -72,6 +89,10 @@ fn xtask() -> Result<()> {
         Some("demo") => demo(&args[1..]),
         Some("test") => test(&args[1..]),
         Some("vmlinux") => vmlinux(),
+        Some("package") => {
+            setup()?;
+            package::package().map(|_| ())
+        }
         Some("bench") if args.get(1).map(String::as_str) == Some("serve-memory") => {
             bench_serve_memory()
         }
@@ -82,7 +103,7 @@ fn xtask() -> Result<()> {
         Some("soak") => soak(&args[1..]),
         Some("fuzz-parsers") => fuzz_parsers(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | bench [--cost | --cpu [--workload N] | --profile [--seconds N] | --ab OTHER_HSTRACE [--workload N] [--pairs N]] | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | fuzz-parsers [--runs N] | soak [--minutes M] | vmlinux");
+            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | package | bench [--cost | --cpu [--workload N] | --profile [--seconds N] | --ab OTHER_HSTRACE [--workload N] [--pairs N]] | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | fuzz-parsers [--runs N] | soak [--minutes M] | vmlinux");
             std::process::exit(2);
         }
     }
@@ -119,22 +140,30 @@ fn require_root(what: &str) -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask setup`: what building needs, nothing else (no server, no client).
 fn setup() -> Result<()> {
     require_root("setup")?;
-    let mut missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
-    missing.extend(
-        RUNTIMES
-            .iter()
-            .filter(|(commands, _)| !runtime_found(commands))
-            .map(|(_, pkg)| *pkg),
-    );
-    apt_install(&missing)?;
+    install_missing(BUILD_PACKAGES)
+}
+
+/// A machine that runs hstrace: what building needs, and `packages`, the servers and
+/// clients a job drives (on a test machine only, never a production host: README says so).
+/// Tracefs mounted.
+fn setup_test_machine(packages: &[&str]) -> Result<()> {
+    setup()?;
+    install_missing(packages)?;
     if !Path::new("/sys/kernel/tracing/events").exists()
         && !Path::new("/sys/kernel/debug/tracing/events").exists()
     {
         run(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))?;
     }
     Ok(())
+}
+
+/// Install those of `packages` that are not installed yet.
+fn install_missing(packages: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = packages.iter().copied().filter(|p| !installed(p)).collect();
+    apt_install(&missing)
 }
 
 /// Install Debian packages `missing` (none: nothing to do).
@@ -166,8 +195,16 @@ fn build_bench() -> Result<PathBuf> {
 }
 
 fn test(extra: &[String]) -> Result<()> {
-    setup()?;
+    setup_test_machine(&[TEST_PACKAGES, IMAGE_PACKAGES].concat())?;
+    let runtimes: Vec<&str> = RUNTIMES
+        .iter()
+        .filter(|(commands, _)| !runtime_found(commands))
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    apt_install(&runtimes)?;
     let bin = build()?;
+    // the packages as an operator installs them (tests/tests/package.rs)
+    let packages = package::package()?;
     // one at a time: the tests share the kernel and load BPF programs; every test binary
     // runs even after one fails, so a run reports every failure
     let mut child = Command::new("cargo")
@@ -175,6 +212,8 @@ fn test(extra: &[String]) -> Result<()> {
         .args(extra)
         .args(["--", "--test-threads=1"])
         .env("HSTRACE_BIN", &bin)
+        .env("HSTRACE_DEB", &packages.deb)
+        .env("HSTRACE_DBGSYM_DEB", &packages.dbgsym)
         .current_dir(root())
         .stdout(Stdio::piped())
         .spawn()
@@ -311,7 +350,7 @@ impl Drop for DemoNginx {
 
 /// Only the daemon-memory row of the bench: serve's RSS with many live connections.
 fn bench_serve_memory() -> Result<()> {
-    setup()?;
+    setup_test_machine(TEST_PACKAGES)?;
     let bin = build()?;
     let m = bench::serve_rss_with_live_connections(&bin)?;
     println!(
@@ -327,7 +366,7 @@ fn bench_serve_memory() -> Result<()> {
 
 /// Throughput with and without hstrace, side by side in one run: docs/benchmarks.md.
 fn bench(args: &[String]) -> Result<()> {
-    setup()?;
+    setup_test_machine(TEST_PACKAGES)?;
     let bin = build_bench()?;
     let nginx = DemoNginx::start("bench", 1, 18443, 18080)?;
     let syscall_exe = bench::build_c(&nginx.dir, "syscall_cost", &[])?;
@@ -427,7 +466,7 @@ fn soak(args: &[String]) -> Result<()> {
     if !(minutes > 0.0 && minutes <= 24.0 * 60.0) {
         bail!("--minutes takes a number of minutes up to a day, e.g. --minutes 10");
     }
-    setup()?;
+    setup_test_machine(TEST_PACKAGES)?;
     let bin = build()?;
     let section = soak::soak(&bin, minutes)?;
     print!("{section}");
@@ -519,7 +558,7 @@ fn fuzz_wire(args: &[String]) -> Result<()> {
     require_root("fuzz-wire")?;
     let cases: usize = flag(args, "--cases", 20_000)?;
     let seed: u64 = flag(args, "--seed", 1)?;
-    setup()?;
+    setup_test_machine(TEST_PACKAGES)?;
     let bin = build()?;
     let nginx = DemoNginx::start("fuzz-wire", 2, 18543, 18580)?;
     let mut tracer = Command::new(&bin)
@@ -590,7 +629,7 @@ fn fuzz_wire(args: &[String]) -> Result<()> {
 /// run that only prints).
 fn validate_model(args: &[String]) -> Result<()> {
     require_root("validate-model")?;
-    setup()?;
+    setup_test_machine(TEST_PACKAGES)?;
     let bin = build()?;
     run(Command::new("cargo")
         .args([
@@ -646,7 +685,9 @@ fn drive_demo_mix(port: u16, plain_port: u16, dir: &Path) -> Result<()> {
 }
 
 fn demo(args: &[String]) -> Result<()> {
-    setup()?;
+    // a server of the user's own (--pid, --comm, --port): nothing to install but the build
+    let own = !args.is_empty() && args[0] != "--serve";
+    setup_test_machine(if own { &[] } else { DEMO_PACKAGES })?;
     let bin = build()?;
     if args.first().map(String::as_str) == Some("--serve") {
         return demo_serve(&bin);

@@ -36,6 +36,45 @@ pub fn privileges() -> Result<()> {
     )
 }
 
+/// The bpf() system call itself: a one-entry map made and closed. Holding CAP_BPF is not
+/// enough inside a container whose seccomp profile refuses bpf() without CAP_SYS_ADMIN
+/// (podman's and CRI-O's default profiles do): say so, rather than fail later on the first
+/// map with a bare "Operation not permitted".
+pub fn bpf_syscall() -> Result<()> {
+    const BPF_MAP_CREATE: libc::c_long = 0;
+    const BPF_MAP_TYPE_ARRAY: u32 = 2;
+    // union bpf_attr for BPF_MAP_CREATE: map_type, key_size, value_size, max_entries, the
+    // rest zero
+    let mut attr = [0u32; 32];
+    attr[..4].copy_from_slice(&[BPF_MAP_TYPE_ARRAY, 4, 4, 1]);
+    // SAFETY: bpf(2) with a zeroed attr of the size given; the fd it returns is closed
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_CREATE,
+            attr.as_ptr(),
+            std::mem::size_of_val(&attr),
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: the fd bpf() just returned, ours alone
+        unsafe { libc::close(fd as i32) };
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    let seccomp = fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("Seccomp:"))?;
+            Some(line.split_whitespace().nth(1)? == "2")
+        })
+        .unwrap_or(false);
+    if err.raw_os_error() == Some(libc::EPERM) && seccomp {
+        bail!("the bpf() system call is refused ({err}) by a seccomp filter (Seccomp: 2 in /proc/self/status), as a container runtime's default profile does without CAP_SYS_ADMIN: run the container with a profile that allows bpf and perf_event_open (Kubernetes: securityContext.seccompProfile.type: Unconfined, or a Localhost profile; podman and docker: --security-opt seccomp=unconfined)");
+    }
+    bail!("the bpf() system call fails ({err}): hstrace needs a kernel built with CONFIG_BPF_SYSCALL=y");
+}
+
 /// The kernel's BTF, which CO-RE relocations and tp_btf programs need.
 pub fn btf() -> Result<()> {
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {

@@ -95,9 +95,11 @@ impl Source {
     /// Check, load and attach everything; returns once the selected processes are traced.
     pub fn attach(opts: Options) -> Result<Source> {
         preflight::privileges()?;
+        // before the first map: kernels before 5.11 count it against RLIMIT_MEMLOCK
+        preflight::memlock();
+        preflight::bpf_syscall()?;
         preflight::btf()?;
         preflight::tracefs()?;
-        preflight::memlock();
         targets::check(&opts.selector)?;
         for w in targets::warnings(&opts.selector) {
             eprintln!("hstrace: {w}");

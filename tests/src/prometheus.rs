@@ -158,7 +158,8 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
     http_get_opt(addr, path).unwrap_or_else(|| panic!("nothing answers GET {path} at {addr}"))
 }
 
-fn http_get_opt(addr: &str, path: &str) -> Option<(u16, String)> {
+/// The same, None when nobody answers (a server still starting).
+pub fn http_get_opt(addr: &str, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
     // HTTP/1.0: the server closes the connection after the body and never sends it

@@ -198,7 +198,12 @@ fn the_package_installs_traces_a_real_nginx_and_purges_leaving_nothing() {
         .into_iter()
         .chain(contents(&dbgsym))
         .collect();
-    assert!(every.iter().any(|(p, _)| p == Path::new("/usr/bin/hstrace")), "{every:?}");
+    assert!(
+        every
+            .iter()
+            .any(|(p, _)| p == Path::new("/usr/bin/hstrace")),
+        "{every:?}"
+    );
     ok(Command::new("dpkg").args(["--purge", "hstrace-dbgsym", "hstrace"]));
     assert!(!installed("hstrace") && !installed("hstrace-dbgsym"));
     // a directory another package also holds (/usr/share/man/man1) stays, as it should

@@ -6,6 +6,8 @@
 //!   cargo xtask test             setup, build, package, then every test (unit, verifier,
 //!                                integration; installs the servers and clients they drive)
 //!   cargo xtask package          the Debian packages in target/package/
+//!   cargo xtask image            the container image localhost/hstrace:<version> (buildah),
+//!                                and its OCI archive in target/package/
 //!   cargo xtask vmlinux          regenerate ebpf/vmlinux/<arch>/vmlinux.h from this kernel
 //!   cargo xtask bench            with/without hstrace side by side: docs/benchmarks.md
 //!                                (--cost: that section alone; --cpu: one workload's CPU
@@ -26,6 +28,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 mod bench;
+mod image;
 mod package;
 mod soak;
 mod validate;
@@ -33,7 +36,14 @@ mod validate;
 /// Debian packages that building hstrace needs, and nothing else: `cargo xtask setup`
 /// installs these (clang and llvm compile the BPF programs, libbpf-dev has their headers,
 /// bpftool regenerates vmlinux.h, pkg-config and gcc link the Rust binary).
-const BUILD_PACKAGES: &[&str] = &["clang-19", "llvm-19", "libbpf-dev", "bpftool", "gcc", "pkg-config"];
+const BUILD_PACKAGES: &[&str] = &[
+    "clang-19",
+    "llvm-19",
+    "libbpf-dev",
+    "bpftool",
+    "gcc",
+    "pkg-config",
+];
 
 /// What the demo adds on a test machine: a TLS server, its clients, and a Prometheus for
 /// `demo --serve`.
@@ -93,6 +103,11 @@ fn xtask() -> Result<()> {
             setup()?;
             package::package().map(|_| ())
         }
+        Some("image") => {
+            setup()?;
+            install_missing(IMAGE_PACKAGES)?;
+            image::image(&package::package()?).map(|_| ())
+        }
         Some("bench") if args.get(1).map(String::as_str) == Some("serve-memory") => {
             bench_serve_memory()
         }
@@ -103,7 +118,7 @@ fn xtask() -> Result<()> {
         Some("soak") => soak(&args[1..]),
         Some("fuzz-parsers") => fuzz_parsers(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | package | bench [--cost | --cpu [--workload N] | --profile [--seconds N] | --ab OTHER_HSTRACE [--workload N] [--pairs N]] | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | fuzz-parsers [--runs N] | soak [--minutes M] | vmlinux");
+            eprintln!("usage: cargo xtask setup | demo [hstrace trace args] | test [cargo test args] | package | image | bench [--cost | --cpu [--workload N] | --profile [--seconds N] | --ab OTHER_HSTRACE [--workload N] [--pairs N]] | validate-model [--quick] | fuzz-wire [--cases N] [--seed S] | fuzz-parsers [--runs N] | soak [--minutes M] | vmlinux");
             std::process::exit(2);
         }
     }
@@ -203,8 +218,10 @@ fn test(extra: &[String]) -> Result<()> {
         .collect();
     apt_install(&runtimes)?;
     let bin = build()?;
-    // the packages as an operator installs them (tests/tests/package.rs)
+    // the packages and the image as an operator installs them (tests/tests/package.rs,
+    // tests/tests/image.rs)
     let packages = package::package()?;
+    let image = image::image(&packages)?;
     // one at a time: the tests share the kernel and load BPF programs; every test binary
     // runs even after one fails, so a run reports every failure
     let mut child = Command::new("cargo")
@@ -214,6 +231,9 @@ fn test(extra: &[String]) -> Result<()> {
         .env("HSTRACE_BIN", &bin)
         .env("HSTRACE_DEB", &packages.deb)
         .env("HSTRACE_DBGSYM_DEB", &packages.dbgsym)
+        .env("HSTRACE_IMAGE", &image.name)
+        .env("HSTRACE_IMAGE_ARCHIVE", &image.archive)
+        .env("CONTAINERS_CONF", image::containers_conf()?)
         .current_dir(root())
         .stdout(Stdio::piped())
         .spawn()

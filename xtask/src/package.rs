@@ -27,6 +27,8 @@ const MAX_BINARY_BYTES: u64 = 15 * 1024 * 1024;
 pub struct Packages {
     pub deb: PathBuf,
     pub dbgsym: PathBuf,
+    /// the staged tree of the first (the image takes its binary from it)
+    pub tree: PathBuf,
 }
 
 /// Build both packages; paths of the .deb files.
@@ -210,7 +212,11 @@ pub fn package() -> Result<Packages> {
         size as f64 / 1048576.0,
         dbgsym.display()
     );
-    Ok(Packages { deb, dbgsym })
+    Ok(Packages {
+        deb,
+        dbgsym,
+        tree: stage,
+    })
 }
 
 /// The hstrace crate's version (userspace/Cargo.toml).
@@ -223,8 +229,8 @@ pub fn version() -> Result<String> {
         .context("no version in userspace/Cargo.toml")
 }
 
-/// A command's stdout, trimmed; an error if it fails.
-fn output(cmd: &mut Command) -> Result<String> {
+/// A command's stdout, trimmed; an error with its stderr if it fails.
+pub fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     if !out.status.success() {
         bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -232,8 +238,8 @@ fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// Copy `from` to `to`, making `to`'s directory.
-fn copy(from: &Path, to: &Path) -> Result<()> {
+/// Copy `from` (symbolic links followed) to `to`, making `to`'s directory.
+pub fn copy(from: &Path, to: &Path) -> Result<()> {
     fs::create_dir_all(to.parent().unwrap())?;
     fs::copy(from, to).with_context(|| format!("{} -> {}", from.display(), to.display()))?;
     Ok(())

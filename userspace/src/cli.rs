@@ -370,7 +370,7 @@ pub fn run(cli: Cli) -> Result<()> {
         } => {
             // wire only: the daemon's metrics all come from the wire, and SSL_do_handshake's
             // two uprobe round trips per handshake are a third of what hstrace costs one
-            // (README, "What it costs"); --uprobes handshake asks for them
+            // (docs/cost.md); --uprobes handshake asks for them
             let opts = Options {
                 end_when_selection_exits: false,
                 ..source.options(Uprobes::None)?

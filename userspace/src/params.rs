@@ -441,7 +441,7 @@ fn server_params(
 }
 
 impl Parameters {
-    /// The `hstrace.parameters/v1` JSON (README, "Measured stage parameters").
+    /// The `hstrace.parameters/v1` JSON (docs/parameters.md).
     pub fn to_json(&self) -> String {
         let mut out = Vec::with_capacity(4096);
         let mut o = Object::begin(&mut out);

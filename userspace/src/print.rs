@@ -241,7 +241,7 @@ mod tests {
 
     use crate::abi::test_conn as conn;
 
-    /// The JSON field names are a documented contract (README, "Output"): every one, with
+    /// The JSON field names are a documented contract (docs/trace-records.md): every one, with
     /// the optional ones present (compared sorted: serde_json's map sorts them).
     #[test]
     fn json_lines_carry_the_documented_fields() {

@@ -27,7 +27,7 @@ impl StageClass {
     }
 }
 
-/// A stage of one connection, in wire order (README, "Stages").
+/// A stage of one connection, in wire order (docs/stages.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Stage {
     AcceptQueue,

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR MIT */
 /*
  * Per-connection state: the maps every hook shares, the settings userspace fills in
- * before load, and sending a connection's record. Included once, by hstrace.bpf.c.
+ * before load, the thread's on-CPU clock, and making, sending and forgetting a
+ * connection's entry. Every hook family's file includes it; one object holds them all
+ * (hstrace.bpf.c), so the maps are shared.
  */
 #ifndef HSTRACE_CONN_BPF_H
 #define HSTRACE_CONN_BPF_H
@@ -94,7 +96,7 @@ struct conn_addrs {
 	__u8 daddr[16];
 };
 
-/* A read- or write-family syscall in progress, by thread id. */
+/* A read- or write-family syscall in progress, in its thread's slot. */
 struct io_args {
 	__u64 skey;   /* the connection's struct sock * */
 	__u64 ptr;    /* the buffer, or the iovec array */
@@ -120,12 +122,6 @@ struct ssl_io {
 	__u64 nbytes; /* _ex: where the library stores the byte count; 0: the return value */
 	__u32 write;
 	__u32 tid; /* the thread in the call; 0: the slot is free */
-};
-
-struct ssl_key {
-	__u32 tgid;
-	__u32 pad;
-	__u64 ssl;
 };
 
 struct {

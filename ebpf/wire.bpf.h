@@ -40,9 +40,6 @@
  * AEAD tag. No request is that short. */
 #define HS_TLS13_ALERT_LEN 19
 
-#define HT_CLIENT_HELLO 1
-#define HT_SERVER_HELLO 2
-
 static __always_inline __u32 flight_dir(__s8 f)
 {
 	return f & 1 ? HS_DIR_OUT : HS_DIR_IN;
@@ -90,8 +87,9 @@ __noinline int hello_retry_restart(struct hs_conn_state *c)
 	return 0;
 }
 
-/* Bytes moved in `dir`: a change of direction starts the next flight (returns 1). Once
- * the record is sent no times are kept (`now` is 0 then). */
+/* Bytes moved in `dir`: a change of direction starts the next flight (returns 1). Times
+ * are kept only during the handshake (once the record is sent, the socket-layer hooks
+ * pass `now` 0). */
 static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32 n, __u64 now)
 {
 	__s8 f = c->flight;
@@ -156,8 +154,8 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
 /* SHA-256("HelloRetryRequest"): a HelloRetryRequest's random (RFC 8446 4.1.3). */
 static __always_inline int is_retry_random(const __u64 *r)
 {
-	return r[0] == 0x11619ae574ad21cfULL && r[1] == 0x91b8651e028c1dbeULL &&
-	       r[2] == 0x5e8cbb7a1611a2c2ULL && r[3] == 0x9c33a8c8e2099e07ULL;
+	return r[0] == HS_HRR_RANDOM_0 && r[1] == HS_HRR_RANDOM_1 && r[2] == HS_HRR_RANDOM_2 &&
+	       r[3] == HS_HRR_RANDOM_3;
 }
 
 /* Is the ServerHello at user address `msg` (handshake header first, 38 bytes readable) a

@@ -9,6 +9,11 @@ fn main() {
         &[
             "conn.bpf.h",
             "wire.bpf.h",
+            "task.bpf.h",
+            "tcp.bpf.h",
+            "io.bpf.h",
+            "proc.bpf.h",
+            "ssl.bpf.h",
             "include/hstrace.h",
             "compile.rs",
         ],

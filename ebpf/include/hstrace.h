@@ -1,8 +1,16 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR MIT */
 /*
- * hstrace's kernel <-> userspace ABI: the records the BPF programs send through the
- * ring buffer and the counters they keep. Plain fixed-size C types only; mirrored in
- * userspace/src/abi.rs with compile-time size and offset checks, so keep both in step.
+ * hstrace's kernel <-> userspace ABI: every constant both sides use, the records the BPF
+ * programs send through the ring buffer, the per-connection state userspace's sweep reads,
+ * and the counters the programs keep, with their names. Plain fixed-size C types only.
+ *
+ * userspace/src/abi.rs mirrors it: the structs with compile-time size and offset checks
+ * (the same figures as the _Static_asserts here), and each #define below as the Rust
+ * constant of the same name less its HS_ prefix, tied by abi.rs's unit test
+ * `header_constants_match_abi_rs`, which reads this file and fails on any value that
+ * differs and on any #define it does not know. So keep each value a plain number or
+ * shift, and add its Rust twin in the same commit. Constants only the BPF side uses
+ * belong in its .bpf.h files.
  */
 #ifndef HSTRACE_H
 #define HSTRACE_H
@@ -12,8 +20,9 @@
 #define HS_HELLO_CAP 16384 /* one whole record's plaintext: post-quantum key shares and any
 			    * extension order fit */
 
-/* Default map sizes; userspace may override them at load time. */
-#define HS_MAX_CONNS 65536   /* connections tracked at once (--max-conns's default) */
+/* Map sizes. HS_MAX_CONNS is --max-conns's default: userspace sets the size of `conns`,
+ * `fds` and `ssl_socks` at load. The others are fixed. */
+#define HS_MAX_CONNS 65536   /* connections tracked at once */
 #define HS_MAX_TGIDS 4096    /* traced processes */
 #define HS_IO_SLOTS 65536    /* per-thread state (a read/write or SSL call in flight): one
 			      * slot per thread id mod this */
@@ -32,13 +41,6 @@
 #define HS_REC_CLOSE 3
 #define HS_REC_HELLO_PART 4 /* a piece of a hello that did not come in one read */
 #define HS_REC_FORK 5       /* a traced process forked a new one: attach its uprobes now */
-
-/* HS_REC_FORK: userspace is woken at once, so a worker forked while tracing (Apache
- * prefork) gets its uprobes before it serves, not at the next once-a-second scan. */
-struct hs_fork {
-	__u32 rec;
-	__u32 tgid; /* the new process */
-};
 
 /* Direction of bytes on a server's connection. */
 #define HS_DIR_IN 0  /* client -> server: the server reads them */
@@ -82,6 +84,17 @@ struct hs_fork {
 				    * record is its close too (exchanges, bytes_in, bytes_out
 				    * are the totals), and no hs_close follows */
 
+/* Where a connection is (hs_conn.phase). */
+#define HS_PH_HANDSHAKE 0
+#define HS_PH_WAIT_REQUEST 1 /* handshake complete, no request read yet */
+#define HS_PH_REQUEST 2      /* the first request is being read */
+#define HS_PH_RESPONSE 3     /* its response is being written */
+#define HS_PH_DONE 4         /* record sent; bytes and exchanges are still counted */
+
+/* Bits of the `settings` map's word, written by userspace once its probes are attached. */
+#define HS_SET_NO_FDS 1 /* no attached hook reads the fds table (reads, writes and closes
+			 * are all seen at the socket layer): accept does not fill it */
+
 /* Bits of the per-flight record-type masks (hs_conn.rec_types[]): 1 << (type - 20). */
 #define HS_RT_CCS (1 << 0)
 #define HS_RT_ALERT (1 << 1)
@@ -95,6 +108,26 @@ struct hs_fork {
 #define HS_FL_S1 1
 #define HS_FL_C2 2
 #define HS_FL_S2 3
+
+/* TLS handshake message types (RFC 8446 4): the first byte of a captured hello, and a bit
+ * (1 << type) of hs_conn.hs_types. */
+#define HT_CLIENT_HELLO 1
+#define HT_SERVER_HELLO 2
+#define HT_CERTIFICATE 11
+
+/* A HelloRetryRequest's ServerHello.random, SHA-256("HelloRetryRequest") (RFC 8446 4.1.3),
+ * as four little-endian 64-bit words: bytes cf 21 ad 74 e5 9a 61 11 ... 33 9c. */
+#define HS_HRR_RANDOM_0 0x11619ae574ad21cfULL
+#define HS_HRR_RANDOM_1 0x91b8651e028c1dbeULL
+#define HS_HRR_RANDOM_2 0x5e8cbb7a1611a2c2ULL
+#define HS_HRR_RANDOM_3 0x9c33a8c8e2099e07ULL
+
+/* HS_REC_FORK: userspace is woken at once, so a worker forked while tracing (Apache
+ * prefork) gets its uprobes before it serves, not at the next once-a-second scan. */
+struct hs_fork {
+	__u32 rec;
+	__u32 tgid; /* the new process */
+};
 
 /* A ClientHello (dir IN) or ServerHello (dir OUT), as the server read or wrote it: whole
  * (HS_REC_HELLO, offset 0, the 4-byte handshake header first) when it came in one read,
@@ -111,8 +144,10 @@ struct hs_hello {
 	__u8 data[HS_HELLO_CAP]; /* the ring buffer carries only the first cap_len */
 };
 
-/* One per connection, sent when its handshake completes or fails. Times are
- * CLOCK_MONOTONIC (bpf_ktime_get_ns) nanoseconds; 0 means not seen. */
+/* One per connection, sent once its first response is complete, or when it ends before
+ * that (it failed, or closed: HS_F_CLOSED); userspace's sweep makes the record of one
+ * that idles or whose server exits. Times are CLOCK_MONOTONIC (bpf_ktime_get_ns)
+ * nanoseconds; 0 means not seen. */
 struct hs_conn {
 	__u32 rec;      /* HS_REC_CONN */
 	__u32 tgid;
@@ -181,18 +216,8 @@ struct hs_conn {
 	__u64 cpu_retry_sent;
 };
 
-/* Where a connection is (hs_conn.phase). */
-#define HS_PH_HANDSHAKE 0
-#define HS_PH_WAIT_REQUEST 1 /* handshake complete, no request read yet */
-#define HS_PH_REQUEST 2      /* the first request is being read */
-#define HS_PH_RESPONSE 3     /* its response is being written */
-#define HS_PH_DONE 4         /* record sent; bytes and exchanges are still counted */
-
-/* Bits of the `settings` map's word, written by userspace once its probes are attached. */
-#define HS_SET_NO_FDS 1 /* no attached hook reads the fds table (reads, writes and closes
-			 * are all seen at the socket layer): accept does not fill it */
-
-/* At the end of every connection, after its hs_conn record. */
+/* At the end of every connection, after its hs_conn record (unless that record carried
+ * the close: HS_F_CLOSED). */
 struct hs_close {
 	__u32 rec;       /* HS_REC_CLOSE */
 	__u32 tgid;
@@ -205,12 +230,7 @@ struct hs_close {
 	__u64 bytes_out;
 };
 
-/* The kernel's per-connection state (the `conns` map's values): the record being filled in
- * and how far the server's reads and writes have been parsed; r.t_accept 0 while the
- * socket waits in the accept queue. Userspace reads it only to sweep up connections that
- * never end on their own (idle, or their server exited).
- *
- * One direction of a connection's TLS record stream. */
+/* One direction of a connection's TLS record stream. */
 struct hs_stream {
 	__u32 rec_left;      /* body bytes of the current record not yet seen */
 	__u32 rec_len;       /* body length of the current record */
@@ -230,6 +250,10 @@ struct hs_stream {
 	__u8 pad[3];
 };
 
+/* The kernel's per-connection state (the `conns` map's values): the record being filled in
+ * and how far the server's reads and writes have been parsed; r.t_accept 0 while the
+ * socket waits in the accept queue. Userspace reads it only to sweep up connections that
+ * never end on their own (idle, or their server exited). */
 struct hs_conn_state {
 	struct hs_conn r;       /* the record, filled in as the connection goes; r.outcome is how
 				 * it ends if it ends now (FAILED until the handshake completes) */
@@ -252,24 +276,54 @@ struct hs_conn_state {
 	__u32 exchanges;        /* request/response exchanges after the handshake */
 };
 
-/* Counters (index into the per-CPU array `counters`). */
-#define HS_C_CONNS 0          /* connections accepted and tracked (in the table `conns`) */
-#define HS_C_RECORDS 1        /* connection records sent */
-#define HS_C_RECORDS_DROPPED 2 /* connection records the ring buffer had no room for */
-#define HS_C_HELLOS_DROPPED 3 /* hello captures the ring buffer had no room for */
-#define HS_C_DESYNC 4         /* connections whose record stream stopped parsing */
-#define HS_C_TABLE_FULL 5     /* connections accepted while the table was full: untracked */
-#define HS_C_NO_SOCK 6        /* accepted fd whose socket could not be resolved */
-#define HS_C_CLOSES_DROPPED 7 /* close records the ring buffer had no room for */
-#define HS_C_IO_SLOT_TAKEN 8  /* a traced read/write found its thread slot held by another */
-#define HS_C_ACCEPTED 9       /* connections the selected servers accepted: tracked, table
-			       * full or no socket */
-#define HS_C_LISTENS 10       /* TCP sockets that started listening, any process: userspace
-			       * looks for new servers when this moves */
-#define HS_C_LATE_ARRIVAL 11  /* a client flight read before its arrival hook ran: the read's
-			       * time stands for the arrival */
-#define HS_C_EST_FULL 12      /* sockets established while the table was full: their
-			       * accept_queue is not measured */
+/* The key of `ssl_socks`: an SSL object of a process (userspace's sweep deletes entries). */
+struct ssl_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 ssl;
+};
+
+/* The layout userspace/src/abi.rs expects (it asserts the same figures). */
+_Static_assert(sizeof(struct hs_fork) == 8, "hs_fork layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_hello) == 32 + HS_HELLO_CAP, "hs_hello layout changed: update abi.rs");
+_Static_assert(__builtin_offsetof(struct hs_hello, data) == 32, "hs_hello layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_conn) == 472, "hs_conn layout changed: update abi.rs");
+_Static_assert(__builtin_offsetof(struct hs_conn, t_retry_arrive) == 432, "hs_conn layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_close) == 56, "hs_close layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_stream) == 52, "hs_stream layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_conn_state) == 632, "hs_conn_state layout changed: update abi.rs");
+_Static_assert(__builtin_offsetof(struct hs_conn_state, emitted) == 617, "hs_conn_state layout changed: update abi.rs");
+_Static_assert(sizeof(struct ssl_key) == 16, "ssl_key layout changed: update abi.rs");
+
+/* Counters: indexes into the per-CPU array `counters`, each with the name userspace logs
+ * it under, quoted first in its comment (abi.rs's COUNTERS, tied to these by its test). */
+#define HS_C_CONNS 0          /* "connections_tracked": connections accepted and tracked (in
+			       * the table `conns`) */
+#define HS_C_RECORDS 1        /* "records_sent": connection records sent */
+#define HS_C_RECORDS_DROPPED 2 /* "records_dropped": connection records the ring buffer had no
+				* room for */
+#define HS_C_HELLOS_DROPPED 3 /* "hellos_dropped": hello captures the ring buffer had no room
+			       * for */
+#define HS_C_DESYNC 4         /* "record_stream_desync": connections whose record stream
+			       * stopped parsing */
+#define HS_C_TABLE_FULL 5     /* "accepted_while_table_full": connections accepted while
+			       * `conns` was full: untracked */
+#define HS_C_NO_SOCK 6        /* "accepted_fd_without_socket": accepted fd whose socket could
+			       * not be resolved */
+#define HS_C_CLOSES_DROPPED 7 /* "close_records_dropped": close records the ring buffer had no
+			       * room for */
+#define HS_C_IO_SLOT_TAKEN 8  /* "io_slot_taken": a traced read/write or SSL call found its
+			       * thread slot held by another thread */
+#define HS_C_ACCEPTED 9       /* "connections_accepted": connections the selected servers
+			       * accepted: tracked, table full or no socket */
+#define HS_C_LISTENS 10       /* "listens_seen": TCP sockets that started listening, any
+			       * process: userspace looks for new servers when this moves */
+#define HS_C_LATE_ARRIVAL 11  /* "arrivals_after_read": a client flight read before its
+			       * arrival hook ran: the read's time stands for the arrival */
+#define HS_C_EST_FULL 12      /* "established_while_est_table_full": sockets established while
+			       * `conns` was full: their accept_queue is not measured. (The
+			       * name is from est_socks, the table they had before `conns`
+			       * took them; kept, as scripts may read it.) */
 #define HS_C_MAX 13
 
 #endif

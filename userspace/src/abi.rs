@@ -1,5 +1,7 @@
-//! Rust mirror of `ebpf/include/hstrace.h`: the records the BPF programs send and the
-//! counters they keep. The assertions at the bottom fail the build if the two drift.
+//! Rust mirror of `ebpf/include/hstrace.h`: the constants both sides use, the records the
+//! BPF programs send, the per-connection state the sweep reads, and the counters they keep.
+//! The assertions at the bottom fail the build if a layout drifts; the test at the end reads
+//! the header and fails if a constant (or a counter's name) differs, or is on one side only.
 
 use std::{
     borrow::Cow,
@@ -9,10 +11,15 @@ use std::{
 /// The most of a hello the kernel copies: one whole TLS record's plaintext (2^14), enough
 /// for post-quantum key shares with the extensions in any order.
 pub const HELLO_CAP: usize = 16384;
+/// `--max-conns`'s default: the size of `conns`, `fds` and `ssl_socks`, set at load.
 pub const MAX_CONNS: u32 = 65536;
 pub const MAX_TGIDS: u32 = 4096;
+/// Per-thread slots (a read/write or SSL call in flight): one per thread id mod this.
+pub const IO_SLOTS: u32 = 65536;
 pub const RINGBUF_BYTES: u32 = 8 << 20;
-/// Userspace drains the ring buffer this often (the kernel wakes it sooner when full).
+/// The kernel wakes userspace once this much is waiting in the ring buffer.
+pub const WAKEUP_BYTES: u32 = 1 << 20;
+/// Userspace drains the ring buffer this often on its own (sooner when woken).
 pub const DRAIN_MS: u64 = 100;
 
 pub const REC_HELLO: u32 = 1;
@@ -60,10 +67,17 @@ pub const F_UPROBE: u32 = 1 << 0;
 pub const F_HS_DONE_SSL: u32 = 1 << 1;
 pub const F_DESYNC: u32 = 1 << 2;
 pub const F_EST_SEEN: u32 = 1 << 3;
+pub const F_PEER_FIN: u32 = 1 << 4;
+pub const F_READ_EOF: u32 = 1 << 5;
+pub const F_READ_RESET: u32 = 1 << 6;
+pub const F_PEER_RESET: u32 = 1 << 7;
 pub const F_SSLV2_HELLO: u32 = 1 << 8;
 pub const F_HRR: u32 = 1 << 9;
 /// TLS 1.3 0-RTT: the first request came as early data with the ClientHello.
 pub const F_EARLY_DATA: u32 = 1 << 10;
+/// SSL_do_handshake returned 1 before the client's second flight: the wire says when the
+/// handshake ends.
+pub const F_WIRE_ENDS: u32 = 1 << 11;
 /// The connection ended as its record was made: the record is its close too
 /// (`Conn::close`), and no close record follows.
 pub const F_CLOSED: u32 = 1 << 12;
@@ -79,11 +93,18 @@ pub const FL_S1: usize = 1;
 pub const FL_C2: usize = 2;
 pub const FL_S2: usize = 3;
 
-/// Handshake message types of ClientHello and ServerHello (`hs_types` has 1 << type).
-pub const HT_CLIENT_HELLO: u32 = 1;
-pub const HT_SERVER_HELLO: u32 = 2;
-/// Handshake message type of Certificate, as a bit of `hs_types`.
-pub const HT_CERTIFICATE: u32 = 11;
+/// TLS handshake message types (RFC 8446 section 4): the first byte of a captured hello,
+/// and a bit (1 << type) of `Conn::hs_types`.
+pub const HT_CLIENT_HELLO: u8 = 1;
+/// A ServerHello's type, and a HelloRetryRequest's (which is a ServerHello).
+pub const HT_SERVER_HELLO: u8 = 2;
+pub const HT_CERTIFICATE: u8 = 11;
+
+/// ServerHello.random of a HelloRetryRequest: SHA-256("HelloRetryRequest") (RFC 8446 4.1.3).
+pub const HRR_RANDOM: [u8; 32] = [
+    0xCF, 0x21, 0xAD, 0x74, 0xE5, 0x9A, 0x61, 0x11, 0xBE, 0x1D, 0x8C, 0x02, 0x1E, 0x65, 0xB8, 0x91,
+    0xC2, 0xA2, 0x11, 0x16, 0x7A, 0xBB, 0x8C, 0x5E, 0x07, 0x9E, 0x09, 0xE2, 0xC8, 0xA8, 0x33, 0x9C,
+];
 
 /// The fixed start of a captured hello (`struct hs_hello`); its `cap_len` bytes follow.
 #[repr(C)]
@@ -223,23 +244,10 @@ pub struct Close {
     pub bytes_out: u64,
 }
 
-/// Counters kept by the BPF side, by index into the per-CPU `counters` map.
-pub const COUNTERS: [(u32, &str); 13] = [
-    (0, "connections_tracked"),
-    (1, "records_sent"),
-    (2, "records_dropped"),
-    (3, "hellos_dropped"),
-    (4, "record_stream_desync"),
-    (5, "accepted_while_table_full"),
-    (6, "accepted_fd_without_socket"),
-    (7, "close_records_dropped"),
-    (8, "io_slot_taken"),
-    (9, "connections_accepted"),
-    (10, "listens_seen"),
-    (11, "arrivals_after_read"),
-    (12, "established_while_est_table_full"),
-];
+/// Counters kept by the BPF side: indexes into the per-CPU `counters` map (what each
+/// counts is said in the header).
 pub const C_CONNS: u32 = 0;
+pub const C_RECORDS: u32 = 1;
 pub const C_RECORDS_DROPPED: u32 = 2;
 pub const C_HELLOS_DROPPED: u32 = 3;
 pub const C_DESYNC: u32 = 4;
@@ -249,7 +257,26 @@ pub const C_CLOSES_DROPPED: u32 = 7;
 pub const C_IO_SLOT_TAKEN: u32 = 8;
 pub const C_ACCEPTED: u32 = 9;
 pub const C_LISTENS: u32 = 10;
+pub const C_LATE_ARRIVAL: u32 = 11;
 pub const C_EST_FULL: u32 = 12;
+pub const C_MAX: usize = 13;
+
+/// Each counter with the name it is logged under, as the header names it.
+pub const COUNTERS: [(u32, &str); C_MAX] = [
+    (C_CONNS, "connections_tracked"),
+    (C_RECORDS, "records_sent"),
+    (C_RECORDS_DROPPED, "records_dropped"),
+    (C_HELLOS_DROPPED, "hellos_dropped"),
+    (C_DESYNC, "record_stream_desync"),
+    (C_TABLE_FULL, "accepted_while_table_full"),
+    (C_NO_SOCK, "accepted_fd_without_socket"),
+    (C_CLOSES_DROPPED, "close_records_dropped"),
+    (C_IO_SLOT_TAKEN, "io_slot_taken"),
+    (C_ACCEPTED, "connections_accepted"),
+    (C_LISTENS, "listens_seen"),
+    (C_LATE_ARRIVAL, "arrivals_after_read"),
+    (C_EST_FULL, "established_while_est_table_full"),
+];
 
 /// One direction of a connection's TLS record stream (`struct hs_stream`).
 #[repr(C)]
@@ -331,8 +358,9 @@ pub fn record_kind(bytes: &[u8]) -> Option<u32> {
     Some(u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?))
 }
 
-// The C layout, checked at compile time (offsets from ebpf/include/hstrace.h).
+// The C layout, checked at compile time (the header's _Static_asserts check the same sizes).
 const _: () = {
+    assert!(size_of::<Fork>() == 8);
     assert!(size_of::<HelloHeader>() == 32);
     assert!(offset_of!(HelloHeader, cap_len) == 20);
     assert!(offset_of!(HelloHeader, offset) == 24);
@@ -373,5 +401,190 @@ pub fn test_conn() -> Conn {
         t_last: [310, 900, 1_350, 1_600],
         t_hs_done: 1_700,
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// `(name, value)` of each listed constant of this file.
+    macro_rules! rust_twins {
+        ($($name:ident),* $(,)?) => {
+            [$((stringify!($name), as_u64($name))),*]
+        };
+    }
+
+    fn as_u64<T: TryInto<u64>>(v: T) -> u64 {
+        v.try_into().ok().expect("a constant that fits a u64")
+    }
+
+    fn source(path: &str) -> String {
+        let path = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// A #define's value as the header writes it: a number (decimal or hex, with C's
+    /// integer suffixes) or `(a << b)` of two.
+    fn value(text: &str) -> Option<u64> {
+        let text = text.trim();
+        let text = text
+            .strip_prefix('(')
+            .and_then(|t| t.strip_suffix(')'))
+            .unwrap_or(text);
+        if let Some((a, b)) = text.split_once("<<") {
+            return value(a)?.checked_shl(value(b)?.try_into().ok()?);
+        }
+        let digits = text.trim_end_matches(['U', 'L', 'u', 'l']);
+        match digits.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => digits.parse().ok(),
+        }
+    }
+
+    /// One `#define` of the header: its name, its value, and the quoted name at the start
+    /// of its comment (a counter's), if any.
+    struct Define {
+        name: String,
+        value: u64,
+        quoted: Option<String>,
+    }
+
+    /// Every `#define` of ebpf/include/hstrace.h but its include guard.
+    fn header_defines() -> Vec<Define> {
+        let header = source("../ebpf/include/hstrace.h");
+        let mut defines = Vec::new();
+        for line in header.lines() {
+            let Some(rest) = line.strip_prefix("#define ") else {
+                continue;
+            };
+            let (name, rest) = rest.split_once([' ', '\t']).unwrap_or((rest, ""));
+            if name == "HSTRACE_H" {
+                continue;
+            }
+            let (text, comment) = rest.split_once("/*").unwrap_or((rest, ""));
+            let value = value(text).unwrap_or_else(|| {
+                panic!("hstrace.h: #define {name} {text}: not a number or a shift, which this test cannot read")
+            });
+            let quoted = comment
+                .trim_start()
+                .strip_prefix('"')
+                .and_then(|c| c.split_once('"'))
+                .map(|(q, _)| q.to_string());
+            defines.push(Define {
+                name: name.to_string(),
+                value,
+                quoted,
+            });
+        }
+        defines
+    }
+
+    /// Every constant shared with the C side has one definition in the header and its
+    /// twin here (the same name less HS_), with the same value; counters have the same
+    /// names. Fails on a constant defined on one side only.
+    #[test]
+    fn header_constants_match_abi_rs() {
+        #[rustfmt::skip]
+        let twins: BTreeMap<&str, u64> = rust_twins!(
+            HELLO_CAP, MAX_CONNS, MAX_TGIDS, IO_SLOTS, RINGBUF_BYTES, WAKEUP_BYTES, DRAIN_MS,
+            REC_HELLO, REC_CONN, REC_CLOSE, REC_HELLO_PART, REC_FORK,
+            DIR_IN, DIR_OUT,
+            OUTCOME_DONE, OUTCOME_FAILED, OUTCOME_NOT_TLS,
+            FAIL_NONE, FAIL_CLIENT_CLOSED, FAIL_ALERT, FAIL_RESET, FAIL_NOT_TLS,
+            FAIL_SERVER_CLOSED, FAIL_SERVER_EXITED, FAIL_TIMEOUT,
+            F_UPROBE, F_HS_DONE_SSL, F_DESYNC, F_EST_SEEN, F_PEER_FIN, F_READ_EOF,
+            F_READ_RESET, F_PEER_RESET, F_SSLV2_HELLO, F_HRR, F_EARLY_DATA, F_WIRE_ENDS,
+            F_CLOSED,
+            PH_HANDSHAKE, PH_WAIT_REQUEST, PH_REQUEST, PH_RESPONSE, PH_DONE,
+            SET_NO_FDS,
+            RT_CCS, RT_ALERT, RT_HANDSHAKE, RT_APPDATA,
+            FLIGHTS, FL_C1, FL_S1, FL_C2, FL_S2,
+            HT_CLIENT_HELLO, HT_SERVER_HELLO, HT_CERTIFICATE,
+            C_CONNS, C_RECORDS, C_RECORDS_DROPPED, C_HELLOS_DROPPED, C_DESYNC,
+            C_TABLE_FULL, C_NO_SOCK, C_CLOSES_DROPPED, C_IO_SLOT_TAKEN, C_ACCEPTED,
+            C_LISTENS, C_LATE_ARRIVAL, C_EST_FULL, C_MAX,
+        )
+        .into_iter()
+        .collect();
+        // (HS_HRR_RANDOM_<i>: word i of HRR_RANDOM, little-endian, as the BPF side compares)
+        let hrr: Vec<u64> = HRR_RANDOM
+            .chunks(8)
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+            .collect();
+
+        let mut seen = BTreeSet::new();
+        let mut counters = Vec::new();
+        for d in header_defines() {
+            let rust = d.name.strip_prefix("HS_").unwrap_or(&d.name).to_string();
+            let (want, twin) = match rust.strip_prefix("HRR_RANDOM_") {
+                Some(i) => (
+                    i.parse::<usize>().ok().and_then(|i| hrr.get(i).copied()),
+                    format!("HRR_RANDOM (little-endian word {i})"),
+                ),
+                None => (twins.get(rust.as_str()).copied(), rust.clone()),
+            };
+            let want = want.unwrap_or_else(|| {
+                panic!(
+                    "hstrace.h defines {}, which abi.rs does not mirror: add `{rust}` to abi.rs \
+                     and to this test (or, if only the BPF side uses it, move it to a .bpf.h)",
+                    d.name
+                )
+            });
+            assert_eq!(
+                d.value, want,
+                "hstrace.h's {} differs from abi.rs's {twin}",
+                d.name
+            );
+            if rust.starts_with("C_") && rust != "C_MAX" {
+                let name = d.quoted.unwrap_or_else(|| {
+                    panic!(
+                        "hstrace.h: counter {} has no quoted name in its comment",
+                        d.name
+                    )
+                });
+                counters.push((d.value as u32, name));
+            }
+            assert!(seen.insert(rust), "hstrace.h defines {} twice", d.name);
+        }
+
+        for name in twins.keys() {
+            assert!(
+                seen.contains(*name),
+                "abi.rs's {name} has no HS_{name} (or {name}) in hstrace.h"
+            );
+        }
+        for i in 0..hrr.len() {
+            assert!(
+                seen.contains(&format!("HRR_RANDOM_{i}")),
+                "hstrace.h lacks HS_HRR_RANDOM_{i}"
+            );
+        }
+        // every numeric constant of this file is one of the twins above
+        let abi = source("src/abi.rs");
+        for line in abi.lines() {
+            let Some((name, ty)) = line
+                .strip_prefix("pub const ")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            let numeric = [
+                "u8", "u16", "u32", "u64", "usize", "i8", "i16", "i32", "i64",
+            ]
+            .contains(&ty.split('=').next().unwrap().trim());
+            assert!(
+                !numeric || twins.contains_key(name),
+                "abi.rs's {name} is not tied to hstrace.h: add it to the header and to this test"
+            );
+        }
+
+        counters.sort();
+        let names: Vec<(u32, String)> = COUNTERS.iter().map(|&(i, n)| (i, n.to_string())).collect();
+        assert_eq!(
+            counters, names,
+            "hstrace.h's counters and abi.rs's COUNTERS differ"
+        );
     }
 }

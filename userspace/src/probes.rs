@@ -34,7 +34,7 @@ pub enum Hook {
 
 #[derive(Clone, Copy, Debug)]
 pub struct Probe {
-    /// Program name in ebpf/hstrace.bpf.c.
+    /// Program name in the object (its SEC() in one of ebpf/'s family files).
     pub program: &'static str,
     pub hook: Hook,
 }

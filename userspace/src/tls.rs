@@ -2,10 +2,11 @@
 //!
 //! The bytes come from a server's own socket reads and writes, so they start at
 //! the 4-byte handshake header (type, 24-bit length) with the record header
-//! already stripped. The capture is capped (1536 bytes), so a message may be cut
-//! anywhere; the parsers never panic, and report a cut inside the extensions as
-//! a partial result (`truncated: true`) rather than an error, because the fields
-//! a tracer needs most (versions, cipher suites, session id) come first.
+//! already stripped. The capture is capped (`abi::HELLO_CAP`, 16 KiB: one whole
+//! record's plaintext), so a message may be cut; the parsers never panic, and
+//! report a cut inside the extensions as a partial result (`truncated: true`) rather
+//! than an error, because the fields a tracer needs most (versions, cipher suites,
+//! session id) come first.
 //!
 //! Only what a handshake tracer needs is decoded: SNI, ALPN, supported_versions,
 //! session_ticket and pre_shared_key. GREASE values (RFC 8701) are dropped from
@@ -13,10 +14,7 @@
 
 use std::borrow::Cow;
 
-/// Handshake type of a ClientHello (RFC 8446 section 4).
-pub const HT_CLIENT_HELLO: u8 = 1;
-/// Handshake type of a ServerHello (and of a HelloRetryRequest, which is a ServerHello).
-pub const HT_SERVER_HELLO: u8 = 2;
+use crate::abi::{HRR_RANDOM, HT_CLIENT_HELLO, HT_SERVER_HELLO};
 
 const EXT_SERVER_NAME: u16 = 0;
 const EXT_ALPN: u16 = 16;
@@ -26,12 +24,6 @@ const EXT_SUPPORTED_VERSIONS: u16 = 43;
 
 /// server_name entry type for a DNS host name (RFC 6066 section 3).
 const SNI_HOST_NAME: u8 = 0;
-
-/// ServerHello.random of a HelloRetryRequest: SHA-256("HelloRetryRequest") (RFC 8446 4.1.3).
-const HRR_RANDOM: [u8; 32] = [
-    0xCF, 0x21, 0xAD, 0x74, 0xE5, 0x9A, 0x61, 0x11, 0xBE, 0x1D, 0x8C, 0x02, 0x1E, 0x65, 0xB8, 0x91,
-    0xC2, 0xA2, 0x11, 0x16, 0x7A, 0xBB, 0x8C, 0x5E, 0x07, 0x9E, 0x09, 0xE2, 0xC8, 0xA8, 0x33, 0x9C,
-];
 
 /// Why a hello could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -949,8 +941,8 @@ mod tests {
         assert!(is_grease(0x0A0A) && is_grease(0xFAFA) && !is_grease(0x0A1A) && !is_grease(0x1301));
     }
 
-    /// A ClientHello bigger than the 1536-byte capture: fields after the cut are
-    /// unknown, and `truncated` says so.
+    /// A ClientHello cut short by a capture (here at 1,536 bytes; the kernel cuts at
+    /// `abi::HELLO_CAP`): fields after the cut are unknown, and `truncated` says so.
     #[test]
     fn capture_limit_cuts_late_extensions() {
         let b = build_client_hello(

@@ -9,11 +9,9 @@ use hstrace::{
     abi::{self, Conn, ConnState, Hello},
     assemble::Pipeline,
     clock::monotonic_ns,
-    export::ParamsSink,
-    metrics::Metrics,
-    params::Estimator,
     print::{Format, Printer},
-    sink::{Both, Sink},
+    serve::Daemon,
+    sink::Sink,
     stage::Kind,
     sweep, tls,
 };
@@ -110,13 +108,12 @@ pub fn pipeline(n: u64, serve: bool) -> Result<f64> {
     if !serve {
         return pipeline_connections_per_sec(n, None);
     }
-    let mut registry = prometheus_client::registry::Registry::with_prefix("hstrace");
-    let mut metrics = Metrics::new(&mut registry, 50);
-    let mut params = ParamsSink(Estimator::new(Duration::from_secs(60), 64));
-    let per_sec = pipeline_connections_per_sec(n, Some(&mut Both(&mut metrics, &mut params)))?;
+    // the daemon's own sink, as `hstrace serve` runs it (its defaults: --window 60,
+    // --max-sni 50)
+    let daemon = Daemon::new(Duration::from_secs(60), 50);
+    let per_sec = pipeline_connections_per_sec(n, Some(&mut daemon.sink()))?;
     // and what a scrape then costs: it must hold the counts of all n connections
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    let text = daemon.metrics_text()?;
     anyhow::ensure!(
         text.contains(&format!(
             "hstrace_records_total{{record=\"connection\"}} {n}"
@@ -320,7 +317,7 @@ pub fn hooks_alone(set: HookSet) -> Result<()> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(hstrace::trace::stop_signal(None));
+        .block_on(hstrace::signal::stop_signal(None));
     drop(held);
     Ok(())
 }

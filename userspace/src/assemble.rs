@@ -1,6 +1,9 @@
-//! From the ring buffer's raw items to finished records: hellos joined with their
-//! connection's record, connections the sweep already reported not reported twice, and
-//! every record counted. The only code that decodes the ABI for the sinks.
+//! From the ring buffer's raw items to finished records: hellos gathered (a hello that came
+//! in pieces put back together) and parsed, joined with their connection's record;
+//! connections the sweep already reported not reported twice; every record counted. The
+//! only code that decodes the ABI for the sinks. What concerns the traced processes (a
+//! fork, whether a process's uprobes tie to its connections) is handed back to the source
+//! as a `Seen`.
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
@@ -14,7 +17,7 @@ use crate::{
     record::{build, CloseRecord, Hellos, Record},
     sink::Sink,
     stage::Kind,
-    ties::Ties,
+    tls::{ClientHello, ServerHello},
 };
 
 /// Hashes the pipeline's own keys: connection ids and the server's local addresses. The
@@ -65,6 +68,20 @@ pub struct Counts {
     pub undecodable: u64,
 }
 
+/// What an item said about the traced processes, for the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// a traced process forked this one (attach its uprobes now)
+    Forked(u32),
+    /// a TLS handshake completed on a connection process `tgid` accepted at `t_accept`;
+    /// `tied`: its SSL_do_handshake calls were tied to the connection
+    Handshake {
+        tgid: u32,
+        t_accept: u64,
+        tied: bool,
+    },
+}
+
 /// Decodes, joins and de-duplicates; hands finished records to a sink.
 pub struct Pipeline {
     asm: Assembler,
@@ -74,14 +91,7 @@ pub struct Pipeline {
     swept_order: VecDeque<u64>,
     cap: usize,
     pub counts: Counts,
-    /// processes the kernel saw forked by traced ones since the source last looked
-    pub forked: Vec<u32>,
-    /// whether the uprobes of each process tie its calls to its connections
-    pub ties: Ties,
 }
-
-/// Forked processes remembered between two looks of the source.
-const FORKED_MAX: usize = 1024;
 
 impl Pipeline {
     /// `cap`: connections remembered at once (hellos waiting, swept ids), as the kernel's.
@@ -93,35 +103,34 @@ impl Pipeline {
             swept_order: VecDeque::new(),
             cap,
             counts: Counts::default(),
-            forked: Vec::new(),
-            ties: Ties::default(),
         }
     }
 
-    /// One ring-buffer item.
-    pub fn item(&mut self, item: &[u8], sink: &mut dyn Sink) -> io::Result<()> {
-        match abi::record_kind(item) {
-            Some(abi::REC_HELLO | abi::REC_HELLO_PART) => match abi::read_hello(item) {
-                Some(h) => self.asm.hello(&h),
-                None => self.counts.undecodable += 1,
-            },
+    /// One ring-buffer item: records to `sink`, what it said of the processes returned.
+    pub fn item(&mut self, item: &[u8], sink: &mut dyn Sink) -> io::Result<Option<Seen>> {
+        let seen = match abi::record_kind(item) {
+            Some(abi::REC_HELLO | abi::REC_HELLO_PART) => abi::read_hello(item).map(|h| {
+                self.asm.hello(&h);
+                None
+            }),
             Some(abi::REC_CONN) => match abi::read_record::<Conn>(item) {
-                Some(c) => self.conn(&c, sink)?,
-                None => self.counts.undecodable += 1,
+                Some(c) => Some(self.conn(&c, sink)?),
+                None => None,
             },
             Some(abi::REC_CLOSE) => match abi::read_record::<Close>(item) {
-                Some(c) => self.close(&c, sink)?,
-                None => self.counts.undecodable += 1,
+                Some(c) => Some(self.close(&c, sink).map(|()| None)?),
+                None => None,
             },
-            Some(abi::REC_FORK) => match abi::read_record::<abi::Fork>(item) {
-                // more than a scan's worth waiting: the next scan finds them
-                Some(f) if self.forked.len() < FORKED_MAX => self.forked.push(f.tgid),
-                Some(_) => {}
-                None => self.counts.undecodable += 1,
-            },
-            _ => self.counts.undecodable += 1,
-        }
-        Ok(())
+            Some(abi::REC_FORK) => {
+                abi::read_record::<abi::Fork>(item).map(|f| Some(Seen::Forked(f.tgid)))
+            }
+            _ => None,
+        };
+        // None: not an item of a known kind, or too short for its kind
+        Ok(seen.unwrap_or_else(|| {
+            self.counts.undecodable += 1;
+            None
+        }))
     }
 
     /// A hello, as the kernel sends it (for the pipeline benchmark).
@@ -130,28 +139,31 @@ impl Pipeline {
     }
 
     /// A connection's record (with its close, when it carries one).
-    pub fn conn(&mut self, c: &Conn, sink: &mut dyn Sink) -> io::Result<()> {
-        self.conn_record(c, sink)?;
-        match c.close() {
-            Some(close) => self.close(&close, sink),
-            None => Ok(()),
+    pub fn conn(&mut self, c: &Conn, sink: &mut dyn Sink) -> io::Result<Option<Seen>> {
+        let seen = self.conn_record(c, sink)?;
+        if let Some(close) = c.close() {
+            self.close(&close, sink)?;
         }
+        Ok(seen)
     }
 
-    fn conn_record(&mut self, c: &Conn, sink: &mut dyn Sink) -> io::Result<()> {
+    fn conn_record(&mut self, c: &Conn, sink: &mut dyn Sink) -> io::Result<Option<Seen>> {
         log::trace!("{c:?}");
         if self.swept.contains(&c.conn_id) {
             self.counts.duplicates += 1;
-            return Ok(());
+            return Ok(None);
         }
         let rec = self.asm.conn(c, &self.clock);
         self.counts.by_kind[rec.kind as usize] += 1;
+        sink.connection(&rec)?;
         // a TLS handshake that completed
-        if matches!(rec.kind, Kind::Full | Kind::Resumed) {
-            let tied = c.flags & abi::F_UPROBE != 0;
-            self.ties.handshake(c.tgid, c.t_accept, tied);
-        }
-        sink.connection(&rec)
+        Ok(
+            matches!(rec.kind, Kind::Full | Kind::Resumed).then_some(Seen::Handshake {
+                tgid: c.tgid,
+                t_accept: c.t_accept,
+                tied: c.flags & abi::F_UPROBE != 0,
+            }),
+        )
     }
 
     pub fn close(&mut self, c: &Close, sink: &mut dyn Sink) -> io::Result<()> {
@@ -159,11 +171,12 @@ impl Pipeline {
         sink.close(&CloseRecord::new(c, &self.clock))
     }
 
-    pub fn swept(&mut self, s: Swept, sink: &mut dyn Sink) -> io::Result<()> {
+    /// A record the sweep made.
+    pub fn swept(&mut self, s: Swept, sink: &mut dyn Sink) -> io::Result<Option<Seen>> {
         match s {
             // (the sweep's own closes come as Swept::Close)
             Swept::Conn(c) => {
-                self.conn_record(&c, sink)?;
+                let seen = self.conn_record(&c, sink)?;
                 if self.swept_order.len() >= self.cap {
                     if let Some(old) = self.swept_order.pop_front() {
                         self.swept.remove(&old);
@@ -171,9 +184,9 @@ impl Pipeline {
                 }
                 self.swept.insert(c.conn_id);
                 self.swept_order.push_back(c.conn_id);
-                Ok(())
+                Ok(seen)
             }
-            Swept::Close(c) => self.close(&c, sink),
+            Swept::Close(c) => self.close(&c, sink).map(|()| None),
         }
     }
 
@@ -197,11 +210,11 @@ impl Pipeline {
     }
 }
 
-/// Joins hellos with their connection's record, and remembers which local addresses
-/// carry TLS. Hellos arrive first; a connection whose record never comes (evicted, lost)
-/// is forgotten oldest-first past `cap`.
+/// Gathers each connection's hellos and joins them with its record, and remembers which
+/// local addresses carry TLS. Hellos arrive first; a connection whose record never comes
+/// (evicted, lost) is forgotten oldest-first past `cap`.
 pub struct Assembler {
-    hellos: HashMap<u64, Hellos, Keyed>,
+    hellos: HashMap<u64, Gathered, Keyed>,
     order: VecDeque<u64>,
     cap: usize,
     /// (family, address, port)
@@ -258,9 +271,9 @@ impl Assembler {
     }
 
     fn conn(&mut self, c: &Conn, clock: &Clock) -> Record {
-        let mut hellos = self.hellos.remove(&c.conn_id).unwrap_or_default();
-        self.piece_bytes -= hellos.piece_bytes();
-        hellos.finish();
+        let gathered = self.hellos.remove(&c.conn_id).unwrap_or_default();
+        self.piece_bytes -= gathered.piece_bytes();
+        let hellos = gathered.finish();
         // ids whose record came are still queued in `order`: trim them now and then
         if self.order.len() > 2 * self.cap.max(self.hellos.len()) {
             let live = &self.hellos;
@@ -282,6 +295,84 @@ impl Assembler {
 
     pub fn pending(&self) -> usize {
         self.hellos.len()
+    }
+}
+
+/// A connection's hellos, parsed as they arrive (the raw bytes are not kept, except those
+/// of a hello still coming in pieces).
+#[derive(Debug, Default)]
+struct Gathered {
+    parsed: Hellos,
+    /// a hello coming in pieces, by direction: the message so far, header included
+    pieces: [Vec<u8>; 2],
+    /// its length, 4-byte header included
+    piece_len: [u32; 2],
+}
+
+impl Gathered {
+    /// Parse a captured hello, or add a piece of one; a later hello of the same direction
+    /// (after a HelloRetryRequest) replaces the earlier.
+    fn add(&mut self, h: &Hello) {
+        if h.offset != 0 {
+            self.add_piece(h);
+        } else if h.dir == abi::DIR_IN {
+            self.parsed.client = Some(ClientHello::parse(h.bytes(), h.msg_len as usize));
+        } else {
+            self.parsed.server = Some(ServerHello::parse(h.bytes(), h.msg_len as usize));
+        }
+    }
+
+    /// A piece of a hello that came over several records or reads, in order: the first
+    /// (offset 4) starts the message, with its handshake header rebuilt; it is parsed once
+    /// it is all here (or all that is kept, `abi::HELLO_CAP`). A piece out of place (one
+    /// before it was lost) is not added: what came is parsed at the end, as truncated.
+    fn add_piece(&mut self, h: &Hello) {
+        let d = (h.dir & 1) as usize;
+        let buf = &mut self.pieces[d];
+        if h.offset == 4 {
+            let ty = if h.dir == abi::DIR_IN {
+                abi::HT_CLIENT_HELLO
+            } else {
+                abi::HT_SERVER_HELLO
+            };
+            let len = h.msg_len.saturating_sub(4).to_be_bytes();
+            buf.clear();
+            buf.extend_from_slice(&[ty, len[1], len[2], len[3]]);
+            self.piece_len[d] = h.msg_len;
+        } else if buf.is_empty() || h.offset as usize != buf.len() {
+            return;
+        }
+        let room = abi::HELLO_CAP.saturating_sub(buf.len());
+        buf.extend_from_slice(&h.data[..h.data.len().min(room)]);
+        if buf.len() >= (self.piece_len[d] as usize).min(abi::HELLO_CAP) {
+            self.whole(d);
+        }
+    }
+
+    /// The hello in pieces of direction `d`, parsed as far as it came.
+    fn whole(&mut self, d: usize) {
+        let h = Hello {
+            dir: d as u32,
+            msg_len: self.piece_len[d],
+            data: std::mem::take(&mut self.pieces[d]).into(),
+            ..Default::default()
+        };
+        self.add(&h);
+    }
+
+    /// The connection's record came: a hello still in pieces is parsed as far as it came.
+    fn finish(mut self) -> Hellos {
+        for d in 0..2 {
+            if !self.pieces[d].is_empty() {
+                self.whole(d);
+            }
+        }
+        self.parsed
+    }
+
+    /// Bytes held for hellos still in pieces.
+    fn piece_bytes(&self) -> usize {
+        self.pieces.iter().map(Vec::capacity).sum()
     }
 }
 
@@ -387,5 +478,77 @@ mod tests {
         assert_eq!(seen.0, vec![7, 8, 9]);
         assert_eq!(seen.1.iter().map(|c| c.0).collect::<Vec<_>>(), vec![7, 9]);
         assert_eq!((p.counts.duplicates, p.counts.closes), (1, 2));
+    }
+
+    /// A hello as the kernel sends it when it came in several records or reads: its body
+    /// in pieces of `size` bytes, in order, `skip` of them lost.
+    fn in_pieces(msg: &[u8], size: usize, skip: Option<usize>) -> Gathered {
+        let mut h = Gathered::default();
+        for (i, at) in (4..msg.len()).step_by(size).enumerate() {
+            if Some(i) == skip {
+                continue;
+            }
+            h.add(&Hello {
+                dir: abi::DIR_IN,
+                conn_id: 1,
+                msg_len: msg.len() as u32,
+                offset: at as u32,
+                data: msg[at..(at + size).min(msg.len())].to_vec().into(),
+            });
+        }
+        h
+    }
+
+    #[test]
+    fn a_hello_in_pieces_parses_as_the_whole() {
+        let msg = crate::tls::unhex(include_str!(
+            "../tests/fixtures/hello/tls13_psk.client_hello.hex"
+        ))
+        .unwrap();
+        let whole = ClientHello::parse(&msg, msg.len()).unwrap();
+        for size in [1, 7, 300, msg.len()] {
+            let g = in_pieces(&msg, size, None);
+            assert_eq!(g.piece_bytes(), 0, "nothing held once parsed");
+            let ch = g.finish().client.expect("parsed").expect("parses");
+            assert_eq!(
+                (ch.sni.clone(), ch.psk, ch.truncated),
+                (whole.sni.clone(), whole.psk, false),
+                "pieces of {size}"
+            );
+        }
+        // a piece lost: the rest cannot be placed, and what came is parsed as truncated
+        let h = in_pieces(&msg, 50, Some(3)).finish();
+        assert!(h.client.expect("parsed").is_ok_and(|ch| ch.truncated));
+        // a piece that does not start a hello, with nothing before it, is not kept
+        let mut g = Gathered::default();
+        g.add(&Hello {
+            dir: abi::DIR_IN,
+            msg_len: 100,
+            offset: 40,
+            data: vec![0; 10].into(),
+            ..Default::default()
+        });
+        assert!(g.finish().client.is_none());
+    }
+
+    #[test]
+    fn a_hello_in_pieces_is_kept_up_to_the_cap() {
+        // a 20,000-byte hello: parsed once HELLO_CAP bytes are in, the rest not held
+        let msg_len = 20_000usize;
+        let mut h = Gathered::default();
+        let mut at = 4;
+        while at < msg_len {
+            h.add(&Hello {
+                dir: abi::DIR_IN,
+                msg_len: msg_len as u32,
+                offset: at as u32,
+                data: vec![0; 1000].into(),
+                ..Default::default()
+            });
+            at += 1000;
+            assert!(h.piece_bytes() <= 2 * abi::HELLO_CAP);
+        }
+        assert!(h.parsed.client.is_some(), "parsed at the cap");
+        assert_eq!(h.piece_bytes(), 0);
     }
 }

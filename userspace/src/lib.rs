@@ -1,4 +1,5 @@
 //! hstrace: an eBPF tracer of the stages of every TCP + TLS handshake of unmodified servers.
+//! A record flows one way: kernel hooks → `source` → `assemble` → `record` → a sink.
 //!
 //! The kernel side and what it sends:
 //! - `probes`: the probe table (every hook, and what replaces it on other kernels)
@@ -8,8 +9,9 @@
 //! - `ties`: whether a process's OpenSSL calls can be tied to its connections
 //!
 //! One record source, many sinks:
-//! - `source`: load, attach, follow processes, drain, sweep, account (`Health`)
-//! - `assemble`: ring-buffer items to finished records (hellos joined, duplicates dropped)
+//! - `source`: load, attach, follow processes (forks, ties), drain, sweep, account (`Health`)
+//! - `assemble`: ring-buffer items to finished records (hellos gathered, parsed and joined,
+//!   duplicates dropped); what they say of processes goes back to the source
 //! - `sweep`: connections the kernel will not report on its own (idle, server exited)
 //! - `sink`: what every consumer of records implements
 //!
@@ -19,12 +21,19 @@
 //! - `record`: one connection classified (version, cipher, kind, resumption, failure)
 //! - `clock`: the kernel's clock and RFC 3339 times
 //!
+//! The contracts, one type each:
+//! - `lines`: the `trace` JSON lines (written by `print`, by hand, held to the types)
+//! - `params::v1`: `hstrace.parameters/v1` (written by `params::Estimator`, read by `model`)
+//! - `ordered`: a JSON object that keeps its keys' order (the stages, in wire order)
+//!
 //! The sinks and commands:
-//! - `print` + `json`: the JSON and text lines (`trace`)
+//! - `print` + `json`: the JSON and text lines (`trace`'s printer)
 //! - `health`: the tracer's own accounting
 //! - `metrics`: `serve`'s Prometheus metrics (every name and label)
-//! - `params`: the measured stage parameters (`hstrace.parameters/v1`)
-//! - `trace`, `serve`, `export`: the commands; `cli`: the command line that wires them
+//! - `params`: the parameter estimator (a sink) and the parameters' CSV and table
+//! - `trace`, `serve`, `export`: the commands (`serve::Daemon`: the daemon's sink and
+//!   state); `cli`: the command line that wires them
+//! - `signal`: when a command stops; `http_client`: GET from a daemon or a Prometheus
 //! - `model`: the queueing model of a secure web server (Lin, Wong, Kou), solved from the
 //!   parameters (`hstrace model`)
 
@@ -34,15 +43,19 @@ pub mod cli;
 pub mod clock;
 pub mod export;
 pub mod health;
+pub mod http_client;
 pub mod json;
+pub mod lines;
 pub mod metrics;
 pub mod model;
+pub mod ordered;
 pub mod params;
 pub mod preflight;
 pub mod print;
 pub mod probes;
 pub mod record;
 pub mod serve;
+pub mod signal;
 pub mod sink;
 pub mod sockdiag;
 pub mod source;

@@ -1,5 +1,6 @@
-//! How records are printed: the JSON lines (a documented contract), the text line, and
-//! the printer sink `trace` uses.
+//! How records are printed: the JSON lines (a documented contract, whose types are in
+//! lines.rs: its tests hold this writer to them), the text line, and the printer sink
+//! `trace` uses.
 
 use std::{
     fmt::Write as _,
@@ -226,79 +227,5 @@ impl Record {
             let _ = write!(s, " | {}", timeline.join(" > "));
         }
         s
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{
-        abi::{self, Close},
-        clock::Clock,
-        record::{build, Hellos},
-        stage::Resumption,
-    };
-
-    use crate::abi::test_conn as conn;
-
-    /// The JSON field names are a documented contract (docs/trace-records.md): every one, with
-    /// the optional ones present (compared sorted: serde_json's map sorts them).
-    #[test]
-    fn json_lines_carry_the_documented_fields() {
-        let keys = |line: &[u8]| -> Vec<String> {
-            let v: serde_json::Value = serde_json::from_slice(line).expect("valid JSON");
-            v.as_object().unwrap().keys().cloned().collect()
-        };
-        let sorted = |names: &str| {
-            let mut k: Vec<String> = names.split_whitespace().map(String::from).collect();
-            k.sort();
-            k
-        };
-        let mut c = conn();
-        c.outcome = abi::OUTCOME_FAILED;
-        c.failure = abi::FAIL_ALERT;
-        c.alert_level = 2;
-        c.alert_desc = 40;
-        c.lib_req_ns = 1;
-        c.comm = *b"a\"b\\c\0\0\0\0\0\0\0\0\0\0\0";
-        let mut r = build(&c, Hellos::default(), &Clock::new(), false);
-        r.alpn_offered = vec!["h2".into(), "http/1.1".into()];
-        r.resumption = Some(Resumption::Psk);
-        r.early_data = true;
-        r.handshake_ns = Some(5);
-        r.cpu_ns = Stages(vec![(Stage::ServerFlight1, 3)]);
-        let mut line = Vec::new();
-        r.json(&mut line);
-        assert_eq!(
-            keys(&line),
-            sorted(
-                "record time conn_id pid comm local peer protocol tls_version cipher sni alpn \
-                 alpn_offered kind resumption_offered resumption early_data handshake_ns stages_ns cpu_ns \
-                 library stage_classes failure failed_in alert hs_done_from ssl_calls ssl_ns \
-                 notes",
-            )
-        );
-        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
-        assert_eq!(v["comm"], "a\"b\\c");
-        assert_eq!(
-            v["alert"],
-            serde_json::json!({"from": "client", "level": 2, "description": 40})
-        );
-        assert_eq!(v["stage_classes"]["wait_client_hello"], "delay");
-        assert_eq!(v["stages_ns"]["accept_queue"], 100);
-        let close = CloseRecord::new(
-            &Close {
-                t_accept: 1,
-                t_close: 2,
-                ..Default::default()
-            },
-            &Clock::new(),
-        );
-        line.clear();
-        close.json(&mut line);
-        assert_eq!(
-            keys(&line),
-            sorted("record time conn_id pid exchanges bytes_in bytes_out duration_ns")
-        );
     }
 }

@@ -5,7 +5,7 @@
 use std::{borrow::Cow, fmt, net::Ipv6Addr};
 
 use crate::{
-    abi::{self, Close, Conn, Hello},
+    abi::{self, Close, Conn},
     clock::{self, Clock},
     stage::{self, Kind, Resumption, Stage, Stages},
     tls::{self, ClientHello, ServerHello},
@@ -172,82 +172,12 @@ fn failure_name(f: u8) -> &'static str {
     }
 }
 
-/// A connection's hellos, parsed as they arrive (the raw bytes are not kept, except those
-/// of a hello still coming in pieces).
+/// A connection's hellos as parsed (assemble.rs gathers and parses them): the latest of
+/// each direction, if one came.
 #[derive(Debug, Default)]
 pub struct Hellos {
     pub client: Option<Result<ClientHello, tls::ParseError>>,
     pub server: Option<Result<ServerHello, tls::ParseError>>,
-    /// a hello coming in pieces, by direction: the message so far, header included
-    pieces: [Vec<u8>; 2],
-    /// its length, 4-byte header included
-    piece_len: [u32; 2],
-}
-
-impl Hellos {
-    /// Parse a captured hello, or add a piece of one; a later hello of the same direction
-    /// (after a HelloRetryRequest) replaces the earlier.
-    pub fn add(&mut self, h: &Hello) {
-        if h.offset != 0 {
-            self.add_piece(h);
-        } else if h.dir == abi::DIR_IN {
-            self.client = Some(ClientHello::parse(h.bytes(), h.msg_len as usize));
-        } else {
-            self.server = Some(ServerHello::parse(h.bytes(), h.msg_len as usize));
-        }
-    }
-
-    /// A piece of a hello that came over several records or reads, in order: the first
-    /// (offset 4) starts the message, with its handshake header rebuilt; it is parsed once
-    /// it is all here (or all that is kept, `abi::HELLO_CAP`). A piece out of place (one
-    /// before it was lost) is not added: what came is parsed at the end, as truncated.
-    fn add_piece(&mut self, h: &Hello) {
-        let d = (h.dir & 1) as usize;
-        let buf = &mut self.pieces[d];
-        if h.offset == 4 {
-            let ty = if h.dir == abi::DIR_IN {
-                abi::HT_CLIENT_HELLO
-            } else {
-                abi::HT_SERVER_HELLO
-            } as u8;
-            let len = h.msg_len.saturating_sub(4).to_be_bytes();
-            buf.clear();
-            buf.extend_from_slice(&[ty, len[1], len[2], len[3]]);
-            self.piece_len[d] = h.msg_len;
-        } else if buf.is_empty() || h.offset as usize != buf.len() {
-            return;
-        }
-        let room = abi::HELLO_CAP.saturating_sub(buf.len());
-        buf.extend_from_slice(&h.data[..h.data.len().min(room)]);
-        if buf.len() >= (self.piece_len[d] as usize).min(abi::HELLO_CAP) {
-            self.whole(d);
-        }
-    }
-
-    /// The hello in pieces of direction `d`, parsed as far as it came.
-    fn whole(&mut self, d: usize) {
-        let h = Hello {
-            dir: d as u32,
-            msg_len: self.piece_len[d],
-            data: std::mem::take(&mut self.pieces[d]).into(),
-            ..Default::default()
-        };
-        self.add(&h);
-    }
-
-    /// The connection's record came: a hello still in pieces is parsed as far as it came.
-    pub fn finish(&mut self) {
-        for d in 0..2 {
-            if !self.pieces[d].is_empty() {
-                self.whole(d);
-            }
-        }
-    }
-
-    /// Bytes held for hellos still in pieces.
-    pub fn piece_bytes(&self) -> usize {
-        self.pieces.iter().map(Vec::capacity).sum()
-    }
 }
 
 /// Build the printed record from the kernel's record and the hellos captured for it.
@@ -429,79 +359,5 @@ mod tests {
             Endpoint::new(10, v6, 65535).to_string(),
             "[2001:db8::1]:65535"
         );
-    }
-
-    /// A hello as the kernel sends it when it came in several records or reads: its body
-    /// in pieces of `size` bytes, in order, `skip` of them lost.
-    fn in_pieces(msg: &[u8], size: usize, skip: Option<usize>) -> Hellos {
-        let mut h = Hellos::default();
-        for (i, at) in (4..msg.len()).step_by(size).enumerate() {
-            if Some(i) == skip {
-                continue;
-            }
-            h.add(&Hello {
-                dir: abi::DIR_IN,
-                conn_id: 1,
-                msg_len: msg.len() as u32,
-                offset: at as u32,
-                data: msg[at..(at + size).min(msg.len())].to_vec().into(),
-            });
-        }
-        h.finish();
-        h
-    }
-
-    #[test]
-    fn a_hello_in_pieces_parses_as_the_whole() {
-        let msg = crate::tls::unhex(include_str!(
-            "../tests/fixtures/hello/tls13_psk.client_hello.hex"
-        ))
-        .unwrap();
-        let whole = ClientHello::parse(&msg, msg.len()).unwrap();
-        for size in [1, 7, 300, msg.len()] {
-            let h = in_pieces(&msg, size, None);
-            assert_eq!(h.piece_bytes(), 0, "nothing held once parsed");
-            let ch = h.client.expect("parsed").expect("parses");
-            assert_eq!(
-                (ch.sni.clone(), ch.psk, ch.truncated),
-                (whole.sni.clone(), whole.psk, false),
-                "pieces of {size}"
-            );
-        }
-        // a piece lost: the rest cannot be placed, and what came is parsed as truncated
-        let h = in_pieces(&msg, 50, Some(3));
-        assert!(h.client.expect("parsed").is_ok_and(|ch| ch.truncated));
-        // a piece that does not start a hello, with nothing before it, is not kept
-        let mut h = Hellos::default();
-        h.add(&Hello {
-            dir: abi::DIR_IN,
-            msg_len: 100,
-            offset: 40,
-            data: vec![0; 10].into(),
-            ..Default::default()
-        });
-        h.finish();
-        assert!(h.client.is_none());
-    }
-
-    #[test]
-    fn a_hello_in_pieces_is_kept_up_to_the_cap() {
-        // a 20,000-byte hello: parsed once HELLO_CAP bytes are in, the rest not held
-        let msg_len = 20_000usize;
-        let mut h = Hellos::default();
-        let mut at = 4;
-        while at < msg_len {
-            h.add(&Hello {
-                dir: abi::DIR_IN,
-                msg_len: msg_len as u32,
-                offset: at as u32,
-                data: vec![0; 1000].into(),
-                ..Default::default()
-            });
-            at += 1000;
-            assert!(h.piece_bytes() <= 2 * abi::HELLO_CAP);
-        }
-        assert!(h.client.is_some(), "parsed at the cap");
-        assert_eq!(h.piece_bytes(), 0);
     }
 }

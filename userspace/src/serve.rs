@@ -23,11 +23,11 @@ use prometheus_client::registry::Registry;
 use crate::{
     health::Health,
     metrics::Metrics,
-    params::{Estimator, Sample},
+    params::{format, Estimator, Parameters, MAX_SERVERS},
     record::{CloseRecord, Record},
+    signal::stop_signal,
     sink::Sink,
     source::{Options, Source},
-    trace::stop_signal,
 };
 
 /// `serve`'s own settings.
@@ -40,25 +40,62 @@ pub struct ServeOptions {
     pub max_sni: usize,
 }
 
-/// Servers (comm:port) the parameters keep apart; more are folded into `other`.
-pub const MAX_SERVERS: usize = 64;
-
-/// What the HTTP handlers read, shared with the sink.
-struct Shared {
+/// What the daemon keeps between records and scrapes: the metrics, the parameter estimator
+/// and the last health, each behind its own lock. The record source feeds them through
+/// `sink()`, the HTTP handlers read them; `cargo xtask bench` measures this same sink.
+pub struct Daemon {
     registry: Registry,
     metrics: Mutex<Metrics>,
     params: Mutex<Estimator>,
     health: Mutex<Health>,
 }
 
-/// The daemon's sink: every record into the metrics and the parameters.
-struct ServeSink(Arc<Shared>);
+impl Daemon {
+    /// `window`: what the parameters cover; `max_sni`: SNI label values kept.
+    pub fn new(window: Duration, max_sni: usize) -> Arc<Daemon> {
+        let mut registry = Registry::with_prefix("hstrace");
+        let metrics = Metrics::new(&mut registry, max_sni);
+        Arc::new(Daemon {
+            registry,
+            metrics: Mutex::new(metrics),
+            params: Mutex::new(Estimator::new(window, MAX_SERVERS)),
+            health: Mutex::new(Health::default()),
+        })
+    }
 
-impl Sink for ServeSink {
+    /// The sink the record source feeds.
+    pub fn sink(self: &Arc<Daemon>) -> DaemonSink {
+        DaemonSink(self.clone())
+    }
+
+    /// `/metrics`: the OpenMetrics text.
+    pub fn metrics_text(&self) -> Result<String, std::fmt::Error> {
+        let mut body = String::with_capacity(64 << 10);
+        prometheus_client::encoding::text::encode(&mut body, &self.registry)?;
+        Ok(body)
+    }
+
+    /// `/api/v1/parameters`: the parameters of the window ending now.
+    pub fn parameters(&self) -> Parameters {
+        self.params
+            .lock()
+            .expect("params lock")
+            .parameters(Instant::now(), SystemTime::now())
+    }
+
+    /// `/healthz`: the health the source last told.
+    pub fn health_json(&self) -> String {
+        self.health.lock().expect("health lock").json()
+    }
+}
+
+/// Every record into the metrics and the parameters; the health kept for /healthz.
+pub struct DaemonSink(Arc<Daemon>);
+
+impl Sink for DaemonSink {
     fn connection(&mut self, r: &Record) -> std::io::Result<()> {
         self.0.metrics.lock().expect("metrics lock").connection(r)?;
-        add_sample(&mut self.0.params.lock().expect("params lock"), r);
-        Ok(())
+        self.0.params.lock().expect("params lock").connection(r)
     }
 
     fn close(&mut self, c: &CloseRecord) -> std::io::Result<()> {
@@ -72,25 +109,12 @@ impl Sink for ServeSink {
     }
 
     fn process_cpu(&mut self, pid: u32, ns: u64) {
-        let mut params = self.0.params.lock().expect("params lock");
-        params.add_cpu(Instant::now(), pid, ns);
+        self.0
+            .params
+            .lock()
+            .expect("params lock")
+            .process_cpu(pid, ns);
     }
-}
-
-/// A record as the estimator takes it.
-pub fn add_sample(est: &mut Estimator, r: &Record) {
-    let server = r.server();
-    est.add(
-        Instant::now(),
-        &Sample {
-            server: &server,
-            pid: r.pid,
-            kind: r.kind,
-            stages: &r.stages_ns.0,
-            cpu: &r.cpu_ns.0,
-            resumption_offered: r.resumption_offered,
-        },
-    );
 }
 
 /// Run the daemon until Ctrl-C or SIGTERM.
@@ -103,25 +127,18 @@ pub fn run(opts: Options, serve: ServeOptions) -> Result<()> {
         )
     })?;
     listener.set_nonblocking(true)?;
-    let mut registry = Registry::with_prefix("hstrace");
-    let metrics = Metrics::new(&mut registry, serve.max_sni);
-    let shared = Arc::new(Shared {
-        registry,
-        metrics: Mutex::new(metrics),
-        params: Mutex::new(Estimator::new(serve.window, MAX_SERVERS)),
-        health: Mutex::new(Health::default()),
-    });
+    let daemon = Daemon::new(serve.window, serve.max_sni);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
         let source = Source::attach(opts)?;
-        let http = http_thread(listener, shared.clone())?;
+        let http = http_thread(listener, daemon.clone())?;
         eprintln!(
             "hstrace: serving http://{}/metrics, /healthz and /api/v1/parameters; Ctrl-C stops",
             serve.listen
         );
-        let mut sink = ServeSink(shared.clone());
+        let mut sink = daemon.sink();
         let health = source.run(&mut sink, stop_signal(None)).await?;
         eprint!("{}", health.text());
         drop(http);
@@ -133,14 +150,14 @@ pub fn run(opts: Options, serve: ServeOptions) -> Result<()> {
 /// to be drained (nor the other way round). It ends with the process.
 fn http_thread(
     listener: std::net::TcpListener,
-    shared: Arc<Shared>,
+    daemon: Arc<Daemon>,
 ) -> Result<std::thread::JoinHandle<()>> {
     let app = Router::new()
         .route("/", get(index))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/api/v1/parameters", get(parameters))
-        .with_state(shared);
+        .with_state(daemon);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -163,15 +180,17 @@ async fn index() -> &'static str {
     "hstrace serve: /metrics (Prometheus), /healthz (the tracer's health), /api/v1/parameters (measured stage parameters; ?format=csv)\n"
 }
 
-async fn metrics(State(s): State<Arc<Shared>>) -> Response {
-    let mut body = String::with_capacity(64 << 10);
-    if let Err(e) = prometheus_client::encoding::text::encode(&mut body, &s.registry) {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("encoding: {e}\n"),
-        )
-            .into_response();
-    }
+async fn metrics(State(d): State<Arc<Daemon>>) -> Response {
+    let body = match d.metrics_text() {
+        Ok(body) => body,
+        Err(e) => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("encoding: {e}\n"),
+            )
+                .into_response()
+        }
+    };
     (
         [(
             header::CONTENT_TYPE,
@@ -182,25 +201,21 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Response {
         .into_response()
 }
 
-async fn healthz(State(s): State<Arc<Shared>>) -> Response {
-    let body = s.health.lock().expect("health lock").json();
+async fn healthz(State(d): State<Arc<Daemon>>) -> Response {
+    let body = d.health_json();
     ([(header::CONTENT_TYPE, "application/json")], body + "\n").into_response()
 }
 
 async fn parameters(
-    State(s): State<Arc<Shared>>,
+    State(d): State<Arc<Daemon>>,
     Query(q): Query<std::collections::HashMap<String, String>>,
 ) -> Response {
-    let p = s
-        .params
-        .lock()
-        .expect("params lock")
-        .parameters(Instant::now(), SystemTime::now());
+    let p = d.parameters();
     match q.get("format").map(String::as_str) {
         None | Some("json") => {
             ([(header::CONTENT_TYPE, "application/json")], p.to_json()).into_response()
         }
-        Some("csv") => ([(header::CONTENT_TYPE, "text/csv")], p.to_csv()).into_response(),
+        Some("csv") => ([(header::CONTENT_TYPE, "text/csv")], format::csv(&p)).into_response(),
         Some(other) => (
             StatusCode::BAD_REQUEST,
             format!("unknown format {other:?}: use json or csv\n"),

@@ -18,14 +18,14 @@ use tokio::io::unix::AsyncFd;
 
 use crate::{
     abi,
-    assemble::Pipeline,
+    assemble::{Pipeline, Seen},
     clock,
     health::{Health, ProbeChoice},
     preflight, probes,
     sink::Sink,
     sweep::{self, Census, Evicted, Tables},
     targets::{self, Selector},
-    ties,
+    ties::{self, Ties},
 };
 
 /// What to trace and how: the options `trace`, `serve` and `export` share.
@@ -66,6 +66,9 @@ pub struct Source {
     exited: bool,
     /// the ring buffer's items to finished records
     pipe: Pipeline,
+    /// what the records said of the traced processes: forks, and whether each process's
+    /// uprobes tie its calls to its connections
+    procs: Processes,
     /// the last full look for the selected processes
     resolved: Option<Resolved>,
     /// each traced process's CPU time (ns) at the last look, for the sinks' CPU figures
@@ -77,6 +80,33 @@ pub struct Source {
     /// ports were last looked up: the socket table (every socket on the host, TIME_WAIT
     /// ones included) is read again only when either changed
     ports_looked: Option<(BTreeSet<u32>, u64)>,
+}
+
+/// What the source learns of the traced processes from the ring buffer.
+#[derive(Default)]
+struct Processes {
+    /// processes the kernel saw forked by traced ones since the source last looked
+    forked: Vec<u32>,
+    /// whether the uprobes of each process tie its calls to its connections
+    ties: Ties,
+}
+
+/// Forked processes remembered between two looks of the source.
+const FORKED_MAX: usize = 1024;
+
+impl Processes {
+    fn saw(&mut self, seen: Option<Seen>) {
+        match seen {
+            // more than a scan's worth waiting: the next scan finds them
+            Some(Seen::Forked(pid)) if self.forked.len() < FORKED_MAX => self.forked.push(pid),
+            Some(Seen::Handshake {
+                tgid,
+                t_accept,
+                tied,
+            }) => self.ties.handshake(tgid, t_accept, tied),
+            _ => {}
+        }
+    }
 }
 
 /// When `targets::resolve` last looked through /proc (a look at every process's fds for
@@ -183,6 +213,7 @@ impl Source {
             table_entries: Vec::new(),
             exited: false,
             pipe: Pipeline::new(max_conns),
+            procs: Processes::default(),
             resolved: None,
             cpu_seen: HashMap::new(),
             listen_ports,
@@ -237,7 +268,7 @@ impl Source {
             if !targets::alive(*pid) {
                 let _ = self.tgids.remove(pid);
                 self.ssl.detach(&mut self.bpf, *pid);
-                self.pipe.ties.forget(*pid);
+                self.procs.ties.forget(*pid);
                 self.warned.remove(pid);
                 gone.push(*pid);
             } else if self.wants_uprobes(*pid) {
@@ -326,7 +357,7 @@ impl Source {
                         "pid {pid} ({name}): SSL_do_handshake uprobes on {}",
                         target.display()
                     );
-                    self.pipe.ties.attached(pid, clock::monotonic_ns());
+                    self.procs.ties.attached(pid, clock::monotonic_ns());
                     return;
                 }
                 Err(e) => errors.push(format!("{}: {e:#}", target.display())),
@@ -343,7 +374,7 @@ impl Source {
     /// Processes whose uprobes tie nothing to their connections: say so once, and trace
     /// them from the wire alone (their uprobes only cost a trap per call).
     fn detach_untied(&mut self) {
-        for pid in self.pipe.ties.judged_untied() {
+        for pid in self.procs.ties.judged_untied() {
             let name = targets::comm(pid).unwrap_or_default();
             log::info!(
                 "pid {pid} ({name}): none of its first {} handshakes made socket I/O inside SSL_do_handshake (OpenSSL over memory BIOs, or handshakes driven by SSL_read/SSL_write, as in Node.js): its uprobes are detached, and it is traced from the wire alone, as with --no-uprobes",
@@ -358,7 +389,7 @@ impl Source {
     /// Attach the uprobes of processes that traced ones forked, as soon as the kernel
     /// says (a prefork server's new child serves within milliseconds).
     fn attach_forked(&mut self) {
-        for pid in std::mem::take(&mut self.pipe.forked) {
+        for pid in std::mem::take(&mut self.procs.forked) {
             if self.wants_uprobes(pid) && targets::alive(pid) {
                 self.attach_ssl(pid);
             }
@@ -381,10 +412,10 @@ impl Source {
         self.census = found.census;
         self.evicted.unreported += found.evicted.unreported;
         self.evicted.closes += found.evicted.closes;
-        found
-            .records
-            .into_iter()
-            .try_for_each(|s| self.pipe.swept(s, sink))
+        for s in found.records {
+            self.procs.saw(self.pipe.swept(s, sink)?);
+        }
+        Ok(())
     }
 
     fn counter(&self, idx: u32) -> u64 {
@@ -458,11 +489,11 @@ impl Source {
             let step = tokio::select! {
                 guard = ring.readable_mut() => {
                     let mut guard = guard?;
-                    let r = drain_ring(guard.get_inner_mut(), &mut self.pipe, sink);
+                    let r = drain_ring(guard.get_inner_mut(), &mut self.pipe, &mut self.procs, sink);
                     guard.clear_ready();
                     r
                 }
-                _ = drain.tick() => drain_ring(ring.get_mut(), &mut self.pipe, sink),
+                _ = drain.tick() => drain_ring(ring.get_mut(), &mut self.pipe, &mut self.procs, sink),
                 _ = tick.tick() => {
                     let gone = self.rescan();
                     let exited = self.selection_exited();
@@ -492,7 +523,7 @@ impl Source {
             }
         };
         // the records already in the ring buffer
-        let last = drain_ring(ring.get_mut(), &mut self.pipe, sink);
+        let last = drain_ring(ring.get_mut(), &mut self.pipe, &mut self.procs, sink);
         self.detach_untied();
         self.census = self.tables.census();
         self.table_entries = self.tables.entries();
@@ -510,10 +541,11 @@ impl Source {
 fn drain_ring(
     ring: &mut RingBuf<MapData>,
     pipe: &mut Pipeline,
+    procs: &mut Processes,
     sink: &mut dyn Sink,
 ) -> io::Result<()> {
     while let Some(item) = ring.next() {
-        pipe.item(&item, sink)?;
+        procs.saw(pipe.item(&item, sink)?);
     }
     sink.flush()
 }

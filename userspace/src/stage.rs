@@ -8,7 +8,10 @@ use crate::abi::{self, Conn, FL_C1, FL_C2, FL_S1};
 /// What a stage's time is: the server working, a message waiting for the server, or the
 /// server waiting for the client and the network (seed 002's web-server and delay-server
 /// stages, with queueing split out).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum StageClass {
     Service,
     Queue,
@@ -102,7 +105,10 @@ impl Stage {
 }
 
 /// How a connection went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// a TLS handshake with a certificate (no session resumed)
     Full,
@@ -167,7 +173,10 @@ impl RequestClass {
 }
 
 /// How a resumed session was found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum Resumption {
     SessionId,
     Ticket,

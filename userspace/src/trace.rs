@@ -6,6 +6,7 @@ use anyhow::Result;
 
 use crate::{
     print::{Format, Printer},
+    signal::stop_signal,
     source::{Options, Source},
 };
 
@@ -32,28 +33,5 @@ pub async fn run(opts: Options, format: Format, duration: Option<Duration>) -> R
             Ok(())
         }
         Err(e) => Err(e),
-    }
-}
-
-/// Completes on Ctrl-C, SIGTERM, or after `duration`.
-pub async fn stop_signal(duration: Option<Duration>) {
-    let deadline = async {
-        match duration {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-        _ = deadline => {}
     }
 }

@@ -9,12 +9,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
 use crate::{
-    export::http_get,
+    http_client,
+    params::{v1, Parameters},
     stage::{Kind, RequestClass, Stage, StageClass},
 };
-
-/// The schema `hstrace export` and `/api/v1/parameters` write.
-pub const PARAMETERS_SCHEMA: &str = "hstrace.parameters/v1";
 
 /// One stage's mean, as measured (or transcribed).
 #[derive(Debug, Clone, PartialEq)]
@@ -56,113 +54,74 @@ pub struct ServerInput {
     pub outside_stages_s: Option<f64>,
 }
 
-fn stage_class(name: &str) -> Option<StageClass> {
-    StageClass::ALL.into_iter().find(|k| k.name() == name)
-}
-
-fn number(v: &Value, what: &dyn Fn() -> String) -> Result<f64> {
-    v.as_f64()
-        .filter(|x| x.is_finite())
-        .ok_or_else(|| anyhow!("{} is not a number", what()))
-}
-
-/// The servers of a `hstrace.parameters/v1` document; `origin` names it in errors.
+/// The servers of a `hstrace.parameters/v1` document; `origin` names it in errors. What
+/// the type cannot say is checked here: shares between 0 and 1, finite means that are not
+/// negative, and each stage hstrace knows in the class its stage table gives it.
 pub fn parse_parameters(text: &str, origin: &str) -> Result<Vec<ServerInput>> {
-    let doc: Value = serde_json::from_str(text).map_err(|e| {
-        anyhow!("{origin} is not JSON ({e}): give the {PARAMETERS_SCHEMA} JSON that `hstrace export` writes")
-    })?;
-    let schema = doc.get("schema").and_then(Value::as_str).unwrap_or("none");
-    if schema != PARAMETERS_SCHEMA {
-        bail!("{origin} has schema {schema:?}, not {PARAMETERS_SCHEMA:?}: give the JSON that `hstrace export` or a daemon's /api/v1/parameters writes");
-    }
-    let servers = doc
-        .get("servers")
-        .and_then(Value::as_array)
-        .ok_or_else(|| anyhow!("{origin} has no \"servers\" array"))?;
-    servers.iter().map(|s| parse_server(s, origin)).collect()
-}
-
-fn parse_server(s: &Value, origin: &str) -> Result<ServerInput> {
-    let server = s
-        .get("server")
-        .and_then(Value::as_str)
-        .ok_or_else(|| anyhow!("{origin}: a server has no \"server\" name"))?
-        .to_owned();
-    let count = |key: &str| match s.get(key) {
-        None | Some(Value::Null) => Ok(0.0),
-        Some(v) => number(v, &|| format!("{origin}: {server}'s \"{key}\"")),
-    };
-    // the shares are of the classified connections: without the failed ones
-    let connections = count("connections")? - count("failed")?;
-    let classes = RequestClass::ALL.map(|class| parse_class(s, &server, class, origin));
-    let [a, b, c] = classes;
-    let outside_stages_s = match s.get("cpu").and_then(|c| c.get("outside_stages_s")) {
-        None | Some(Value::Null) => None,
-        Some(v) => {
-            let x = number(v, &|| format!("{origin}: {server}'s cpu.outside_stages_s"))?;
-            if x < 0.0 {
-                bail!("{origin}: {server}'s cpu.outside_stages_s {x} is negative");
-            }
-            Some(x)
-        }
-    };
-    Ok(ServerInput {
-        server,
-        connections,
-        classes: [a?, b?, c?],
-        outside_stages_s,
-    })
-}
-
-fn parse_class(s: &Value, server: &str, class: RequestClass, origin: &str) -> Result<ClassInput> {
-    let name = class.name();
-    let c = s.get("classes").and_then(|m| m.get(name)).ok_or_else(|| {
-        anyhow!("{origin}: server {server} has no class {name:?}: a parameters file needs tls_full, tls_resumed and plain (give one not measured \"share\": 0 and \"stages\": {{}})")
-    })?;
-    let share = number(c.get("share").unwrap_or(&Value::Null), &|| {
-        format!("{origin}: {server} {name}'s \"share\"")
-    })?;
-    if !(0.0..=1.0).contains(&share) {
-        bail!("{origin}: {server} {name}'s share {share} is not between 0 and 1");
-    }
-    let stages = c
-        .get("stages")
-        .and_then(Value::as_object)
-        .ok_or_else(|| anyhow!("{origin}: {server} {name} has no \"stages\" object"))?;
-    let stages = stages
+    let doc = Parameters::from_json(text, origin)?;
+    doc.servers
         .iter()
-        .map(|(stage, v)| {
-            let what = || format!("{origin}: {server} {name} stage {stage}");
-            let k = v.get("class").and_then(Value::as_str).unwrap_or("none");
-            let class = stage_class(k)
-                .ok_or_else(|| anyhow!("{}: class {k:?} is not service, queue or delay", what()))?;
-            if let Some(known) = Stage::from_name(stage) {
-                if known.class() != class {
-                    bail!(
-                        "{}: hstrace's stage table makes it {}, not {}",
-                        what(),
-                        known.class().name(),
-                        class.name()
-                    );
+        .map(|s| server_input(s, origin))
+        .collect()
+}
+
+fn server_input(s: &v1::ServerParams, origin: &str) -> Result<ServerInput> {
+    let server = &s.server;
+    let class = |class: RequestClass| -> Result<ClassInput> {
+        let name = class.name();
+        let c = s.classes.get(class);
+        if !(0.0..=1.0).contains(&c.share) {
+            bail!(
+                "{origin}: {server} {name}'s share {} is not between 0 and 1",
+                c.share
+            );
+        }
+        let stages = c
+            .stages
+            .0
+            .iter()
+            .map(|(stage, v)| {
+                let what = || format!("{origin}: {server} {name} stage {stage}");
+                if let Some(known) = Stage::from_name(stage) {
+                    if known.class() != v.class {
+                        bail!(
+                            "{}: hstrace's stage table makes it {}, not {}",
+                            what(),
+                            known.class().name(),
+                            v.class.name()
+                        );
+                    }
                 }
-            }
-            let mean_s = number(v.get("mean_s").unwrap_or(&Value::Null), &|| {
-                format!("{}'s \"mean_s\"", what())
-            })?;
-            if mean_s < 0.0 {
-                bail!("{}: mean_s {mean_s} is negative", what());
-            }
-            Ok(StageMean {
-                name: stage.clone(),
-                class,
-                mean_s,
+                if v.mean_s < 0.0 {
+                    bail!("{}: mean_s {} is negative", what(), v.mean_s);
+                }
+                Ok(StageMean {
+                    name: stage.clone(),
+                    class: v.class,
+                    mean_s: v.mean_s,
+                })
             })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ClassInput {
+            class,
+            share: c.share,
+            stages,
         })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(ClassInput {
-        class,
-        share,
-        stages,
+    };
+    let outside_stages_s = s.cpu.outside_stages_s;
+    if let Some(x) = outside_stages_s.filter(|x| *x < 0.0) {
+        bail!("{origin}: {server}'s cpu.outside_stages_s {x} is negative");
+    }
+    Ok(ServerInput {
+        server: server.clone(),
+        // the shares are of the classified connections: without the failed ones
+        connections: s.connections.saturating_sub(s.failed) as f64,
+        classes: [
+            class(RequestClass::TlsFull)?,
+            class(RequestClass::TlsResumed)?,
+            class(RequestClass::Plain)?,
+        ],
+        outside_stages_s,
     })
 }
 
@@ -323,7 +282,7 @@ pub fn from_file(path: &str, want: Option<&str>) -> Result<ServerInput> {
 
 /// A running daemon (`hstrace serve`) at `base` (http://HOST:PORT).
 pub fn from_daemon(base: &str, want: Option<&str>) -> Result<ServerInput> {
-    let text = http_get(base, "/api/v1/parameters")?;
+    let text = http_client::get(base, "/api/v1/parameters", http_client::Server::Daemon)?;
     let origin = format!("{base}/api/v1/parameters");
     pick(parse_parameters(&text, &origin)?, want, &origin)
 }
@@ -349,12 +308,7 @@ fn label_value(s: &str) -> String {
 /// One instant vector: each element's labels and value (NaN ones, 0/0, are left out).
 fn prom_query(base: &str, query: &str) -> Result<Vec<(BTreeMap<String, String>, f64)>> {
     let path = format!("/api/v1/query?query={}", url_encode(query));
-    let body = http_get(base, &path).map_err(|e| {
-        anyhow!(
-            "Prometheus at {base} did not answer ({}): check --from-prometheus (http://HOST:PORT of the Prometheus that scrapes hstrace serve)",
-            e.root_cause()
-        )
-    })?;
+    let (_, body) = http_client::get_any(base, &path, http_client::Server::Prometheus)?;
     let doc: Value = serde_json::from_str(&body).map_err(|_| {
         anyhow!("{base} did not answer a Prometheus query with JSON: is it a Prometheus?")
     })?;
@@ -602,7 +556,18 @@ mod tests {
             "f",
         )
         .unwrap_err();
-        assert!(e.to_string().contains("no class \"tls_resumed\""), "{e}");
+        assert!(e.to_string().contains("missing field `tls_resumed`"), "{e}");
+        let e = parse_parameters(
+            r#"{"schema":"hstrace.parameters/v1","servers":[{"server":"a:1","classes":{
+              "tls_full":{"share":1.5,"stages":{}},
+              "tls_resumed":{"share":0,"stages":{}},"plain":{"share":0,"stages":{}}}}]}"#,
+            "f",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("share 1.5 is not between 0 and 1"),
+            "{e}"
+        );
         let e = parse_parameters(
             r#"{"schema":"hstrace.parameters/v1","servers":[{"server":"a:1","classes":{
               "tls_full":{"share":1,"stages":{"accept_queue":{"class":"service","mean_s":0.1}}},

@@ -1,7 +1,6 @@
-//! The measured stage parameters of seed 002's queueing model (`hstrace.parameters/v1`):
-//! per server and request class, each stage's count, mean and percentiles over a sliding
-//! window, the cache's hit ratio, and the demands by stage class. `serve` answers them,
-//! `export` prints them, `hstrace model` reads them.
+//! The estimator of the measured stage parameters, a sink: per server and request class,
+//! each stage's count, mean and percentiles over a sliding window, the cache's hit ratio,
+//! and the demands by stage class, made into a `hstrace.parameters/v1` document (v1.rs).
 //!
 //! Percentiles come from HDR histograms of 2 significant digits (≤ 1 % relative error)
 //! over 1 µs … 1000 s; means from exact sums. Memory is bounded: at most `max_servers`
@@ -10,16 +9,25 @@
 
 use std::{
     collections::BTreeMap,
+    io,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use hdrhistogram::Histogram;
 
+use super::v1::{
+    Cache, ClassParams, Classes, Cpu, Demand, Parameters, ServerParams, StageParams, Window, SCHEMA,
+};
 use crate::{
     clock::rfc3339_utc,
-    json::Object,
+    ordered::Ordered,
+    record::{CloseRecord, Record},
+    sink::Sink,
     stage::{Kind, RequestClass, Stage, StageClass},
 };
+
+/// Servers (comm:port) the parameters keep apart; more are folded into `other`.
+pub const MAX_SERVERS: usize = 64;
 
 /// The window is kept as this many slots of window/SLOTS each.
 const SLOTS: usize = 12;
@@ -276,9 +284,12 @@ impl Estimator {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as i128);
         Parameters {
-            window_start: rfc3339_utc(end_ns - covered.as_nanos() as i128),
-            window_end: rfc3339_utc(end_ns),
-            window_seconds: seconds,
+            schema: SCHEMA.to_owned(),
+            window: Some(Window {
+                start: rfc3339_utc(end_ns - covered.as_nanos() as i128),
+                end: rfc3339_utc(end_ns),
+                seconds,
+            }),
             servers: merged
                 .into_iter()
                 .map(|(name, acc)| {
@@ -290,75 +301,20 @@ impl Estimator {
     }
 }
 
-/// One stage's parameters.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StageParams {
-    pub stage: Stage,
-    pub count: u64,
-    pub mean_s: f64,
-    pub p50_s: f64,
-    pub p90_s: f64,
-    pub p99_s: f64,
-    pub cpu_mean_s: Option<f64>,
-}
-
-/// One request class of a server.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClassParams {
-    pub class: RequestClass,
-    pub share: f64,
-    pub count: u64,
-    pub rate_per_s: f64,
-    /// in wire order
-    pub stages: Vec<StageParams>,
-    /// the sum of the stages' means by stage class (`StageClass::ALL` order)
-    pub demand_s: [f64; 3],
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServerParams {
-    pub server: String,
-    pub connections: u64,
-    /// the CPU time of the processes that accepted this server's connections, per
-    /// connection (`ServerCpu`), when known
-    pub cpu: Option<ServerCpu>,
-    pub failed: u64,
-    pub offered: u64,
-    pub accepted: u64,
-    pub hit_ratio: Option<f64>,
-    pub resumption_rate: Option<f64>,
-    /// `RequestClass::ALL` order, always all three
-    pub classes: Vec<ClassParams>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Parameters {
-    pub window_start: String,
-    pub window_end: String,
-    pub window_seconds: f64,
-    pub servers: Vec<ServerParams>,
-}
-
-/// The CPU per connection of the processes behind a server: each process's CPU time over
-/// the window divided among all the connections it accepted (whatever their server), and
-/// averaged over this server's connections by process.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ServerCpu {
-    /// the processes' whole CPU time per connection
-    pub per_connection_s: f64,
-    /// the same less the connections' service stages: accepting, closing, logging, the
-    /// event loop's own work (what `hstrace model`'s simulated event loop adds)
-    pub outside_stages_s: f64,
-}
-
-/// `ServerCpu` of a server's connections (`acc`) from its processes' CPU (`procs`): None
-/// when no process's CPU was seen, or a connection's service stages have no on-CPU time.
-fn server_cpu(acc: &ServerAcc, procs: &BTreeMap<u32, ProcAcc>) -> Option<ServerCpu> {
+/// The CPU per connection of a server's connections (`acc`) from its processes' CPU
+/// (`procs`): each process's CPU time over the window divided among all the connections it
+/// accepted (whatever their server), averaged over this server's connections by process.
+/// Unknown (nulls) when no process's CPU was seen, or a connection's service stages have no
+/// on-CPU time.
+fn server_cpu(acc: &ServerAcc, procs: &BTreeMap<u32, ProcAcc>) -> Cpu {
+    let unknown = Cpu::default();
     let (mut whole, mut outside, mut n) = (0.0, 0.0, 0u64);
     for (pid, count) in &acc.by_pid {
-        let p = procs.get(pid)?;
+        let Some(p) = procs.get(pid) else {
+            return unknown;
+        };
         if p.cpu_ns == 0 || p.connections == 0 || p.without_cpu > 0 {
-            return None;
+            return unknown;
         }
         let per = p.cpu_ns as f64 / 1e9 / p.connections as f64;
         let stages = p.stage_cpu_ns as f64 / 1e9 / p.connections as f64;
@@ -368,249 +324,106 @@ fn server_cpu(acc: &ServerAcc, procs: &BTreeMap<u32, ProcAcc>) -> Option<ServerC
         outside += (per - stages).max(0.0) * *count as f64;
         n += count;
     }
-    (n > 0).then(|| ServerCpu {
-        per_connection_s: whole / n as f64,
-        outside_stages_s: outside / n as f64,
-    })
+    if n == 0 {
+        return unknown;
+    }
+    Cpu {
+        per_connection_s: Some(whole / n as f64),
+        outside_stages_s: Some(outside / n as f64),
+    }
 }
 
 fn ratio(a: u64, b: u64) -> Option<f64> {
     (b > 0).then(|| a as f64 / b as f64)
 }
 
-fn server_params(
-    server: String,
-    acc: &ServerAcc,
-    seconds: f64,
-    cpu: Option<ServerCpu>,
-) -> ServerParams {
+fn server_params(server: String, acc: &ServerAcc, seconds: f64, cpu: Cpu) -> ServerParams {
     let classified: u64 = acc.classes.iter().sum();
-    let classes = RequestClass::ALL
-        .into_iter()
-        .map(|class| {
-            let c = class.index();
-            let count = acc.classes[c];
-            let stages: Vec<StageParams> = Stage::ALL
-                .into_iter()
-                .filter_map(|stage| {
-                    let a = acc.stages[c][stage.index()].as_deref()?;
-                    let q = |p: f64| a.hist.value_at_quantile(p) as f64 / 1e6;
-                    Some(StageParams {
-                        stage,
+    let class = |class: RequestClass| {
+        let c = class.index();
+        let count = acc.classes[c];
+        let mut demand_s = Demand::default();
+        let stages = Stage::ALL
+            .into_iter()
+            .filter_map(|stage| {
+                let a = acc.stages[c][stage.index()].as_deref()?;
+                let q = |p: f64| a.hist.value_at_quantile(p) as f64 / 1e6;
+                let mean_s = a.sum_ns as f64 / 1e9 / a.count as f64;
+                demand_s.add(stage.class(), mean_s);
+                Some((
+                    stage.name().to_owned(),
+                    StageParams {
+                        class: stage.class(),
                         count: a.count,
-                        mean_s: a.sum_ns as f64 / 1e9 / a.count as f64,
+                        mean_s,
                         p50_s: q(0.5),
                         p90_s: q(0.9),
                         p99_s: q(0.99),
                         cpu_mean_s: (a.cpu_count > 0)
                             .then(|| a.cpu_sum_ns as f64 / 1e9 / a.cpu_count as f64),
-                    })
-                })
-                .collect();
-            let mut demand_s = [0.0; 3];
-            for s in &stages {
-                demand_s[s.stage.class() as usize] += s.mean_s;
-            }
-            ClassParams {
-                class,
-                share: ratio(count, classified).unwrap_or(0.0),
-                count,
-                rate_per_s: if seconds > 0.0 {
-                    count as f64 / seconds
-                } else {
-                    0.0
-                },
-                stages,
-                demand_s,
-            }
-        })
-        .collect();
+                    },
+                ))
+            })
+            .collect();
+        ClassParams {
+            share: ratio(count, classified).unwrap_or(0.0),
+            count,
+            rate_per_s: if seconds > 0.0 {
+                count as f64 / seconds
+            } else {
+                0.0
+            },
+            stages: Ordered(stages),
+            demand_s,
+        }
+    };
     let full = acc.classes[RequestClass::TlsFull.index()];
     let resumed = acc.classes[RequestClass::TlsResumed.index()];
     ServerParams {
         server,
         connections: acc.connections,
-        cpu,
         failed: acc.failed,
-        offered: acc.offered,
-        accepted: resumed,
-        hit_ratio: ratio(resumed, acc.offered),
-        resumption_rate: ratio(resumed, full + resumed),
-        classes,
+        cache: Cache {
+            offered: acc.offered,
+            accepted: resumed,
+            hit_ratio: ratio(resumed, acc.offered),
+            resumption_rate: ratio(resumed, full + resumed),
+        },
+        cpu,
+        classes: Classes {
+            tls_full: class(RequestClass::TlsFull),
+            tls_resumed: class(RequestClass::TlsResumed),
+            plain: class(RequestClass::Plain),
+        },
     }
 }
 
-impl Parameters {
-    /// The `hstrace.parameters/v1` JSON (docs/parameters.md).
-    pub fn to_json(&self) -> String {
-        let mut out = Vec::with_capacity(4096);
-        let mut o = Object::begin(&mut out);
-        o.str("schema", "hstrace.parameters/v1");
-        o.object("window", |w| {
-            w.str("start", &self.window_start)
-                .str("end", &self.window_end)
-                .f64("seconds", self.window_seconds);
-        });
-        o.array("servers", |a| {
-            for s in &self.servers {
-                a.object(|o| server_json(s, o));
-            }
-        });
-        o.end();
-        out.push(b'\n');
-        String::from_utf8(out).expect("JSON is UTF-8")
-    }
-
-    /// One row per server × class × stage, the class's numbers repeated on each row.
-    pub fn to_csv(&self) -> String {
-        let mut w = csv::Writer::from_writer(Vec::new());
-        let header = [
-            "window_end",
-            "window_seconds",
-            "server",
-            "connections",
-            "failed",
-            "hit_ratio",
-            "resumption_rate",
-            "class",
-            "share",
-            "class_count",
-            "rate_per_s",
-            "stage",
-            "stage_class",
-            "count",
-            "mean_s",
-            "p50_s",
-            "p90_s",
-            "p99_s",
-            "cpu_mean_s",
-        ];
-        let _ = w.write_record(header);
-        let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
-        for s in &self.servers {
-            for c in &s.classes {
-                for st in &c.stages {
-                    let _ = w.write_record([
-                        self.window_end.clone(),
-                        self.window_seconds.to_string(),
-                        s.server.clone(),
-                        s.connections.to_string(),
-                        s.failed.to_string(),
-                        opt(s.hit_ratio),
-                        opt(s.resumption_rate),
-                        c.class.name().into(),
-                        c.share.to_string(),
-                        c.count.to_string(),
-                        c.rate_per_s.to_string(),
-                        st.stage.name().into(),
-                        st.stage.class().name().into(),
-                        st.count.to_string(),
-                        st.mean_s.to_string(),
-                        st.p50_s.to_string(),
-                        st.p90_s.to_string(),
-                        st.p99_s.to_string(),
-                        opt(st.cpu_mean_s),
-                    ]);
-                }
-            }
-        }
-        String::from_utf8(w.into_inner().unwrap_or_default()).expect("CSV is UTF-8")
-    }
-
-    /// Seed 002's table (Figs. 4–7) for people: per server and class, each stage's class,
-    /// count and times in ms.
-    pub fn text_table(&self) -> String {
-        let mut s = format!(
-            "window {} .. {} ({:.1} s)\n",
-            self.window_start, self.window_end, self.window_seconds
+/// The estimator fed as a sink: every record a sample (at the time it comes), every
+/// process's CPU as the source reads it.
+impl Sink for Estimator {
+    fn connection(&mut self, r: &Record) -> io::Result<()> {
+        let server = r.server();
+        self.add(
+            Instant::now(),
+            &Sample {
+                server: &server,
+                pid: r.pid,
+                kind: r.kind,
+                stages: &r.stages_ns.0,
+                cpu: &r.cpu_ns.0,
+                resumption_offered: r.resumption_offered,
+            },
         );
-        let ms = |v: f64| format!("{:.3}", v * 1e3);
-        for sv in &self.servers {
-            s.push_str(&format!(
-                "\n{}: {} connections, {} failed; resumption offered {}, accepted {} (hit ratio {}, resumption rate {})\n",
-                sv.server,
-                sv.connections,
-                sv.failed,
-                sv.offered,
-                sv.accepted,
-                sv.hit_ratio.map_or("-".into(), |r| format!("{r:.2}")),
-                sv.resumption_rate.map_or("-".into(), |r| format!("{r:.2}")),
-            ));
-            for c in sv.classes.iter().filter(|c| c.count > 0) {
-                s.push_str(&format!(
-                    "  {} ({} connections, share {:.2}, {:.2}/s)\n    {:<22} {:<8} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
-                    c.class.name(),
-                    c.count,
-                    c.share,
-                    c.rate_per_s,
-                    "stage", "class", "count", "mean ms", "p50 ms", "p90 ms", "p99 ms", "cpu ms"
-                ));
-                for st in &c.stages {
-                    s.push_str(&format!(
-                        "    {:<22} {:<8} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
-                        st.stage.name(),
-                        st.stage.class().name(),
-                        st.count,
-                        ms(st.mean_s),
-                        ms(st.p50_s),
-                        ms(st.p90_s),
-                        ms(st.p99_s),
-                        st.cpu_mean_s.map_or("-".into(), ms),
-                    ));
-                }
-                s.push_str(&format!(
-                    "    demand: service {} ms, queue {} ms, delay {} ms\n",
-                    ms(c.demand_s[0]),
-                    ms(c.demand_s[1]),
-                    ms(c.demand_s[2])
-                ));
-            }
-        }
-        s
+        Ok(())
     }
-}
 
-fn server_json(s: &ServerParams, o: &mut Object) {
-    o.str("server", &s.server)
-        .u64("connections", s.connections)
-        .u64("failed", s.failed);
-    o.object("cache", |c| {
-        c.u64("offered", s.offered)
-            .u64("accepted", s.accepted)
-            .opt_f64("hit_ratio", s.hit_ratio)
-            .opt_f64("resumption_rate", s.resumption_rate);
-    });
-    o.object("cpu", |c| {
-        c.opt_f64("per_connection_s", s.cpu.map(|c| c.per_connection_s))
-            .opt_f64("outside_stages_s", s.cpu.map(|c| c.outside_stages_s));
-    });
-    o.object("classes", |m| {
-        for c in &s.classes {
-            m.object(c.class.name(), |o| {
-                o.f64("share", c.share)
-                    .u64("count", c.count)
-                    .f64("rate_per_s", c.rate_per_s);
-                o.object("stages", |m| {
-                    for st in &c.stages {
-                        m.object(st.stage.name(), |o| {
-                            o.str("class", st.stage.class().name())
-                                .u64("count", st.count)
-                                .f64("mean_s", st.mean_s)
-                                .f64("p50_s", st.p50_s)
-                                .f64("p90_s", st.p90_s)
-                                .f64("p99_s", st.p99_s)
-                                .opt_f64("cpu_mean_s", st.cpu_mean_s);
-                        });
-                    }
-                });
-                o.object("demand_s", |m| {
-                    for k in StageClass::ALL {
-                        m.f64(k.name(), c.demand_s[k as usize]);
-                    }
-                });
-            });
-        }
-    });
+    fn close(&mut self, _c: &CloseRecord) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn process_cpu(&mut self, pid: u32, ns: u64) {
+        self.add_cpu(Instant::now(), pid, ns);
+    }
 }
 
 #[cfg(test)]
@@ -664,31 +477,29 @@ mod tests {
             },
         );
         let p = e.parameters(now, UNIX_EPOCH + Duration::from_secs(1_800_000_000));
-        assert_eq!(p.window_seconds, 30.0);
-        assert_eq!(p.window_end, "2027-01-15T08:00:00.000000Z");
+        let w = p.window.as_ref().unwrap();
+        assert_eq!(w.seconds, 30.0);
+        assert_eq!(w.end, "2027-01-15T08:00:00.000000Z");
         let s = &p.servers[0];
         assert_eq!(s.server, "nginx:443");
         assert_eq!(
-            (s.connections, s.failed, s.offered, s.accepted),
+            (s.connections, s.failed, s.cache.offered, s.cache.accepted),
             (6, 1, 2, 1)
         );
-        assert_eq!(s.hit_ratio, Some(0.5));
-        assert_eq!(s.resumption_rate, Some(0.2));
-        let f = &s.classes[0];
+        assert_eq!(s.cache.hit_ratio, Some(0.5));
+        assert_eq!(s.cache.resumption_rate, Some(0.2));
+        let f = &s.classes.tls_full;
         assert_eq!((f.count, f.share, f.rate_per_s), (4, 0.8, 4.0 / 30.0));
-        assert_eq!(f.stages[0].stage, Stage::ServerFlight1);
+        let (name, first) = &f.stages.0[0];
+        assert_eq!(name, "server_flight_1");
         // (1 + 2 + 3 + 1) ms / 4
-        assert!((f.stages[0].mean_s - 1.75e-3).abs() < 1e-12);
-        assert!(
-            (f.stages[0].p50_s - 1e-3).abs() <= 1e-3 * 0.01,
-            "{}",
-            f.stages[0].p50_s
-        );
-        assert!((f.stages[0].p99_s - 3e-3).abs() <= 3e-3 * 0.01);
-        assert!((f.demand_s[StageClass::Service as usize] - 1.75e-3).abs() < 1e-12);
-        assert!((f.demand_s[StageClass::Delay as usize] - 2e-3).abs() < 1e-12);
-        let plain = &p.servers[1].classes[2];
-        assert_eq!(plain.stages[0].cpu_mean_s, Some(4e-4));
+        assert!((first.mean_s - 1.75e-3).abs() < 1e-12);
+        assert!((first.p50_s - 1e-3).abs() <= 1e-3 * 0.01, "{}", first.p50_s);
+        assert!((first.p99_s - 3e-3).abs() <= 3e-3 * 0.01);
+        assert!((f.demand_s.service - 1.75e-3).abs() < 1e-12);
+        assert!((f.demand_s.delay - 2e-3).abs() < 1e-12);
+        let plain = &p.servers[1].classes.plain;
+        assert_eq!(plain.stages.0[0].1.cpu_mean_s, Some(4e-4));
         // the JSON and the CSV carry the same numbers
         let v: Value = serde_json::from_str(&p.to_json()).unwrap();
         assert_eq!(v["schema"], "hstrace.parameters/v1");
@@ -704,7 +515,7 @@ mod tests {
         );
         assert_eq!(j["classes"]["plain"]["count"], 0);
         assert_eq!(j["classes"]["tls_resumed"]["demand_s"]["service"], 2e-4);
-        let csv = p.to_csv();
+        let csv = super::super::format::csv(&p);
         let row = csv
             .lines()
             .find(|l| {
@@ -714,7 +525,7 @@ mod tests {
             })
             .unwrap();
         assert!(row.contains(",0.00175,"), "{row}");
-        assert!(p.text_table().contains("server_flight_1"));
+        assert!(super::super::format::table(&p).contains("server_flight_1"));
     }
 
     /// Each process's CPU is divided among all the connections it accepted; a server's
@@ -742,14 +553,14 @@ mod tests {
         e.add_cpu(now, 20, 4_000_000);
         let p = e.parameters(now + Duration::from_secs(1), SystemTime::now());
         let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
-        let a = p.servers[0].cpu.unwrap();
+        let a = p.servers[0].cpu;
         assert!(
-            close(a.per_connection_s, 2e-3) && close(a.outside_stages_s, 1e-3),
+            close(a.per_connection_s.unwrap(), 2e-3) && close(a.outside_stages_s.unwrap(), 1e-3),
             "{a:?}"
         );
-        let b = p.servers[1].cpu.unwrap();
-        assert!(close(b.per_connection_s, 3e-3), "{b:?}");
-        assert!(close(b.outside_stages_s, 2e-3), "{b:?}");
+        let b = p.servers[1].cpu;
+        assert!(close(b.per_connection_s.unwrap(), 3e-3), "{b:?}");
+        assert!(close(b.outside_stages_s.unwrap(), 2e-3), "{b:?}");
         let v: Value = serde_json::from_str(&p.to_json()).unwrap();
         assert_eq!(v["servers"][1]["cpu"]["outside_stages_s"], 2e-3);
 
@@ -767,11 +578,11 @@ mod tests {
             },
         );
         let p = e.parameters(now + Duration::from_secs(1), SystemTime::now());
-        let b = p.servers[1].cpu.unwrap();
+        let b = p.servers[1].cpu;
         // process 20: 4 ms over 2 connections, 0.5 ms of stages each; process 10 as above
         assert!(
-            close(b.per_connection_s, 2e-3)
-                && close(b.outside_stages_s, (1e-3 + 2.0 * 1.5e-3) / 3.0),
+            close(b.per_connection_s.unwrap(), 2e-3)
+                && close(b.outside_stages_s.unwrap(), (1e-3 + 2.0 * 1.5e-3) / 3.0),
             "{b:?}"
         );
 
@@ -785,7 +596,7 @@ mod tests {
             },
         );
         let p = e.parameters(now + Duration::from_secs(1), SystemTime::now());
-        assert_eq!(p.servers[0].cpu, None);
+        assert_eq!(p.servers[0].cpu, Cpu::default());
         let v: Value = serde_json::from_str(&p.to_json()).unwrap();
         assert_eq!(v["servers"][0]["cpu"]["outside_stages_s"], Value::Null);
     }
@@ -801,10 +612,10 @@ mod tests {
             &sample("a:1", Kind::Plain, &st, false),
         );
         let p = e.parameters(t0 + Duration::from_secs(61), SystemTime::now());
-        assert_eq!(p.servers[0].classes[2].count, 1);
+        assert_eq!(p.servers[0].classes.plain.count, 1);
         let p = e.parameters(t0 + Duration::from_secs(200), SystemTime::now());
         assert!(p.servers.is_empty());
-        assert_eq!(p.window_seconds, 60.0);
+        assert_eq!(p.window.as_ref().unwrap().seconds, 60.0);
         let v: Value = serde_json::from_str(&p.to_json()).unwrap();
         assert_eq!(v["servers"], serde_json::json!([]));
     }

@@ -1,0 +1,197 @@
+//! The `trace --format json` lines as types: the contract scripts rely on
+//! (docs/trace-records.md), fields only ever added. A program reads the lines with these;
+//! `print.rs` writes them by hand, straight into a buffer, because through serde the keys'
+//! escaping was a fifth of the pipeline's time, and the tests below hold that writer to
+//! these types field for field.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    ordered::Ordered,
+    stage::{Kind, Resumption, StageClass},
+};
+
+/// `"record": "connection"`: a connection's handshake and first exchange, made when its
+/// first response is complete, or it failed, closed or idled past `--idle-timeout`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConnectionLine {
+    /// "connection"
+    pub record: String,
+    /// when the record was made, RFC 3339 UTC
+    pub time: String,
+    pub conn_id: u64,
+    /// the server process that accepted the connection
+    pub pid: u32,
+    pub comm: String,
+    /// server and client address:port
+    pub local: String,
+    pub peer: String,
+    /// "tls" or "plain"
+    pub protocol: String,
+    pub tls_version: Option<String>,
+    pub cipher: Option<String>,
+    pub sni: Option<String>,
+    pub alpn: Option<String>,
+    /// TLS 1.3: the client's ALPN offer, when it offered more than one protocol
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alpn_offered: Vec<String>,
+    pub kind: Kind,
+    pub resumption_offered: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumption: Option<Resumption>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub early_data: bool,
+    /// accept() → handshake complete
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handshake_ns: Option<u64>,
+    /// the stages that happened, in wire order
+    pub stages_ns: Ordered<u64>,
+    /// on-CPU time of the server thread in each service stage
+    #[serde(default, skip_serializing_if = "Ordered::is_empty")]
+    pub cpu_ns: Ordered<u64>,
+    /// with `--uprobes all`: what SSL_read/SSL_write saw of the first exchange
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library: Option<LibraryLine>,
+    pub stage_classes: Ordered<StageClass>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_in: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert: Option<AlertLine>,
+    /// "ssl" or "wire"; null for plain and failed connections
+    pub hs_done_from: Option<String>,
+    pub ssl_calls: u32,
+    pub ssl_ns: u64,
+    /// what could not be read (client_hello_missing, record_stream_desync, …)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LibraryLine {
+    pub request_bytes: u64,
+    pub request_ns: u64,
+    pub response_bytes: u64,
+    pub response_ns: u64,
+}
+
+/// The first plaintext alert seen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlertLine {
+    /// "server" or "client"
+    pub from: String,
+    pub level: u8,
+    pub description: u8,
+}
+
+/// `"record": "close"`: a connection ended, with its totals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CloseLine {
+    /// "close"
+    pub record: String,
+    pub time: String,
+    pub conn_id: u64,
+    pub pid: u32,
+    /// request/response exchanges after the handshake
+    pub exchanges: u32,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// accept() → close; left out when the accept was not seen
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ns: Option<u64>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::de::DeserializeOwned;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::{
+        abi::{self, test_conn as conn, Close},
+        clock::Clock,
+        record::{build, CloseRecord, Hellos},
+        stage::{Stage, Stages},
+    };
+
+    /// A line print.rs wrote reads as the type `T`, and the type writes back the same JSON:
+    /// no field the writer puts is missing from the type, none is spelled differently,
+    /// every value reads as the type says.
+    fn same_as_the_type<T: DeserializeOwned + Serialize>(line: &[u8]) -> T {
+        let written: Value = serde_json::from_slice(line).expect("the writer writes JSON");
+        let typed: T = serde_json::from_value(written.clone())
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(line)));
+        assert_eq!(serde_json::to_value(&typed).unwrap(), written);
+        typed
+    }
+
+    #[test]
+    fn the_connection_writer_and_the_type_agree() {
+        // every optional field present
+        let mut c = conn();
+        c.outcome = abi::OUTCOME_FAILED;
+        c.failure = abi::FAIL_ALERT;
+        c.alert_level = 2;
+        c.alert_desc = 40;
+        c.lib_req_ns = 1;
+        c.comm = *b"a\"b\\c\0\0\0\0\0\0\0\0\0\0\0";
+        let mut r = build(&c, Hellos::default(), &Clock::new(), false);
+        r.alpn_offered = vec!["h2".into(), "http/1.1".into()];
+        r.resumption = Some(Resumption::Psk);
+        r.early_data = true;
+        r.handshake_ns = Some(5);
+        r.cpu_ns = Stages(vec![(Stage::ServerFlight1, 3)]);
+        let mut line = Vec::new();
+        r.json(&mut line);
+        let typed: ConnectionLine = same_as_the_type(&line);
+        assert_eq!(typed.comm, "a\"b\\c");
+        assert_eq!(typed.kind, Kind::Failed);
+        assert_eq!(
+            typed.stage_classes.get("wait_client_hello"),
+            Some(&StageClass::Delay)
+        );
+        assert!(typed.library.is_some() && !typed.notes.is_empty());
+        let alert = typed.alert.expect("an alert");
+        assert_eq!(
+            (alert.from.as_str(), alert.level, alert.description),
+            ("client", 2, 40)
+        );
+        assert_eq!(typed.stages_ns.get("accept_queue"), Some(&100));
+        // every optional field absent: a completed handshake with nothing to add
+        let mut c = conn();
+        c.flags |= abi::F_HS_DONE_SSL;
+        let r = build(&c, Hellos::default(), &Clock::new(), false);
+        line.clear();
+        r.json(&mut line);
+        let typed: ConnectionLine = same_as_the_type(&line);
+        assert_eq!(typed.hs_done_from.as_deref(), Some("ssl"));
+        assert!(typed.failure.is_none() && typed.alert.is_none());
+    }
+
+    #[test]
+    fn the_close_writer_and_the_type_agree() {
+        for t_accept in [1, 0] {
+            let close = CloseRecord::new(
+                &Close {
+                    t_accept,
+                    t_close: 2,
+                    exchanges: 3,
+                    ..Default::default()
+                },
+                &Clock::new(),
+            );
+            let mut line = Vec::new();
+            close.json(&mut line);
+            let typed: CloseLine = same_as_the_type(&line);
+            assert_eq!(
+                (typed.exchanges, typed.duration_ns.is_some()),
+                (3, t_accept != 0)
+            );
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! The `hstrace.parameters/v1` document, as one type that both writes it (`serve`'s
+//! `/api/v1/parameters`, `hstrace export`) and reads it (`hstrace model --params` and
+//! `--from`). A contract: fields are only ever added (docs/parameters.md). The reader
+//! takes hand-written files too: every measured figure but a stage's class and mean may be
+//! left out, and fields it does not know are passed over.
+
+use anyhow::{anyhow, bail, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    ordered::Ordered,
+    stage::{RequestClass, StageClass},
+};
+
+/// The schema name every document carries.
+pub const SCHEMA: &str = "hstrace.parameters/v1";
+
+/// One document: the window it covers and its servers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Parameters {
+    /// always `SCHEMA`
+    pub schema: String,
+    /// the measured window (a hand-written file may have none)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Window>,
+    pub servers: Vec<ServerParams>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    /// RFC 3339 UTC
+    pub start: String,
+    pub end: String,
+    pub seconds: f64,
+}
+
+/// One server (`comm:port` of the listening socket).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerParams {
+    pub server: String,
+    /// every connection of the server in the window
+    #[serde(default)]
+    pub connections: u64,
+    /// those that failed (in no class)
+    #[serde(default)]
+    pub failed: u64,
+    #[serde(default)]
+    pub cache: Cache,
+    #[serde(default)]
+    pub cpu: Cpu,
+    pub classes: Classes,
+}
+
+/// The session cache: handshakes whose client offered resumption, and those resumed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Cache {
+    pub offered: u64,
+    pub accepted: u64,
+    /// accepted / offered; null when nothing was offered
+    pub hit_ratio: Option<f64>,
+    /// resumed / (full + resumed); null without TLS handshakes
+    pub resumption_rate: Option<f64>,
+}
+
+/// The CPU of the processes that accepted the server's connections, per connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Cpu {
+    /// each process's CPU time over the window divided among all the connections it
+    /// accepted, averaged over this server's connections
+    pub per_connection_s: Option<f64>,
+    /// the same less the connections' service stages: accepting, closing, logging, the
+    /// event loop's own work
+    pub outside_stages_s: Option<f64>,
+}
+
+/// The three request classes, each always present.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Classes {
+    pub tls_full: ClassParams,
+    pub tls_resumed: ClassParams,
+    pub plain: ClassParams,
+}
+
+impl Classes {
+    pub fn get(&self, class: RequestClass) -> &ClassParams {
+        match class {
+            RequestClass::TlsFull => &self.tls_full,
+            RequestClass::TlsResumed => &self.tls_resumed,
+            RequestClass::Plain => &self.plain,
+        }
+    }
+
+    /// Each class with its parameters, in `RequestClass::ALL` order.
+    pub fn iter(&self) -> impl Iterator<Item = (RequestClass, &ClassParams)> {
+        RequestClass::ALL.into_iter().map(|c| (c, self.get(c)))
+    }
+}
+
+/// One request class of a server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClassParams {
+    /// its part of the server's classified connections
+    pub share: f64,
+    #[serde(default)]
+    pub count: u64,
+    #[serde(default)]
+    pub rate_per_s: f64,
+    /// each stage seen, in wire order
+    pub stages: StageMap,
+    /// the sums of the stages' means by stage class
+    #[serde(default)]
+    pub demand_s: Demand,
+}
+
+/// One stage's figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageParams {
+    pub class: StageClass,
+    /// connections that had the stage
+    #[serde(default)]
+    pub count: u64,
+    /// the exact mean
+    pub mean_s: f64,
+    /// percentiles from an HDR histogram (≤ 1 % relative error)
+    #[serde(default)]
+    pub p50_s: f64,
+    #[serde(default)]
+    pub p90_s: f64,
+    #[serde(default)]
+    pub p99_s: f64,
+    /// the mean on-CPU time of a service stage; null for the others, or when unknown
+    #[serde(default)]
+    pub cpu_mean_s: Option<f64>,
+}
+
+/// The per-request service demand, queueing and delay the queueing model takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Demand {
+    pub service: f64,
+    pub queue: f64,
+    pub delay: f64,
+}
+
+impl Demand {
+    pub fn add(&mut self, class: StageClass, s: f64) {
+        match class {
+            StageClass::Service => self.service += s,
+            StageClass::Queue => self.queue += s,
+            StageClass::Delay => self.delay += s,
+        }
+    }
+}
+
+/// A class's stages by name, in wire order. A name is hstrace's stage name, or, in a
+/// hand-written file, a stage hstrace has no name for.
+pub type StageMap = Ordered<StageParams>;
+
+impl Parameters {
+    /// The document as JSON, one line.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string(self).expect("the parameters serialize");
+        s.push('\n');
+        s
+    }
+
+    /// Read a document; `origin` (a file name, a URL) names it in errors, with the path of
+    /// the field at fault.
+    pub fn from_json(text: &str, origin: &str) -> Result<Parameters> {
+        let hint = "give the hstrace.parameters/v1 JSON that `hstrace export` or a daemon's /api/v1/parameters writes (docs/parameters.md)";
+        #[derive(Deserialize)]
+        struct Head {
+            schema: Option<String>,
+        }
+        let head: Head = serde_json::from_str(text)
+            .map_err(|e| anyhow!("{origin} is not a JSON object ({e}): {hint}"))?;
+        let schema = head.schema.as_deref().unwrap_or("none");
+        if schema != SCHEMA {
+            bail!("{origin} has schema {schema:?}, not {SCHEMA:?}: {hint}");
+        }
+        let mut de = serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| anyhow!("{origin}: {}: {}: {hint}", e.path(), e.inner()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the daemon wrote in a real run reads back, and writes out as the same JSON.
+    #[test]
+    fn a_real_document_reads_and_writes_back_the_same() {
+        let text = include_str!("../../../examples/parameters.json");
+        let p = Parameters::from_json(text, "examples/parameters.json").unwrap();
+        assert_eq!(p.servers.len(), 2);
+        let tls = &p.servers[1].classes.tls_full;
+        assert!(!tls.stages.0.is_empty());
+        // wire order kept
+        assert_eq!(tls.stages.0[0].0, "accept_queue");
+        // (numbers compared as numbers: the daemon that wrote it spelled 1.0 "1")
+        fn floats(v: serde_json::Value) -> serde_json::Value {
+            use serde_json::Value;
+            match v {
+                Value::Number(n) => n.as_f64().map_or(Value::Null, Value::from),
+                Value::Array(a) => Value::Array(a.into_iter().map(floats).collect()),
+                Value::Object(o) => {
+                    Value::Object(o.into_iter().map(|(k, v)| (k, floats(v))).collect())
+                }
+                v => v,
+            }
+        }
+        let written: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+        let mut original: serde_json::Value = serde_json::from_str(text).unwrap();
+        // the file was written before `cpu` was added (fields are only ever added): an old
+        // document reads, and is written back with the new field unknown
+        for s in original["servers"].as_array_mut().unwrap() {
+            assert!(s.get("cpu").is_none());
+            s["cpu"] = serde_json::json!({"per_connection_s": null, "outside_stages_s": null});
+        }
+        assert_eq!(floats(written), floats(original));
+    }
+
+    /// A hand-written file: no window, no counts, a stage hstrace has no name for.
+    #[test]
+    fn a_hand_written_file_reads() {
+        let text = include_str!("../../../examples/seed002-parameters.json");
+        let p = Parameters::from_json(text, "seed").unwrap();
+        let full = &p.servers[0].classes.tls_full;
+        assert_eq!(full.share, 0.2);
+        assert!(full.stages.0.iter().any(|(n, _)| n == "server_finish"));
+        assert_eq!(p.window, None);
+        assert_eq!(p.servers[0].cpu, Cpu::default());
+    }
+
+    #[test]
+    fn errors_name_the_document_and_the_field() {
+        let e = Parameters::from_json(r#"{"schema":"other/v2","servers":[]}"#, "f").unwrap_err();
+        assert!(
+            e.to_string().contains("not \"hstrace.parameters/v1\""),
+            "{e}"
+        );
+        let e = Parameters::from_json("[1]", "f").unwrap_err();
+        assert!(e.to_string().starts_with("f is not a JSON object"), "{e}");
+        let e = Parameters::from_json(
+            r#"{"schema":"hstrace.parameters/v1","servers":[{"server":"a:1","classes":{"tls_full":{"share":1,"stages":{}}}}]}"#,
+            "f",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("f: servers[0].classes: missing field `tls_resumed`"),
+            "{e}"
+        );
+        let e = Parameters::from_json(
+            r#"{"schema":"hstrace.parameters/v1","servers":[{"server":"a:1","classes":{
+              "tls_full":{"share":1,"stages":{"response":{"class":"cpu","mean_s":0.1}}},
+              "tls_resumed":{"share":0,"stages":{}},"plain":{"share":0,"stages":{}}}}]}"#,
+            "f",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "servers[0].classes.tls_full.stages.response.class: unknown variant `cpu`"
+            ),
+            "{e}"
+        );
+    }
+}

@@ -6,7 +6,12 @@ use std::{
     sync::mpsc,
 };
 
-use crate::{free_port, hstrace_bin, spawn_until_ready};
+use crate::{
+    hstrace::{hstrace_bin, spawn_until_ready},
+    http,
+    procs::process_rss_kib,
+    util::free_port,
+};
 
 /// `hstrace serve ARGS --listen 127.0.0.1:<free port>`, stopped (SIGINT) on drop.
 pub struct Daemon {
@@ -44,7 +49,7 @@ impl Daemon {
 
     /// GET a path; panics unless 200.
     pub fn get(&self, path: &str) -> String {
-        let (status, body) = crate::prometheus::http_get(&self.addr, path);
+        let (status, body) = http::get(&self.addr, path);
         assert_eq!(status, 200, "GET {path}: {body}");
         body
     }
@@ -56,12 +61,9 @@ impl Daemon {
 
     /// Resident memory of the daemon, KiB.
     pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .expect("VmRSS")
+        let kib = process_rss_kib(self.pid());
+        assert!(kib > 0, "no VmRSS for the daemon (pid {})", self.pid());
+        kib
     }
 
     /// Ctrl-C, then everything it said on stderr; panics if it failed.

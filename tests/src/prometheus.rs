@@ -5,8 +5,6 @@
 
 use std::{
     fs,
-    io::{Read, Write},
-    net::TcpStream,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::Duration,
@@ -14,7 +12,10 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{free_port, wait_for, work_dir};
+use crate::{
+    http::{get, try_get, url_encode},
+    util::{free_port, wait_for, work_dir},
+};
 
 /// `prometheus` on a free loopback port with a data dir of its own; killed on drop.
 pub struct Prometheus {
@@ -94,7 +95,7 @@ impl Prometheus {
                     fs::read_to_string(&log).unwrap_or_default()
                 );
             }
-            http_get_opt(&p.addr, "/-/ready").map(|(s, _)| s) == Some(200)
+            try_get(&p.addr, "/-/ready").map(|(s, _)| s) == Some(200)
         });
         p
     }
@@ -102,7 +103,7 @@ impl Prometheus {
     /// An instant query: the whole answer; panics with the body unless Prometheus says
     /// `success` (a syntax error is `error`; a metric it has never seen is an empty result).
     pub fn query(&self, promql: &str) -> Value {
-        let (status, body) = http_get(
+        let (status, body) = get(
             &self.addr,
             &format!("/api/v1/query?query={}", url_encode(promql)),
         );
@@ -138,7 +139,7 @@ impl Prometheus {
 
     /// The rules it loaded and their health (`/api/v1/rules`).
     pub fn rules(&self) -> Value {
-        let (status, body) = http_get(&self.addr, "/api/v1/rules");
+        let (status, body) = get(&self.addr, "/api/v1/rules");
         serde_json::from_str(&body)
             .unwrap_or_else(|e| panic!("/api/v1/rules: not JSON ({e}): {status} {body}"))
     }
@@ -151,38 +152,6 @@ impl Drop for Prometheus {
         // the TSDB is the big part; the config and the log stay for a look after a failure
         let _ = fs::remove_dir_all(self.dir.join("data"));
     }
-}
-
-/// GET `path` from `addr` (host:port): (status, body). Panics when nobody answers.
-pub fn http_get(addr: &str, path: &str) -> (u16, String) {
-    http_get_opt(addr, path).unwrap_or_else(|| panic!("nothing answers GET {path} at {addr}"))
-}
-
-/// The same, None when nobody answers (a server still starting).
-pub fn http_get_opt(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    // HTTP/1.0: the server closes the connection after the body and never sends it
-    // chunked, so reading to the end is the whole parser
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, body.to_owned()))
-}
-
-/// Percent-encode everything but RFC 3986's unreserved characters.
-fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// `promtool ARGS`: (success, stdout and stderr).
@@ -254,7 +223,7 @@ mod tests {
     use super::*;
 
     fn dashboard() -> PathBuf {
-        crate::workspace().join("dashboards/hstrace.json")
+        crate::util::workspace().join("dashboards/hstrace.json")
     }
 
     #[test]
@@ -284,7 +253,7 @@ mod tests {
 
     #[test]
     fn dashboard_queries_walks_rows() {
-        let dir = crate::work_dir("prometheus-unit-rows");
+        let dir = crate::util::work_dir("prometheus-unit-rows");
         let path = dir.join("d.json");
         let d = r#"{"panels": [
             {"type": "timeseries", "title": "top", "targets": [{"expr": "a"}, {"expr": "b"}]},
@@ -316,7 +285,6 @@ mod tests {
             ),
             "x{server=~\"nginx:18443\"}[1m] / 3600 / 60000[1m]"
         );
-        assert_eq!(url_encode("a b{c=\"d\"}"), "a%20b%7Bc%3D%22d%22%7D");
     }
 
     /// Every dashboard query, variables substituted, parses in a real Prometheus: a syntax

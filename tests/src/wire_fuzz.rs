@@ -13,7 +13,7 @@ use std::{
     time::Duration,
 };
 
-use crate::{client_hello_record, reset_on_close};
+use crate::{clients::reset_on_close, fixtures::client_hello_record};
 
 /// The ClientHellos the mutations start from (userspace/tests/fixtures/hello).
 const FIXTURES: [&str; 5] = [

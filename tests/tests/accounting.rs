@@ -4,12 +4,22 @@
 
 use std::{net::TcpStream, thread, time::Duration};
 
-use hstrace_tests::*;
+use hstrace_tests::{
+    assert::{assert_accounted, check_stages},
+    clients::{curl, drive_mix, raw_exchange, s_time},
+    hstrace::Hstrace,
+    procs::Stopped,
+    servers::Nginx,
+    util::wait_for,
+    wire_fuzz,
+};
+use serde_json::Value;
 
 /// A mix of full, resumed, plain and failed connections through two workers, with the
 /// SSL_do_handshake uprobes (which keep an SSL object → connection table): every one
 /// reported, none lost, and every table empty once they have closed.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_mix_leaves_every_table_empty() {
     let nginx = Nginx::start("acct-mix", 2);
     let master = nginx.master_pid().to_string();
@@ -36,6 +46,7 @@ fn a_mix_leaves_every_table_empty() {
 /// ones and counts each, handshakes made during the flood are reported right, and the
 /// sums hold.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_flood_past_max_conns_is_counted_and_survived() {
     const MAX_CONNS: usize = 64;
     const IDLE: usize = 200;
@@ -89,6 +100,7 @@ fn a_flood_past_max_conns_is_counted_and_survived() {
 /// (`accept_queue_unmeasured`), not evicted in silence, and their connections are still
 /// accepted, reported and accounted for, only without an `accept_queue` stage.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_queue_past_max_conns_is_counted() {
     const MAX_CONNS: usize = 16;
     const QUEUED: usize = 40;
@@ -145,6 +157,7 @@ fn a_queue_past_max_conns_is_counted() {
 /// worker's open connections neither fill the table nor count as unmeasured accept
 /// queues, and the table holds exactly the traced worker's open connections.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn another_process_accepting_on_a_selected_port_leaves_no_entry() {
     const HELD: usize = 40;
     let nginx = Nginx::start_with(
@@ -209,6 +222,7 @@ fn listen_only(tcp: &str, port: u16) -> bool {
 /// through its exec, by port through the scan the kernel's count of new listening sockets
 /// sets off (the periodic scan comes only every 10 s).
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_restarted_server_is_traced_from_its_first_connection() {
     const HANDSHAKES: usize = 30;
     let mut nginx = Nginx::start("acct-restart", 2);
@@ -242,6 +256,7 @@ fn a_restarted_server_is_traced_from_its_first_connection() {
 /// resets): every connection accounted for, no state left behind, hstrace exits cleanly
 /// and nginx still serves. A fixed-seed slice of `cargo xtask fuzz-wire`.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn mutated_handshakes_are_all_accounted() {
     const CASES: usize = 280;
     let nginx = Nginx::start("acct-fuzz", 2);
@@ -261,4 +276,84 @@ fn mutated_handshakes_are_all_accounted() {
     assert_eq!(h["in_progress"].as_u64(), Some(0), "{h}");
     let served = out.records.iter().filter(|r| r["kind"] == "full").count();
     assert!(served >= 1, "the last curl's handshake: {h}");
+}
+
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn thousand_back_to_back_handshakes_none_lost() {
+    let nginx = Nginx::start("thousand", 2);
+    let master = nginx.master_pid().to_string();
+    let tracer = Hstrace::start(&["--pid", &master]);
+    // plain HTTP connections on the same server, alongside
+    let plain_port = nginx.plain_port;
+    let plain = thread::spawn(move || {
+        for _ in 0..300 {
+            let got = raw_exchange(plain_port, b"GET / HTTP/1.0\r\n\r\n");
+            assert!(
+                got.starts_with(b"HTTP/1.1 200"),
+                "{}",
+                String::from_utf8_lossy(&got)
+            );
+        }
+        300u64
+    });
+    let mut made = 0;
+    while made < 1000 {
+        made += s_time(nginx.port, 2);
+    }
+    let plain = plain.join().unwrap();
+    let out = tracer.stop();
+    assert!(out.success, "{}", out.stderr);
+    let count = |kind: &str| out.records.iter().filter(|r| r["kind"] == kind).count() as u64;
+    eprintln!(
+        "s_time made {made} TLS connections and {plain} plain ones; hstrace printed {} records: {} full, {} plain",
+        out.records.len(),
+        count("full"),
+        count("plain")
+    );
+    assert_eq!(
+        count("full"),
+        made,
+        "TLS records != connections made by s_time:\n{}",
+        out.stderr
+    );
+    assert_eq!(count("plain"), plain, "plain records != plain connections");
+    assert_eq!(
+        out.records.len() as u64,
+        made + plain,
+        "other records: {}",
+        out.stderr
+    );
+    assert_eq!(
+        out.closes.len(),
+        out.records.len(),
+        "a close line per connection"
+    );
+    for r in &out.records {
+        check_stages(r);
+    }
+    // Every ClientHello's arrival is seen, also one that lands while accept() moves the
+    // socket into the table (issue 13 item 10: ~1 in 2,000 handshakes lost it).
+    let no_arrival: Vec<&Value> = out
+        .records
+        .iter()
+        .filter(|r| r["kind"] == "full" && r["stages_ns"].get("client_hello_queue").is_none())
+        .collect();
+    assert!(
+        no_arrival.is_empty(),
+        "ClientHello arrival not seen: {no_arrival:?}"
+    );
+    // the accounting: every connection reported, none lost or open, no state left
+    let h = &out.health;
+    assert_accounted(h, true);
+    assert_eq!(h["tracked"].as_u64(), Some(made + plain), "{h}");
+    assert_eq!(h["reported"].as_u64(), Some(made + plain), "{h}");
+    assert_eq!(h["closes"].as_u64(), Some(made + plain), "{h}");
+    assert_eq!(
+        (h["in_progress"].as_u64(), h["open"].as_u64()),
+        (Some(0), Some(0))
+    );
+    for (cause, n) in h["lost"].as_object().expect("lost by cause") {
+        assert_eq!(n.as_u64(), Some(0), "lost to {cause}: {h}");
+    }
 }

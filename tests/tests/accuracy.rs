@@ -11,7 +11,15 @@ use std::{
     time::Duration,
 };
 
-use hstrace_tests::*;
+use hstrace_tests::{
+    assert::check_stages,
+    clients::{s_client, s_time},
+    hstrace::Hstrace,
+    procs::pin_thread,
+    proxies::DelayProxy,
+    servers::{Nginx, TestServer},
+    util::median,
+};
 use serde_json::Value;
 
 /// One TLS 1.2 full handshake and request through a proxy that holds the client's
@@ -74,11 +82,13 @@ fn delay_lands_in(flight: u32) {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn known_delay_of_client_flight_2() {
     delay_lands_in(2);
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn known_delay_of_the_request() {
     // TLS 1.2 full: ClientHello, flight 2, then (after the server's Finished) the request
     delay_lands_in(3);
@@ -106,13 +116,9 @@ fn rsa_private_op_ms(bits: u32) -> f64 {
     secs * 1e3
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 /// Median of `stage` over `n` handshakes with these s_client arguments.
-fn median_stage(nginx: &TestServer, args: &[&str], stage: &str, n: usize) -> f64 {
+/// The median of a service stage's on-CPU time (ms) over `n` new handshakes.
+fn median_stage_cpu(nginx: &TestServer, args: &[&str], stage: &str, n: usize) -> f64 {
     let port = nginx.port.to_string();
     let tracer = Hstrace::start(&["--port", &port]);
     for _ in 0..n {
@@ -120,16 +126,30 @@ fn median_stage(nginx: &TestServer, args: &[&str], stage: &str, n: usize) -> f64
     }
     let out = tracer.stop();
     assert_eq!(out.records.len(), n, "{:?}", out.records);
-    median(out.records.iter().map(|r| stage_ms(r, stage)).collect())
+    median(
+        out.records
+            .iter()
+            .map(|r| {
+                r["cpu_ns"][stage]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("no cpu_ns of {stage}: {r}")) as f64
+                    / 1e6
+            })
+            .collect(),
+    )
 }
 
 /// A 4096-bit RSA key costs the server one slower private-key operation per full
 /// handshake. With ECDHE (and in TLS 1.3) that is the signature in the server's first
 /// flight; with RSA key exchange it is the decryption of the client's second flight. The
-/// stage that holds it must grow by what `openssl speed` says the operation costs here,
-/// within a factor of 2 either way (the server's operation includes padding and hashing
-/// speed leaves out, and the machine is shared); the other service stage must not.
+/// on-CPU time of the stage that holds it must grow by what `openssl speed` says the
+/// operation costs here (its CPU time per operation), within a factor of 2 either way (the
+/// server's operation includes padding and hashing speed leaves out); the other service
+/// stage's must not. On-CPU time, not the stage's wall time: a shared machine's other
+/// load stretched the wall time of the same stage to twice the operation's cost in CI, and
+/// that wait for a CPU is in the stage by design (the competing-hog test checks it).
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn known_server_work_moves_into_the_right_stage() {
     let expected = rsa_private_op_ms(4096) - rsa_private_op_ms(2048);
     let small = Nginx::start_with_key("rsa2048", 1, 2048);
@@ -155,33 +175,25 @@ fn known_server_work_moves_into_the_right_stage() {
         ),
     ];
     for (what, args, moves, stays) in cases {
-        let grew = median_stage(&big, args, moves, 9) - median_stage(&small, args, moves, 9);
-        let other = median_stage(&big, args, stays, 9) - median_stage(&small, args, stays, 9);
-        eprintln!("{what}: {moves} grew {grew:.2} ms (openssl speed: {expected:.2} ms), {stays} by {other:.2} ms");
+        let grew =
+            median_stage_cpu(&big, args, moves, 9) - median_stage_cpu(&small, args, moves, 9);
+        let other =
+            median_stage_cpu(&big, args, stays, 9) - median_stage_cpu(&small, args, stays, 9);
+        eprintln!("{what}: {moves}'s CPU grew {grew:.2} ms (openssl speed: {expected:.2} ms), {stays}'s by {other:.2} ms");
         assert!(
             grew > expected / 2.0 && grew < expected * 2.0,
-            "{what}: {moves} grew {grew:.2} ms, expected {expected:.2}"
+            "{what}: {moves}'s CPU grew {grew:.2} ms, expected {expected:.2}"
         );
         assert!(
             other.abs() < expected / 4.0,
-            "{what}: {stays} moved by {other:.2} ms too"
+            "{what}: {stays}'s CPU moved by {other:.2} ms too"
         );
     }
 }
 
 /// Move the thread `pid` to `cpu` alone.
 fn pin(pid: u32, cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_setaffinity only reads it
-    let ok = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(pid as i32, std::mem::size_of_val(&set), &set) == 0
-    };
-    assert!(
-        ok,
-        "cannot move {pid} to CPU {cpu}: {}",
-        std::io::Error::last_os_error()
-    );
+    pin_thread(pid as i32, cpu).unwrap_or_else(|e| panic!("cannot move {pid} to CPU {cpu}: {e}"));
 }
 
 /// On-CPU time survives the worker moving between CPUs mid-stage: every CPU keeps its
@@ -190,6 +202,7 @@ fn pin(pid: u32, cpu: usize) {
 /// right once that lag is taken off. Without it, a migrated stage's CPU came out
 /// negative (dropped: no cpu_ns) or far too large (cut to the wall clock).
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn cpu_ns_survives_the_worker_moving_between_cpus() {
     // SAFETY: sysconf has no preconditions
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
@@ -251,6 +264,7 @@ fn cpu_ns_survives_the_worker_moving_between_cpus() {
 /// signature) takes longer on the wall clock, but its cpu_ns stays what the signature
 /// costs.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn cpu_ns_separates_computing_from_waiting_for_a_cpu() {
     let nginx = Nginx::start_with_key("oncpu", 1, 4096);
     let worker = *nginx.worker_pids().iter().next().unwrap();

@@ -4,7 +4,7 @@
 
 use std::{fs, path::Path};
 
-use hstrace_tests::workspace;
+use hstrace_tests::util::workspace;
 
 /// The relative link targets of a Markdown text, anchors cut off (`[x](docs/a.md#b)`).
 fn links(text: &str) -> Vec<String> {

@@ -1,7 +1,16 @@
 //! Where a failed handshake died: `failed_in` is the stage the connection was in when it
 //! ended. Real nginx, real clients. Root only; run with `cargo xtask test`.
 
-use hstrace_tests::*;
+use std::{thread, time::Duration};
+
+use hstrace_tests::{
+    assert::{assert_accounted, check_stages, str_field},
+    clients::{raw_exchange, reset_on_close, s_client, s_client_child},
+    fixtures::client_hello_record,
+    hstrace::Hstrace,
+    procs::Stopped,
+    servers::{Haproxy, Nginx, TestServer},
+};
 
 /// The one connection record of a run, in both probe modes.
 fn one_record(nginx: &TestServer, mode: &str, client: impl Fn()) -> serde_json::Value {
@@ -18,6 +27,7 @@ fn one_record(nginx: &TestServer, mode: &str, client: impl Fn()) -> serde_json::
 /// an alert: the handshake died while the server waited for the client's second flight,
 /// not in the server's (it never wrote one).
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_client_that_rejects_the_certificate() {
     rejects_the_certificate(Nginx::start("reject-cert", 1));
 }
@@ -25,6 +35,7 @@ fn a_client_that_rejects_the_certificate() {
 /// The same against HAProxy, which reads the alert's record header and its two bytes in
 /// separate reads.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_client_that_rejects_haproxys_certificate() {
     rejects_the_certificate(Haproxy::start("reject-cert-haproxy"));
 }
@@ -45,6 +56,7 @@ fn rejects_the_certificate(nginx: TestServer) {
 /// A lone zero-length handshake record, then the client leaves: the server was still
 /// waiting for a ClientHello.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_lone_zero_length_record() {
     let nginx = Nginx::start("zero-record", 1);
     for mode in ["handshake", "none"] {
@@ -61,6 +73,7 @@ fn a_lone_zero_length_record() {
 /// refuses: the server answers it with an alert, so it died in the server's first flight,
 /// and the alert is the server's.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn an_sslv2_client_hello() {
     let nginx = Nginx::start("sslv2-hello", 1);
     // msg_type 1, version 3.1, three 3-byte cipher specs, no session id, a 16-byte challenge
@@ -92,6 +105,7 @@ fn an_sslv2_client_hello() {
 /// A handshake record that claims 65,535 bytes, longer than TLS allows: nginx's OpenSSL
 /// answers record_overflow (22) at once. A TLS peer breaking the protocol, not plain text.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_record_longer_than_tls_allows() {
     let nginx = Nginx::start("overlong-record", 1);
     for mode in ["handshake", "none"] {
@@ -110,6 +124,7 @@ fn a_record_longer_than_tls_allows() {
 /// TLS, and it died in the server's answer to the first bytes. nginx peeks at the first
 /// byte and never hands plain text to OpenSSL, so a TLS handshake first shows the port is TLS.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn plain_http_to_the_tls_port() {
     let nginx = Nginx::start("plain-to-tls", 1);
     for mode in ["handshake", "none"] {
@@ -139,6 +154,7 @@ fn plain_http_to_the_tls_port() {
 /// from where the reset left it; under `--port` a port of 0 had the connection dropped
 /// from the accounting, under `--pid` it printed `local` with port 0.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_reset_in_the_accept_queue() {
     let nginx = Nginx::start("reset-in-queue", 1);
     let worker = *nginx.worker_pids().iter().next().unwrap();
@@ -160,4 +176,71 @@ fn a_reset_in_the_accept_queue() {
         assert_eq!(r["local"], format!("127.0.0.1:{port}"), "{what}: {r}");
         assert_eq!(r["kind"], "failed", "{what}: {r}");
     }
+}
+
+/// A client that resets the connection after the server's first flight: failed, reset.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn client_reset_mid_handshake() {
+    let nginx = Nginx::start("reset", 1);
+    let port = nginx.port.to_string();
+    let tracer = Hstrace::start(&["--port", &port]);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", nginx.port)).unwrap();
+    std::io::Write::write_all(&mut s, &client_hello_record("tls12_full.client_hello.hex")).unwrap();
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(&mut s, &mut first).unwrap();
+    reset_on_close(&s).unwrap();
+    drop(s);
+    let out = tracer.stop();
+    assert_eq!(out.records.len(), 1, "{:?}", out.records);
+    let r = &out.records[0];
+    assert_eq!(str_field(r, "failure"), Some("reset"), "{r}");
+    assert_eq!(
+        str_field(r, "failed_in"),
+        Some("wait_client_flight_2"),
+        "{r}"
+    );
+}
+
+/// A connection that never finishes is reported after --idle-timeout, not held forever;
+/// one that completed its handshake but sent no request is reported as it stands.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn idle_connections_are_reported_after_the_timeout() {
+    let nginx = Nginx::start("idle", 1);
+    let port = nginx.port.to_string();
+    let tracer = Hstrace::start(&["--port", &port, "--idle-timeout", "1"]);
+    // nothing sent at all, for 3 s
+    let silent = std::net::TcpStream::connect(("127.0.0.1", nginx.port)).unwrap();
+    // a handshake, then nothing: s_client waits on its stdin
+    let mut idle_tls = s_client_child(nginx.port, &["-tls1_3"]);
+    thread::sleep(Duration::from_secs(3));
+    let _ = idle_tls.kill();
+    let _ = idle_tls.wait();
+    drop(silent);
+    let out = tracer.stop();
+    assert_eq!(out.records.len(), 2, "{:?}", out.records);
+    let silent = out
+        .records
+        .iter()
+        .find(|r| r["kind"] == "failed")
+        .expect("the silent one");
+    assert_eq!(str_field(silent, "failure"), Some("timeout"), "{silent}");
+    assert_eq!(
+        str_field(silent, "failed_in"),
+        Some("wait_client_hello"),
+        "{silent}"
+    );
+    let tls = out
+        .records
+        .iter()
+        .find(|r| r["kind"] == "full")
+        .expect("the idle TLS one");
+    assert!(
+        tls["stages_ns"].get("server_flight_2").is_some()
+            && tls["stages_ns"].get("response").is_none(),
+        "{tls}"
+    );
+    // reported once, even though the kernel saw them close later
+    assert_eq!(out.closes.len(), 2, "{:?}", out.closes);
 }

@@ -3,7 +3,15 @@
 
 use std::time::Duration;
 
-use hstrace_tests::*;
+use hstrace_tests::{
+    assert::{assert_accounted, assert_has_stages, check_stages, str_field},
+    clients::{dribble_exchange, raw_exchange, s_client},
+    fixtures::client_hello_record,
+    hstrace::Hstrace,
+    proxies::ReframeProxy,
+    servers::Nginx,
+    util::wait_for,
+};
 
 /// A TLS extension: (type, body).
 type Extension = (u16, Vec<u8>);
@@ -121,6 +129,7 @@ fn keeps_its_sni(name: &str, hello: &[u8], sni: &str) {
 /// extension order: the SNI may come after the first 1.5 KB. hstrace reads it, and the
 /// rest of the hello, wherever it is (both probe modes).
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_post_quantum_client_hello_keeps_its_sni() {
     let (hello, sni) = post_quantum_client_hello();
     let sni_at = hello
@@ -138,6 +147,7 @@ fn a_post_quantum_client_hello_keeps_its_sni() {
 /// by a proxy in front of nginx: a real client's handshake completes, and hstrace reads the
 /// hello's SNI and its resumption offer from the pieces (both probe modes).
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_client_hello_in_many_records_keeps_its_sni() {
     let nginx = Nginx::start("fragmented-hello", 1);
     let master = nginx.master_pid().to_string();
@@ -178,6 +188,7 @@ fn a_client_hello_in_many_records_keeps_its_sni() {
 /// The post-quantum hello above, spread over records of 600 bytes: the SNI, in the last
 /// record, is still read.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_post_quantum_client_hello_over_several_records() {
     let (hello, sni) = post_quantum_client_hello();
     let mut records = Vec::new();
@@ -194,6 +205,7 @@ fn a_post_quantum_client_hello_over_several_records() {
 /// after it line up, and a resumption after the retry is reported as one, as nginx's log
 /// says (both probe modes).
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_hello_retry_request_has_stages_of_its_own() {
     let nginx = Nginx::start_with("hello-retry", 1, 2048, "ssl_ecdh_curve X25519;");
     let master = nginx.master_pid().to_string();
@@ -237,4 +249,39 @@ fn a_hello_retry_request_has_stages_of_its_own() {
         [false, true, false, true],
         "nginx's own log"
     );
+}
+
+/// A ClientHello that reaches the server a few bytes at a time: the server's reads cut the
+/// record header and body anywhere, and the parser must still find every field.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn client_hello_split_over_many_reads() {
+    let nginx = Nginx::start("split", 1);
+    let port = nginx.port.to_string();
+    let tracer = Hstrace::start(&["--port", &port]);
+    let hello = client_hello_record("tls12_full.client_hello.hex");
+    for piece in [1, 3, 7] {
+        let flight = dribble_exchange(nginx.port, &hello, piece);
+        assert_eq!(
+            flight.first(),
+            Some(&22),
+            "no ServerHello for pieces of {piece}"
+        );
+    }
+    let out = tracer.stop();
+    assert_eq!(out.records.len(), 3, "{:?}\n{}", out.records, out.stderr);
+    for r in &out.records {
+        // the client leaves after the server's first flight
+        assert_eq!(str_field(r, "kind"), Some("failed"), "{r}");
+        assert_eq!(str_field(r, "failure"), Some("client_closed"), "{r}");
+        assert_eq!(
+            str_field(r, "failed_in"),
+            Some("wait_client_flight_2"),
+            "{r}"
+        );
+        assert_eq!(str_field(r, "sni"), Some("demo.test"), "{r}");
+        assert_eq!(str_field(r, "tls_version"), Some("1.2"), "{r}");
+        assert!(r.get("notes").is_none(), "{r}");
+        check_stages(r);
+    }
 }

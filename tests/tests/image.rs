@@ -13,7 +13,11 @@ use std::{
 };
 
 use hstrace_tests::{
-    daemon::Scrape, drive_mix, free_port, prometheus::http_get_opt, Mix, Nginx, TestServer,
+    clients::{drive_mix, Mix},
+    daemon::Scrape,
+    http,
+    servers::{Nginx, TestServer},
+    util::free_port,
 };
 
 fn var(name: &str) -> String {
@@ -89,7 +93,7 @@ impl Drop for Container {
 /// Wait until the daemon in `c` answers /healthz on `addr`.
 fn wait_serving(c: &Container, addr: &str) {
     let start = Instant::now();
-    while http_get_opt(addr, "/healthz").is_none_or(|(status, _)| status != 200) {
+    while http::try_get(addr, "/healthz").is_none_or(|(status, _)| status != 200) {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "the container did not serve /healthz:\n{}",
@@ -104,7 +108,7 @@ fn wait_serving(c: &Container, addr: &str) {
 fn scrape_until(c: &Container, addr: &str, made: u64) -> Scrape {
     let start = Instant::now();
     loop {
-        let (_, body) = http_get_opt(addr, "/metrics").expect("/metrics");
+        let (_, body) = http::try_get(addr, "/metrics").expect("/metrics");
         let scrape = Scrape::parse(&body);
         let counted = |name| scrape.sum(name, &[]) as u64 >= made;
         if (counted("hstrace_connections_total") && counted("hstrace_connections_accepted_total"))
@@ -152,6 +156,7 @@ fn traces_and_serves(options: &[&str], nginx: &TestServer, rounds: u32) {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn the_image_holds_the_binary_its_libraries_and_licenses_only() {
     let image = var("HSTRACE_IMAGE");
     let config = podman_ok(&["image", "inspect", "--format", "{{json .Config}}", &image]);
@@ -205,9 +210,10 @@ fn the_image_holds_the_binary_its_libraries_and_licenses_only() {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn the_daemonset_runs_this_image_with_the_capabilities_tested_here() {
     let yaml = std::fs::read_to_string(
-        hstrace_tests::workspace().join("deploy/kubernetes/daemonset.yaml"),
+        hstrace_tests::util::workspace().join("deploy/kubernetes/daemonset.yaml"),
     )
     .unwrap();
     let image = var("HSTRACE_IMAGE");
@@ -233,6 +239,7 @@ fn the_daemonset_runs_this_image_with_the_capabilities_tested_here() {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn the_image_run_privileged_in_the_hosts_pid_namespace_traces_a_host_nginx() {
     let nginx = Nginx::start("image-privileged", 2);
     // bpffs as well, as many tracers' DaemonSets mount it (hstrace pins nothing)
@@ -248,6 +255,7 @@ fn the_image_run_privileged_in_the_hosts_pid_namespace_traces_a_host_nginx() {
 /// profile (containers-common's, CRI-O's too) refuses bpf() without CAP_SYS_ADMIN, and
 /// hstrace says so and what to change; with the profile off, the same container traces.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn the_image_with_only_the_daemonsets_capabilities_traces_or_names_the_seccomp_filter() {
     const CAPS: &[&str] = &[
         "--cap-drop=all",

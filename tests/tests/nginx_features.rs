@@ -2,7 +2,14 @@
 //! certificate chain written in several calls — in both probe modes, each checked against
 //! the client's view. Root only; run with `cargo xtask test`.
 
-use hstrace_tests::*;
+use hstrace_tests::{
+    assert::{assert_accounted, assert_has_stages, check_stages},
+    clients::{curl, s_client},
+    fixtures::make_cert_named,
+    hstrace::{Hstrace, Traced},
+    servers::{Nginx, TestServer},
+    util::work_dir,
+};
 use serde_json::Value;
 
 /// Trace `nginx` in `mode` while `client` runs; its records and close lines.
@@ -39,6 +46,7 @@ fn one_exchange(out: &Traced, what: &str) {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn http2() {
     let nginx = Nginx::start_with("h2", 1, 2048, "listen 127.0.0.1:$port ssl http2;");
     let url = format!("https://127.0.0.1:{}/", nginx.port);
@@ -71,6 +79,7 @@ fn http2() {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn mutual_tls() {
     let dir = work_dir("mtls-client");
     let (ccert, ckey) = make_cert_named(&dir, "client-", 2048, &[]);
@@ -99,6 +108,7 @@ fn mutual_tls() {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn ipv6() {
     let nginx = Nginx::start_with(
         "ipv6",
@@ -127,6 +137,7 @@ fn ipv6() {
 /// the first flight in several calls (16,384 + 8,692 + 305 bytes for TLS 1.2, seen with
 /// strace), and the Certificate message is longer than a record buffer.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_certificate_chain_written_in_several_calls() {
     let dir = work_dir("big-cert-files");
     let names: Vec<String> = (0..600)
@@ -163,6 +174,7 @@ fn a_certificate_chain_written_in_several_calls() {
 /// new TLS 1.3 handshake (OpenSSL's SSL_do_handshake returns before the client's Finished
 /// there) keeps every stage of its kind.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn early_data() {
     let nginx = Nginx::start_with("early", 1, 2048, "ssl_early_data on;");
     let sess = nginx.dir.join("early.sess");

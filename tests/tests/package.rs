@@ -10,7 +10,9 @@ use std::{
     process::Command,
 };
 
-use hstrace_tests::{assert_accounted, drive_mix, Hstrace, Nginx};
+use hstrace_tests::{
+    assert::assert_accounted, clients::drive_mix, hstrace::Hstrace, servers::Nginx,
+};
 
 fn deb(var: &str) -> PathBuf {
     let p = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
@@ -69,6 +71,7 @@ impl Drop for Purge {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn the_package_installs_traces_a_real_nginx_and_purges_leaving_nothing() {
     let (deb, dbgsym) = (deb("HSTRACE_DEB"), deb("HSTRACE_DBGSYM_DEB"));
     let purge = Purge;

@@ -10,10 +10,13 @@ use std::{
 };
 
 use hstrace_tests::{
-    curl,
+    assert::without_rates,
+    clients::{curl, drive_mix, s_client, s_time},
     daemon::{Daemon, Scrape},
-    drive_mix, hstrace_bin, hstrace_run, prometheus, s_client, s_time, without_rates, workspace,
-    Nginx,
+    hstrace::{hstrace_bin, hstrace_run},
+    prometheus,
+    servers::Nginx,
+    util::workspace,
 };
 use serde_json::Value;
 
@@ -31,6 +34,7 @@ fn rules() -> PathBuf {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
     let nginx = Nginx::start("serve-mix", 1);
     // this nginx only (its master and workers): the totals below count everything the
@@ -116,7 +120,7 @@ fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
 
     // promtool on a real scrape: nothing but OpenMetrics counters' help-text false alarm
     // (promtool 2.42 reads `# HELP x` of a counter `x_total` as metadata without a metric)
-    let dir = hstrace_tests::work_dir("serve-promtool");
+    let dir = hstrace_tests::util::work_dir("serve-promtool");
     let scrape_file = dir.join("scrape.txt");
     fs::write(&scrape_file, &m.text).unwrap();
     let out = Command::new("sh")
@@ -286,6 +290,7 @@ fn shipped_rules_check_and_pass_their_unit_tests() {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn export_duration_measures_a_run() {
     let nginx = Nginx::start("export-run", 1);
     let port = nginx.port.to_string();
@@ -345,6 +350,7 @@ fn cpu_ticks_ns(pid: u32) -> f64 {
 /// The parameters carry the server's CPU per connection: the worker's own CPU time over
 /// its connections (as /proc counts it), and what of it lies outside the service stages.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn parameters_carry_the_servers_cpu_per_connection() {
     let nginx = Nginx::start("serve-cpu", 1);
     let worker = *nginx.worker_pids().iter().next().unwrap();
@@ -398,10 +404,11 @@ fn parameters_carry_the_servers_cpu_per_connection() {
 /// 10,000 TLS handshakes, each with a random SNI: the SNI label stays capped and the
 /// series count and the daemon's memory stay flat.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn random_snis_leave_series_and_memory_flat() {
     let nginx = Nginx::start("serve-sni", 1);
     let daemon = Daemon::start(&["--port", &nginx.port.to_string(), "--max-sni", "50"]);
-    let dir = hstrace_tests::work_dir("serve-sni-urls");
+    let dir = hstrace_tests::util::work_dir("serve-sni-urls");
     // one curl: each URL's host is a new name (a new connection, a new SNI), all sent to
     // the test nginx
     let batch = |from: u32, n: u32| {
@@ -454,6 +461,7 @@ fn random_snis_leave_series_and_memory_flat() {
 /// nginx stopped and started again (a new master) under `serve --comm nginx`: the new
 /// processes are traced and the counters keep counting.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn serve_follows_a_restarted_server() {
     let nginx = Nginx::start("serve-restart", 1);
     let daemon = Daemon::start(&["--comm", "nginx", "--uprobes", "handshake", "-v"]);
@@ -498,6 +506,7 @@ fn serve_follows_a_restarted_server() {
 /// `serve` is wire only unless asked: no uprobe on the servers, and CAP_SYS_ADMIN (bit 21),
 /// which only uprobes need, dropped once attached. Its records are still complete.
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn serve_is_wire_only_by_default() {
     let nginx = Nginx::start("serve-wire", 1);
     let master = nginx.master_pid().to_string();
@@ -521,6 +530,7 @@ fn serve_is_wire_only_by_default() {
 }
 
 #[test]
+#[ignore = "needs the release build of hstrace: run `sudo cargo xtask test`"]
 fn bad_options_get_one_clear_line() {
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap().to_string();
@@ -599,6 +609,7 @@ fn scrape_parser_sums_by_label() {
 /// `serve --pid` of a process that exits keeps serving and says so: once on stderr, on
 /// /healthz, and in `hstrace_traced_processes` (the shipped alert fires on 0).
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn serve_says_when_its_pid_has_exited() {
     let mut short = Command::new("sleep").arg("60").spawn().unwrap();
     let pid = short.id().to_string();
@@ -612,7 +623,7 @@ fn serve_says_when_its_pid_has_exited() {
     assert!(!exited(&daemon));
     short.kill().unwrap();
     short.wait().unwrap();
-    hstrace_tests::wait_for(
+    hstrace_tests::util::wait_for(
         "the daemon to see the exit",
         Duration::from_secs(10),
         || exited(&daemon),

@@ -28,6 +28,7 @@ fn pipeline_benchmark_parses_synthetic_connections() {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn sweep_benchmark_walks_a_full_map_and_keeps_live_connections() {
     // sweep fails if the sweep takes any of the live connections it was given, or
     // reports, evicts or counts a socket still waiting in an accept queue
@@ -86,6 +87,7 @@ fn hooks_held(args: &[&str]) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn hooks_alone_attaches_an_empty_program_at_each_hook_and_stops_on_sigint() {
     let hooks = hooks_held(&[]);
     // the socket hooks every kernel here gives, and accept
@@ -103,6 +105,7 @@ fn hooks_alone_attaches_an_empty_program_at_each_hook_and_stops_on_sigint() {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn hooks_alone_splits_the_syscall_tracepoints_from_the_other_hooks() {
     let all = hooks_held(&["--hooks", "all"]);
     let syscalls = hooks_held(&["--hooks", "syscalls"]);
@@ -126,6 +129,7 @@ fn hooks_alone_splits_the_syscall_tracepoints_from_the_other_hooks() {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn hooks_alone_control_holds_only_hooks_no_connection_fires() {
     let all = hooks_held(&["--hooks", "all"]);
     let mut quiet = hooks_held(&["--hooks", "quiet"]);

@@ -27,6 +27,7 @@ fn refused_before_verification(e: &anyhow::Error) -> bool {
 }
 
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn every_program_variant_verifies() {
     let btf = Btf::from_sys_fs().expect("kernel BTF");
     let mut failures = Vec::new();
@@ -77,6 +78,7 @@ fn every_program_variant_verifies() {
 /// The object users load holds the product only: every program in it is one the probe
 /// table or the OpenSSL uprobes name (the bench's empty programs live in ebpf/bench.bpf.c).
 #[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
 fn every_program_in_the_object_is_in_the_probe_table() {
     let bpf = loader();
     let mut named: Vec<&str> = probes::all_probes().map(|p| p.program).collect();

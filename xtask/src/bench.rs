@@ -5,16 +5,119 @@
 use std::{
     fs,
     io::{BufRead, BufReader},
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     thread,
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
+use hstrace_tests::{
+    http,
+    procs::{process_cpu_secs, process_peak_rss_kib},
+    util::median,
+};
+
+use crate::{
+    nginx::DemoNginx,
+    setup::{install_missing, setup_test_machine, TEST_PACKAGES},
+    soak, template,
+    util::{build_bench, commit, cpus, kernel, root},
+};
 
 pub mod cost;
+pub mod memory;
 pub mod profile;
+
+/// The page's prose, with the tables and figures filled in.
+const TEMPLATE: &str = include_str!("../templates/benchmarks.md");
+
+/// What `cargo xtask bench` measures.
+pub enum Mode {
+    /// every section: docs/benchmarks.md
+    Full,
+    /// only the "Cost per operation" section, written in place
+    Cost,
+    /// one workload's CPU on/off row and the split of the hooks' cost, printed
+    Cpu { workload: usize },
+    /// where the BPF programs' time goes, for `seconds` of new TLS 1.2 handshakes
+    Profile { seconds: u32 },
+    /// this build against `other`, in `pairs` interleaved pairs under one workload
+    Ab {
+        other: PathBuf,
+        workload: usize,
+        pairs: usize,
+    },
+}
+
+/// `cargo xtask bench`: a throwaway nginx, hstrace built with the bench's own commands,
+/// then `mode`.
+pub fn bench(mode: Mode) -> Result<()> {
+    setup_test_machine(TEST_PACKAGES)?;
+    let bin = build_bench()?;
+    let nginx = DemoNginx::start("bench", 1, 18443, 18080)?;
+    let syscall_exe = build_c(&nginx.dir, "syscall_cost", &[])?;
+    let uprobe_exe = build_c(&nginx.dir, "uprobe_cost", &["-lssl", "-lcrypto"])?;
+    let target = BenchNginx {
+        master: nginx.pid,
+        tls_port: 18443,
+        plain_port: 18080,
+    };
+    let commit = commit()?;
+    match mode {
+        Mode::Profile { seconds } => {
+            // perf is for this alone: installed here, not by setup
+            install_missing(&["linux-perf"])?;
+            profile::run(&bin, &target, seconds, &nginx.dir.join("perf.data"))
+        }
+        Mode::Ab {
+            other,
+            workload,
+            pairs,
+        } => {
+            let other = fs::canonicalize(&other).with_context(|| {
+                format!(
+                    "--ab {}: an hstrace binary built from another commit",
+                    other.display()
+                )
+            })?;
+            cost::ab(&bin, &other, &target, workload, pairs)
+        }
+        Mode::Cpu { workload } => {
+            // one workload's CPU on/off row, printed: for trying a change, writes nothing
+            let w = self::workload(workload)?;
+            let c = cost::cpu_on_off(&bin, nginx.pid, &w.cmd(&target))?;
+            println!("| workload | off | empty programs | default | wire only | empty programs on/off | default on/off | wire only on/off | uprobes in nginx |");
+            print!("{}", cost::cpu_row(w.name, &c));
+            let split = cost::cpu_split(&bin, nginx.pid, &w.cmd(&target))?;
+            println!("\n| empty programs at | CPU per connection | on/off |");
+            print!("{}", cost::split_rows(&split));
+            Ok(())
+        }
+        Mode::Cost => {
+            // the cost section alone, in place: the rest of the page stays as the last full run
+            let section = cost::section(&bin, &target, &uprobe_exe, Some(&commit))?;
+            let path = root().join("docs/benchmarks.md");
+            let old = fs::read_to_string(&path).unwrap_or_default();
+            fs::write(&path, cost::replace_section(&old, &section))?;
+            eprintln!("xtask: wrote the cost section of docs/benchmarks.md");
+            Ok(())
+        }
+        Mode::Full => {
+            let page = run(&bin, &target, &syscall_exe, &uprobe_exe, &commit)?;
+            // the soak's section (`cargo xtask soak`) stays until the soak runs again
+            let path = root().join("docs/benchmarks.md");
+            let old = fs::read_to_string(&path).unwrap_or_default();
+            fs::create_dir_all(root().join("docs"))?;
+            fs::write(
+                &path,
+                format!("{page}{}", soak::section(&old).unwrap_or("")),
+            )?;
+            eprintln!("xtask: wrote docs/benchmarks.md");
+            Ok(())
+        }
+    }
+}
 
 /// Off/on pairs per workload and mode.
 const PAIRS: usize = 7;
@@ -182,43 +285,6 @@ fn run_load(cmd: &[String]) -> Result<(f64, f64)> {
     Ok((n / secs, n))
 }
 
-/// CPU seconds a process has run so far, to the nanosecond: the sum of its threads' run
-/// times in /proc/PID/task/*/schedstat, else /proc/PID/stat's clock ticks (10 ms steps).
-pub fn process_run_secs(pid: u32) -> Result<f64> {
-    let tasks = fs::read_dir(format!("/proc/{pid}/task"));
-    let ns: Option<f64> = tasks.ok().and_then(|dir| {
-        dir.map(|t| {
-            let text = fs::read_to_string(t.ok()?.path().join("schedstat")).ok()?;
-            text.split_whitespace().next()?.parse::<f64>().ok()
-        })
-        .sum()
-    });
-    match ns {
-        Some(ns) => Ok(ns / 1e9),
-        None => process_cpu_secs(pid),
-    }
-}
-
-/// CPU seconds (user + system) a process has used so far, from /proc/PID/stat.
-pub fn process_cpu_secs(pid: u32) -> Result<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("/proc/{pid}/stat"))?;
-    // the comm field may hold spaces and parentheses: fields resume after the last ')'
-    let f: Vec<&str> = stat
-        .rsplit_once(')')
-        .context("a /proc stat line")?
-        .1
-        .split_whitespace()
-        .collect();
-    // utime, stime: fields 14 and 15 of stat, 12 and 13 after the comm
-    let ticks: f64 = [11, 12]
-        .iter()
-        .filter_map(|i| f.get(*i)?.parse::<f64>().ok())
-        .sum();
-    // SAFETY: sysconf has no preconditions
-    Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
-}
-
 /// What the syscall loop measures, in the order it prints them (ns per call or pair).
 const SYSCALL_ROWS: [&str; 3] = [
     "file read + write pair (not hooked)",
@@ -328,13 +394,10 @@ impl Tracer {
     /// CPU seconds used and peak RSS (KiB) so far.
     fn usage(&self) -> (f64, u64) {
         let pid = self.child.id();
-        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let hwm = status
-            .lines()
-            .find(|l| l.starts_with("VmHWM:"))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            .unwrap_or(0);
-        (process_cpu_secs(pid).unwrap_or(0.0), hwm)
+        (
+            process_cpu_secs(pid).unwrap_or(0.0),
+            process_peak_rss_kib(pid),
+        )
     }
 
     /// Kernel memory of hstrace's maps (bytes), from bpftool.
@@ -390,173 +453,13 @@ impl Tracer {
     }
 }
 
-/// A process's resident memory now (KiB), 0 if it is gone.
-pub fn process_rss_kib(pid: u32) -> u64 {
-    fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0)
-}
-
-/// The number one of hstrace's hidden bench commands prints.
-/// Live connections held for the memory row: the default --max-conns.
-pub const LIVE_CONNS: usize = 65_536;
-/// No process here may hold more than 20,000 files (the sandbox's hard limit; root cannot
-/// raise it without CAP_SYS_RESOURCE): the memory row's connections are held by this many
-/// client processes, and its nginx has as many workers (`reuseport` spreads them).
-const HOLDERS: usize = 5;
-/// Connecting slows down sharply once more than about half of a destination's 28,232
-/// client ports (`ip_local_port_range`) are in use: the held connections go to eight.
-const MEMORY_PORTS: [u16; 8] = [18091, 18092, 18093, 18094, 18095, 18096, 18097, 18098];
-
-/// serve's peak RSS with many live connections.
-pub struct LiveMemory {
-    /// peak RSS (KiB) before the connections were opened
-    pub idle_kib: u64,
-    /// and while they were open
-    pub live_kib: u64,
-    /// connections the kernel tracked, and those in its map (/healthz: `tracked`, `open`)
-    pub tracked: u64,
-    pub open: u64,
-}
-
-/// serve's peak RSS before and while `LIVE_CONNS` idle plain-HTTP connections to an nginx
-/// of its own are open (each a live connection in hstrace's maps).
-pub fn serve_rss_with_live_connections(bin: &Path) -> Result<LiveMemory> {
-    let nginx = crate::DemoNginx::start_with(
-        "bench-memory",
-        HOLDERS as u32,
-        18490,
-        &MEMORY_PORTS,
-        "reuseport",
-    )?;
-    let daemon = Tracer::start(bin, nginx.pid, &[SERVE])?;
-    thread::sleep(Duration::from_secs(2));
-    let (_, before) = daemon.usage();
-    let mut holders = (0..HOLDERS)
-        .map(|i| {
-            let count = LIVE_CONNS / HOLDERS + usize::from(i < LIVE_CONNS % HOLDERS);
-            Holder::start(count)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    for h in &mut holders {
-        h.wait_held()?;
-    }
-    // a sweep (once a second) has seen them all
-    thread::sleep(Duration::from_secs(3));
-    let (_, with) = daemon.usage();
-    let health: serde_json::Value = serde_json::from_str(&get(SERVE_ADDR, "/healthz")?)?;
-    let count = |k: &str| health[k].as_u64().context("/healthz without {k}");
-    let live = LiveMemory {
-        idle_kib: before,
-        live_kib: with,
-        tracked: count("tracked")?,
-        open: count("open")?,
-    };
-    drop(holders);
-    daemon.stop();
-    Ok(live)
-}
-
-/// A child process (`xtask hold-connections`) holding idle connections open until dropped.
-struct Holder {
-    child: std::process::Child,
-    said: std::io::BufReader<std::process::ChildStdout>,
-}
-
-impl Holder {
-    fn start(count: usize) -> Result<Holder> {
-        let ports: Vec<String> = MEMORY_PORTS.iter().map(u16::to_string).collect();
-        let mut child = Command::new(std::env::current_exe()?)
-            .arg("hold-connections")
-            .arg(count.to_string())
-            .args(&ports)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("xtask hold-connections")?;
-        let out = child.stdout.take().expect("piped");
-        Ok(Holder {
-            child,
-            said: std::io::BufReader::new(out),
-        })
-    }
-
-    /// Until the child says it holds all its connections (or fails).
-    fn wait_held(&mut self) -> Result<()> {
-        use std::io::BufRead;
-        let mut line = String::new();
-        self.said.read_line(&mut line)?;
-        anyhow::ensure!(
-            line.trim() == "held",
-            "a connection holder failed (see its message above)"
-        );
-        Ok(())
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        // closing its stdin is its signal to close the connections and exit
-        drop(self.child.stdin.take());
-        let _ = self.child.wait();
-    }
-}
-
-/// `xtask hold-connections COUNT PORT...`: open COUNT connections to 127.0.0.1, spread
-/// over the ports, say "held", and keep them open until stdin closes.
-pub fn hold_connections(args: &[String]) -> Result<()> {
-    use std::io::{Read, Write};
-    let count: usize = args
-        .first()
-        .context("hold-connections COUNT PORT...")?
-        .parse()?;
-    let ports = args[1..]
-        .iter()
-        .map(|p| p.parse::<u16>())
-        .collect::<Result<Vec<_>, _>>()?;
-    anyhow::ensure!(!ports.is_empty(), "hold-connections COUNT PORT...");
-    // the soft limit up to the hard one
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a valid rlimit
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        lim.rlim_cur = lim.rlim_max;
-        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-    }
-    let held = (0..count)
-        .map(|i| std::net::TcpStream::connect(("127.0.0.1", ports[i % ports.len()])))
-        .collect::<std::io::Result<Vec<_>>>()
-        .with_context(|| format!("opening {count} connections (file limit {})", lim.rlim_cur))?;
-    println!("held");
-    std::io::stdout().flush()?;
-    let _ = std::io::stdin().read_to_end(&mut Vec::new());
-    drop(held);
-    Ok(())
-}
-
-/// The body of GET `path` from the daemon at `addr`.
-fn get(addr: &str, path: &str) -> Result<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr)?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)?;
-    anyhow::ensure!(resp.starts_with("HTTP/1.0 200"), "GET {path} failed");
-    let (_, body) = resp.split_once("\r\n\r\n").unwrap_or_default();
-    Ok(body.to_string())
-}
-
 /// Milliseconds one GET /metrics of the benchmarked daemon takes, whole body read.
 fn scrape_ms() -> Result<f64> {
     let start = Instant::now();
-    get(SERVE_ADDR, "/metrics")?;
-    Ok(start.elapsed().as_secs_f64() * 1e3)
+    match http::try_get(SERVE_ADDR, "/metrics") {
+        Some((200, _)) => Ok(start.elapsed().as_secs_f64() * 1e3),
+        _ => bail!("GET /metrics failed"),
+    }
 }
 
 /// `hstrace-bench` (the tools crate: the bench's own commands, never shipped), built
@@ -578,11 +481,6 @@ fn hstrace_number(tool: &Path, args: &[&str]) -> Result<f64> {
                 String::from_utf8_lossy(&out.stderr).trim()
             )
         })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
-    v[v.len() / 2]
 }
 
 /// The smallest and largest of `v`.
@@ -616,21 +514,18 @@ pub fn build_c(dir: &Path, name: &str, libs: &[&str]) -> Result<std::path::PathB
     Ok(exe)
 }
 
+/// The whole page (docs/benchmarks.md but its Soak section), measured: the template with
+/// every table and figure filled in.
 pub fn run(
     bin: &Path,
     nginx: &BenchNginx,
     syscall_exe: &Path,
     uprobe_exe: &Path,
+    commit: &str,
 ) -> Result<String> {
-    let mut doc = String::new();
+    let mut throughput_rows = String::new();
     let (mut cpu_per_sec, mut rss_kib, mut attach_ms, mut map_bytes) =
         (Vec::new(), 0u64, Vec::new(), 0u64);
-    doc.push_str(&format!(
-        "Throughput with hstrace on / off, {PAIRS} interleaved pairs per row (off first, then on first, \
-         alternately), median (min–max).\n\
-         nginx with 1 worker on 127.0.0.1; clients on the same 2-core machine.\n\n\
-         | workload | mode | off (ops/s, median) | on/off | goal |\n|---|---|---|---|---|\n"
-    ));
     for w in WORKLOADS {
         let cmd = w.cmd(nginx);
         for (mode, extra) in MODES {
@@ -675,7 +570,7 @@ pub fn run(
                 median(offs)
             );
             eprint!("{line}");
-            doc.push_str(&line);
+            throughput_rows.push_str(&line);
         }
     }
     // the machine's other tenants only ever slow a run down: the median of several, with
@@ -704,51 +599,72 @@ pub fn run(
     let (_, serve_rss) = daemon.usage();
     daemon.stop();
     let scrape = median(scrapes);
-    let live = serve_rss_with_live_connections(bin)?;
-    doc.push_str(&format!(
-        "\n| measure | result | goal |\n|---|---|---|\n\
-         | the once-a-second idle sweep over 65,536 live connections (the default --max-conns; map filled from userspace) | {sweep:.0} ms per sweep | — |\n\
-         | userspace pipeline on one core, synthetic connections (4 ring-buffer records and 2 JSON lines each), median of {PAIRS} runs (min–max) | {:.0} connections/s = {:.0} records/s ({:.0}–{:.0}) | ≥ 1,000,000 records/s |\n\
-         | the same through serve's sinks (metrics and parameters) | {serve_pipeline:.0} connections/s = {:.0} records/s ({:.0}–{:.0}) | ≥ 1,000,000 records/s |\n\
-         | time to answer one scrape of /metrics (median of 21, after the TLS and plain workloads) | {scrape:.1} ms | ≤ 50 ms |\n\
-         | serve's peak RSS after those workloads | {:.1} MiB | ≤ 64 MiB |\n\
-         | serve's peak RSS with {LIVE_CONNS} idle connections open (its own nginx, {HOLDERS} workers; the kernel tracked {}, {} still in its map), against none | {:.1} MiB ({:.1} MiB) | ≤ 64 MiB |\n\
-         | time to attach to the running nginx (median) | {:.0} ms | ≤ 1000 ms |\n\
-         | daemon peak RSS | {:.1} MiB | ≤ 64 MiB |\n\
-         | daemon CPU during the runs (median) | {:.1} % of one core | — |\n\
-         | kernel map memory (memlock) | {:.1} MiB | — |\n",
-        pipeline,
-        pipeline * 4.0,
-        pipe_min * 4.0,
-        pipe_max * 4.0,
-        serve_pipeline * 4.0,
-        serve_min * 4.0,
-        serve_max * 4.0,
-        serve_rss as f64 / 1024.0,
-        live.tracked,
-        live.open,
-        live.live_kib as f64 / 1024.0,
-        live.idle_kib as f64 / 1024.0,
-        median(attach_ms),
-        rss_kib as f64 / 1024.0,
-        median(cpu_per_sec) * 100.0,
-        map_bytes as f64 / (1024.0 * 1024.0),
-    ));
-    doc.push_str(&cost::section(bin, nginx, uprobe_exe)?);
-    let rows: String = SYSCALL_ROWS
+    let live = memory::serve_rss_with_live_connections(bin)?;
+    let cost_section = cost::section(bin, nginx, uprobe_exe, None)?;
+    let syscall_rows: String = SYSCALL_ROWS
         .iter()
         .zip(syscall_cost(bin, nginx.master, syscall_exe)?)
         .map(|(what, (off, on))| format!("| {what} | {off:.0} | {on:.0} | {:.0} |\n", on - off))
         .collect();
-    doc.push_str(&format!(
-        "\n## Cost for processes hstrace does not trace\n\n\
-         Reads and writes are hooked in the socket layer, so file and pipe I/O is not hooked \
-         at all, and another process's socket calls leave the programs at the port check. \
-         accept is still hooked at the syscall, and any syscall tracepoint sends every \
-         syscall of every process down the kernel's traced-syscall path: that is what \
-         getppid shows. A loop of each, {PAIRS} interleaved off/on pairs, median ns per call \
-         or pair:\n\n\
-         | syscall | off | on | added |\n|---|---|---|---|\n{rows}"
-    ));
-    Ok(doc)
+    let mib = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
+    template::fill(
+        TEMPLATE,
+        &[
+            ("COMMIT", commit.to_string()),
+            ("KERNEL", kernel()),
+            ("CPUS", cpus().to_string()),
+            ("PAIRS", PAIRS.to_string()),
+            ("THROUGHPUT_ROWS", throughput_rows.trim_end().to_string()),
+            ("SWEEP_MS", format!("{sweep:.0}")),
+            ("PIPELINE", format!("{pipeline:.0}")),
+            ("PIPELINE_RECORDS", format!("{:.0}", pipeline * 4.0)),
+            ("PIPELINE_MIN", format!("{:.0}", pipe_min * 4.0)),
+            ("PIPELINE_MAX", format!("{:.0}", pipe_max * 4.0)),
+            ("SERVE_PIPELINE", format!("{serve_pipeline:.0}")),
+            (
+                "SERVE_PIPELINE_RECORDS",
+                format!("{:.0}", serve_pipeline * 4.0),
+            ),
+            ("SERVE_PIPELINE_MIN", format!("{:.0}", serve_min * 4.0)),
+            ("SERVE_PIPELINE_MAX", format!("{:.0}", serve_max * 4.0)),
+            ("SCRAPE_MS", format!("{scrape:.1}")),
+            ("SERVE_RSS_MIB", mib(serve_rss)),
+            ("LIVE_CONNS", memory::LIVE_CONNS.to_string()),
+            ("HOLDERS", memory::HOLDERS.to_string()),
+            ("TRACKED", live.tracked.to_string()),
+            ("OPEN", live.open.to_string()),
+            ("LIVE_MIB", mib(live.live_kib)),
+            ("IDLE_MIB", mib(live.idle_kib)),
+            ("ATTACH_MS", format!("{:.0}", median(attach_ms))),
+            ("DAEMON_RSS_MIB", mib(rss_kib)),
+            (
+                "DAEMON_CPU_PCT",
+                format!("{:.1}", median(cpu_per_sec) * 100.0),
+            ),
+            (
+                "MAP_MIB",
+                format!("{:.1}", map_bytes as f64 / (1024.0 * 1024.0)),
+            ),
+            ("COST_SECTION", cost_section.trim().to_string()),
+            ("SYSCALL_ROWS", syscall_rows.trim_end().to_string()),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TEMPLATE;
+
+    #[test]
+    fn the_benchmarks_template_is_filled() {
+        let out = crate::template::tests::fill_all(TEMPLATE);
+        assert!(out.starts_with("# Benchmarks\n\nWritten by `cargo xtask bench` (commit <COMMIT>"));
+        assert!(
+            out.contains("\n<COST_SECTION>\n\n## Cost for processes hstrace does not trace\n\n")
+        );
+        assert!(
+            out.ends_with("|---|---|---|---|\n<SYSCALL_ROWS>\n"),
+            "{out}"
+        );
+    }
 }

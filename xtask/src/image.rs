@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::{
     package::{self, copy, output},
-    root, run,
+    util::{root, run},
 };
 
 /// What `image` built.

@@ -17,7 +17,10 @@ use std::{
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::{root, run};
+use crate::{
+    template,
+    util::{root, run},
+};
 
 /// The stripped binary must stay under this (the bound: a package an operator
 /// downloads, not a debug build).
@@ -171,17 +174,17 @@ pub fn package() -> Result<Packages> {
     )?;
     let depends = format!("libc6 (>= {}), libgcc-s1", glibc_needed(&shipped)?);
     let fields = |size: u64| {
-        BTreeMap::from([
-            ("@VERSION@", version.clone()),
-            ("@ARCH@", arch.clone()),
-            ("@INSTALLED_SIZE@", size.to_string()),
-            ("@DEPENDS@", depends.clone()),
-            ("@BUILD_ID@", build_id.clone()),
-        ])
+        [
+            ("VERSION", version.clone()),
+            ("ARCH", arch.clone()),
+            ("INSTALLED_SIZE", size.to_string()),
+            ("DEPENDS", depends.clone()),
+            ("BUILD_ID", build_id.clone()),
+        ]
     };
     fs::write(
         debian.join("control"),
-        fill(
+        template::fill(
             &fs::read_to_string(src.join("deploy/debian/control"))?,
             &fields(kib(&stage)?),
         )?,
@@ -191,7 +194,7 @@ pub fn package() -> Result<Packages> {
     fs::create_dir_all(&dbg_debian)?;
     fs::write(
         dbg_debian.join("control"),
-        fill(
+        template::fill(
             &fs::read_to_string(src.join("deploy/debian/dbgsym.control"))?,
             &fields(kib(&dbg_stage)?),
         )?,
@@ -312,22 +315,6 @@ fn md5sums(dir: &Path) -> Result<String> {
         out.push_str(&format!("{sum}  {}\n", f.display()));
     }
     Ok(out)
-}
-
-/// `text` with each `@NAME@` of `fields` filled in; an error names any left.
-fn fill(text: &str, fields: &BTreeMap<&str, String>) -> Result<String> {
-    let mut text = text.to_string();
-    for (k, v) in fields {
-        text = text.replace(k, v);
-    }
-    let left =
-        text.split('@').skip(1).step_by(2).find(|name| {
-            !name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c == '_')
-        });
-    if let Some(name) = left {
-        bail!("no value for the placeholder @{name}@");
-    }
-    Ok(text)
 }
 
 /// The binary's GNU build id (hex), from `readelf -n`.

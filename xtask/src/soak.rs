@@ -6,8 +6,6 @@
 
 use std::{
     fs,
-    io::{Read, Write},
-    net::TcpStream,
     path::Path,
     process::{Command, Stdio},
     sync::atomic::{AtomicBool, Ordering},
@@ -15,8 +13,19 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use hstrace_tests::{assert::assert_accounted, http, procs::process_rss_kib, wire_fuzz};
 use serde_json::Value;
+
+use crate::{
+    nginx::DemoNginx,
+    setup::{setup_test_machine, TEST_PACKAGES},
+    template,
+    util::{build, require_root, root},
+};
+
+/// The section's prose, with the samples' table and the final sums filled in.
+const TEMPLATE: &str = include_str!("../templates/benchmarks-soak.md");
 
 const ADDR: &str = "127.0.0.1:19726";
 const TLS_PORT: u16 = 18643;
@@ -31,8 +40,24 @@ struct Sample {
     tables: Vec<u64>,
 }
 
-pub fn soak(bin: &Path, minutes: f64) -> Result<String> {
-    let nginx = crate::DemoNginx::start("soak", 2, TLS_PORT, PLAIN_PORT)?;
+/// `cargo xtask soak --minutes M`: the run, printed and put in docs/benchmarks.md.
+pub fn soak(minutes: f64) -> Result<()> {
+    require_root("soak")?;
+    if !(minutes > 0.0 && minutes <= 24.0 * 60.0) {
+        bail!("--minutes takes a number of minutes up to a day, e.g. --minutes 10");
+    }
+    setup_test_machine(TEST_PACKAGES)?;
+    let bin = build()?;
+    let section = run(&bin, minutes)?;
+    print!("{section}");
+    write_section(&root().join("docs/benchmarks.md"), &section)?;
+    eprintln!("xtask: wrote the Soak section of docs/benchmarks.md");
+    Ok(())
+}
+
+/// The soak itself: the section of docs/benchmarks.md (starting "\n## Soak").
+fn run(bin: &Path, minutes: f64) -> Result<String> {
+    let nginx = DemoNginx::start("soak", 2, TLS_PORT, PLAIN_PORT)?;
     let mut daemon = Command::new(bin)
         .args(["serve", "--pid", &nginx.pid.to_string(), "--listen", ADDR])
         .stdout(Stdio::null())
@@ -40,7 +65,7 @@ pub fn soak(bin: &Path, minutes: f64) -> Result<String> {
         .spawn()
         .context("hstrace serve")?;
     let start = Instant::now();
-    while get("/healthz").is_err() {
+    while http::try_get(ADDR, "/healthz").is_none() {
         anyhow::ensure!(
             start.elapsed() < Duration::from_secs(30),
             "serve did not start"
@@ -75,15 +100,16 @@ pub fn soak(bin: &Path, minutes: f64) -> Result<String> {
         s.spawn(tls(&["-new", "-tls1_3"]));
         s.spawn(tls(&["-reuse", "-tls1_2"]));
         s.spawn(|| {
+            let plain = format!("127.0.0.1:{PLAIN_PORT}");
             while !stop.load(Ordering::Relaxed) {
-                let _ = plain_request();
+                let _ = http::try_get(&plain, "/");
             }
         });
         // abandoned and malformed handshakes: the wire fuzzer's cases, round after round
         s.spawn(|| {
             let mut first = 0;
             while !stop.load(Ordering::Relaxed) {
-                hstrace_tests::wire_fuzz::run(TLS_PORT, 7, first, 200, 4);
+                wire_fuzz::run(TLS_PORT, 7, first, 200, 4);
                 first += 200;
             }
         });
@@ -101,21 +127,23 @@ pub fn soak(bin: &Path, minutes: f64) -> Result<String> {
     // SAFETY: plain kill(2) on our own child
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let _ = daemon.wait();
-    hstrace_tests::assert_accounted(&last.health, false);
-    Ok(report(minutes, &samples, &last))
+    assert_accounted(&last.health, false);
+    report(minutes, &samples, &last)
 }
 
 fn sample(pid: u32, start: Instant) -> Result<Sample> {
-    let health: Value = serde_json::from_str(&get("/healthz")?)?;
+    let (_, body) = http::try_get(ADDR, "/healthz").context("serve does not answer /healthz")?;
+    let health: Value = serde_json::from_str(&body)?;
     Ok(Sample {
         secs: start.elapsed().as_secs_f64(),
-        rss_kib: crate::bench::process_rss_kib(pid),
+        rss_kib: process_rss_kib(pid),
         health,
         tables: TABLES.iter().map(|t| table_entries(t)).collect(),
     })
 }
 
-fn report(minutes: f64, samples: &[Sample], last: &Sample) -> String {
+/// The section: the template with the samples' table and the final sums.
+fn report(minutes: f64, samples: &[Sample], last: &Sample) -> Result<String> {
     let n = |h: &Value, k: &str| h[k].as_u64().unwrap_or(0);
     let lost = |h: &Value| -> u64 {
         ["ring_buffer_full", "state_evicted", "table_full"]
@@ -124,19 +152,14 @@ fn report(minutes: f64, samples: &[Sample], last: &Sample) -> String {
             .sum::<u64>()
             + n(h, "accepted_without_socket")
     };
-    let mut out = format!(
-        "\n## Soak\n\n`cargo xtask soak --minutes {minutes}`: `hstrace serve` (default probes) on nginx \
-         (2 workers) under new TLS 1.3 and resumed TLS 1.2 handshakes (`openssl s_time`), plain \
-         HTTP requests and the wire fuzzer's abandoned and malformed handshakes, all at once. \
-         Every 30 s: the daemon's RSS, its accounting from /healthz and the entries in each \
-         kernel table (bpftool). The last row is 3 s after the load stopped.\n\n\
-         | s | RSS MiB | accepted | reported | in progress | lost (counted) | {} |\n{}|\n",
+    let mut table = format!(
+        "| s | RSS MiB | accepted | reported | in progress | lost (counted) | {} |\n{}|\n",
         TABLES.join(" | "),
         "|---".repeat(6 + TABLES.len())
     );
     for s in samples.iter().chain([last]) {
         let h = &s.health;
-        out.push_str(&format!(
+        table.push_str(&format!(
             "| {:.0} | {:.1} | {} | {} | {} | {} | {} |\n",
             s.secs,
             s.rss_kib as f64 / 1024.0,
@@ -151,14 +174,19 @@ fn report(minutes: f64, samples: &[Sample], last: &Sample) -> String {
                 .join(" | ")
         ));
     }
-    out.push_str(&format!(
-        "\nAt the end: accepted {} = reported {} + in progress {} + lost {}.\n",
-        n(&last.health, "accepted"),
-        n(&last.health, "reported"),
-        n(&last.health, "in_progress"),
-        lost(&last.health)
-    ));
-    out
+    let h = &last.health;
+    let section = template::fill(
+        TEMPLATE,
+        &[
+            ("MINUTES", minutes.to_string()),
+            ("SAMPLES_TABLE", table.trim_end().to_string()),
+            ("ACCEPTED", n(h, "accepted").to_string()),
+            ("REPORTED", n(h, "reported").to_string()),
+            ("IN_PROGRESS", n(h, "in_progress").to_string()),
+            ("LOST", lost(h).to_string()),
+        ],
+    )?;
+    Ok(format!("\n{section}"))
 }
 
 /// Entries in the kernel table `name` now (bpftool), 0 if there is none.
@@ -175,23 +203,6 @@ fn table_entries(name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn plain_request() -> Result<()> {
-    let mut s = TcpStream::connect(("127.0.0.1", PLAIN_PORT))?;
-    s.write_all(b"GET / HTTP/1.0\r\nHost: soak\r\n\r\n")?;
-    let mut body = Vec::new();
-    s.read_to_end(&mut body)?;
-    Ok(())
-}
-
-fn get(path: &str) -> Result<String> {
-    let mut s = TcpStream::connect(ADDR)?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {ADDR}\r\n\r\n")?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)?;
-    let (_, body) = resp.split_once("\r\n\r\n").context("no HTTP body")?;
-    Ok(body.to_string())
-}
-
 /// docs/benchmarks.md's soak section, the last one, if it has one.
 pub fn section(doc: &str) -> Option<&str> {
     doc.find("\n## Soak\n").map(|at| &doc[at..])
@@ -203,4 +214,39 @@ pub fn write_section(doc: &Path, section: &str) -> Result<()> {
     let before = text.find("\n## Soak\n").map_or(&text[..], |at| &text[..at]);
     fs::write(doc, format!("{}\n{section}", before.trim_end_matches('\n')))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_soak_template_is_filled() {
+        let out = crate::template::tests::fill_all(TEMPLATE);
+        assert!(
+            out.starts_with("## Soak\n\n`cargo xtask soak --minutes <MINUTES>`"),
+            "{out}"
+        );
+        let sample = |secs: f64| Sample {
+            secs,
+            rss_kib: 10240,
+            health: serde_json::json!({"accepted": 9, "reported": 7, "in_progress": 1,
+                "lost": {"table_full": 1}}),
+            tables: vec![3, 2, 1],
+        };
+        let sec = report(10.0, &[sample(30.0)], &sample(33.0)).unwrap();
+        assert!(
+            sec.starts_with("\n## Soak\n\n`cargo xtask soak --minutes 10`:"),
+            "{sec}"
+        );
+        assert!(
+            sec.contains("| conns | fds | ssl_socks |\n|---|---|---|---|---|---|---|---|---|\n| 30 | 10.0 | 9 | 7 | 1 | 1 | 3 | 2 | 1 |\n| 33 |"),
+            "{sec}"
+        );
+        assert!(
+            sec.ends_with("\n\nAt the end: accepted 9 = reported 7 + in progress 1 + lost 1.\n"),
+            "{sec}"
+        );
+        assert_eq!(section(&format!("# B\n{sec}")), Some(sec.as_str()));
+    }
 }

@@ -25,9 +25,23 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use crate::bench::process_run_secs;
-use hstrace_tests::{daemon::Daemon, Nginx, TestServer};
+use hstrace_tests::{
+    daemon::Daemon,
+    procs::{pin, pin_thread, process_run_secs},
+    servers::{Nginx, TestServer},
+};
 use serde_json::Value;
+
+use crate::{
+    setup::{setup_test_machine, TEST_PACKAGES},
+    template,
+    util::{build, commit, cpus, kernel, require_root, root, run},
+};
+
+/// The document's prose, with the settings and the mixes filled in.
+const TEMPLATE: &str = include_str!("../templates/model-validation.md");
+/// One mix's section: its table, misses, queue stages and picture.
+const MIX_TEMPLATE: &str = include_str!("../templates/model-validation-mix.md");
 
 /// Mean think time asked of hsload, seconds (the model is given the one it really had).
 const THINK_S: f64 = 0.2;
@@ -69,13 +83,13 @@ const MIXES: [Mix; 2] = [
 ];
 
 /// How long and at which user counts.
-pub struct Plan {
-    pub users: Vec<u32>,
-    pub duration_s: u64,
+struct Plan {
+    users: Vec<u32>,
+    duration_s: u64,
 }
 
 impl Plan {
-    pub fn full() -> Plan {
+    fn full() -> Plan {
         Plan {
             users: vec![1, 4, 16, 32, 48, 64, 80, 96],
             duration_s: 20,
@@ -90,7 +104,7 @@ impl Plan {
     }
 
     /// A short run, to check the machinery (its figures are noisier).
-    pub fn quick() -> Plan {
+    fn quick() -> Plan {
         Plan {
             users: vec![1, 16, 64],
             duration_s: 6,
@@ -166,31 +180,6 @@ fn rel(predicted: f64, measured: f64) -> f64 {
     (predicted - measured) / measured
 }
 
-/// Run thread `tid` (0: the caller) on `cpu` only; false if the kernel refused.
-fn set_cpu(tid: i32, cpu: usize) -> bool {
-    // SAFETY: a zeroed cpu_set_t is the empty set, CPU_SET stays inside it, and
-    // sched_setaffinity only reads it (async-signal-safe: usable between fork and exec)
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-    }
-}
-
-/// Run every thread of process `pid` on `cpu` only.
-fn pin(pid: u32, cpu: usize) -> Result<()> {
-    for task in fs::read_dir(format!("/proc/{pid}/task"))? {
-        let tid: i32 = task?.file_name().to_string_lossy().parse()?;
-        if !set_cpu(tid, cpu) {
-            bail!(
-                "cannot pin {pid} to CPU {cpu}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-    }
-    Ok(())
-}
-
 /// The pauses between `wakeup_latency`'s messages, and how many of each: from the gaps
 /// within a request at low load (a client's next flight comes 0.1-2 ms after the
 /// worker's last write) to a think time with one user (0.2 s), where an idle CPU sleeps
@@ -232,12 +221,7 @@ fn wakeup_latency(
     let start = Instant::now();
     // each sample: (woke − sent, sent − fell asleep), ns
     let sleeper = thread::spawn(move || -> Result<Vec<(u64, u64)>> {
-        if !set_cpu(0, cpu) {
-            bail!(
-                "cannot pin to CPU {cpu}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+        pin_thread(0, cpu).with_context(|| format!("cannot pin to CPU {cpu}"))?;
         // SAFETY: epoll_create1 takes no pointers; its fd is closed below
         let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if ep < 0 {
@@ -270,12 +254,7 @@ fn wakeup_latency(
         Ok(out)
     });
     let sender = thread::spawn(move || -> Result<()> {
-        if !set_cpu(0, sender_cpu) {
-            bail!(
-                "cannot pin to CPU {sender_cpu}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+        pin_thread(0, sender_cpu).with_context(|| format!("cannot pin to CPU {sender_cpu}"))?;
         for _ in 0..samples {
             thread::sleep(pause);
             let sent = start.elapsed().as_nanos() as u64;
@@ -325,7 +304,7 @@ fn drive(
     // SAFETY: only sched_setaffinity (async-signal-safe) between fork and exec
     unsafe {
         cmd.pre_exec(|| {
-            set_cpu(0, 1);
+            let _ = pin_thread(0, 1);
             Ok(())
         });
     }
@@ -642,74 +621,18 @@ fn queue_table(points: &[Point]) -> String {
     t
 }
 
-/// The document: settings, one table per mix, every miss with its reason.
+/// The document: settings, one table per mix, every miss with its reason (the
+/// templates' prose, the tables filled in); and how many counted points missed.
 fn report(
     mixes: &[(&Mix, Vec<Point>)],
     plan: &Plan,
     platform: &Platform,
-    header: &str,
-) -> (String, usize) {
-    let mut doc = String::new();
+    commit: &str,
+) -> Result<(String, usize)> {
     let mut misses = 0;
-    let _ = write!(
-        doc,
-        "# Model validation\n\n{header}\n\n\
-         Written by `cargo xtask validate-model`. A real nginx (Debian's package, one worker \
-         pinned to CPU 0, RSA-4096 certificate, TLS 1.2, shared session cache, access log on) \
-         is driven by `hsload` (tests/src/bin/hsload.rs): N closed-loop users with exponential \
-         think time (mean {THINK_S} s asked; the model is given the mean each point really had), \
-         each request a new connection, `GET /`, read to the last byte, close. hsload and \
-         `hstrace serve --pid <master>` run on CPU 1. Per point: {WARMUP_S} s warm-up, then {} s measured \
-         (longer with few users, up to 4×, for at least {MIN_REQUESTS} requests).\n\n\
-         - **measured**: hsload's own clock (connect to the last byte) and count;\n\
-         - **model**: `hstrace model --params <the daemon's parameters of that point> \
-         --server nginx:TLS[,nginx:PLAIN] --users N --think-time Z --discipline {SIMULATED} \
-         --wakeup <wake-up>`: the worker's event loop as \
-         nginx runs it, simulated (`epoll_wait` hands it the ready events, served in turn, \
-         each to completion; one accept per listening port per pass; what becomes ready \
-         meanwhile waits for the next pass; a connection's visits separated by the measured \
-         delays at the client), with the two parts of the loop no stage measures: the \
-         worker's CPU per request outside the service stages (*CPU outside*: the parameters' \
-         own `cpu.outside_stages_s`, the daemon's reading of the worker's CPU time per \
-         connection less the stages'; beside it the same from this harness's own /proc \
-         reading, a check), shared among each request's handler calls, and, measured apart, \
-         the time its idle CPU takes to run it after an event, by how long it had slept \
-         (loopback messages to a thread in `epoll_wait` on CPU 0, measured before the load, \
-         at several pauses: {}; the simulation charges each handler call that finds the \
-         worker asleep the mean for the time it slept, interpolated on log(idle): the mean, \
-         as the model predicts means, takes in the platform's long tail, a halted vCPU \
-         waiting for the host to run it); ± is the simulation's 95 % confidence \
-         half-width;\n\
-         - **stages only**: the same simulation from the stages alone (`--overhead 0`, no \
-         wake-up);\n\
-         - **MVA**: the same loop by the event-loop MVA approximation (`--discipline \
-         event-loop`: each visit waits for the visits queued before it, the one in progress \
-         for half its time), from the parameters alone, for comparison;\n\
-         - **PS**: seed 002's processor sharing (`--discipline processor-sharing`), from the \
-         parameters alone, for comparison;\n\
-         - **from N=1**: the model from the parameters and CPU measured with one user, the \
-         mix set to the point's own (`--secure-fraction`, `--hit-ratio`): a prediction made \
-         before the load;\n\
-         - **nginx CPU**: the worker's CPU time over the measured window (/proc), beside the \
-         model's utilisation X·D (D with the CPU outside the stages).\n\n\
-         Criterion: the model within {:.0} % of the measurement on both R and X at every \
-         point where nginx was busy less than {:.0} % of the time.\n\n",
-        plan.duration_s,
-        platform.wakeup_words(),
-        TOLERANCE * 100.0,
-        UTIL_LIMIT * 100.0
-    );
+    let mut sections = Vec::new();
     for (i, (mix, points)) in mixes.iter().enumerate() {
-        let _ = write!(
-            doc,
-            "## Mix {}: {} (p = {}, resume offered {})\n\n\
-             | N | nginx CPU | util (model) | CPU outside µs (hstrace / /proc) | X measured /s | X model /s | ΔX | R measured ms | R model ms | ΔR | R stages only ms | ΔR stages only | R MVA ms | ΔR MVA | R PS ms | ΔR PS | R from N=1 ms | ΔR N=1 | R full / resumed / plain measured ms | same, model ms | requests | errors | verdict |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-            i + 1,
-            mix.name,
-            mix.secure,
-            mix.resume
-        );
+        let mut rows = String::new();
         let mut reasons = String::new();
         for p in points {
             let (counted, ok) = p.verdict();
@@ -744,7 +667,7 @@ fn report(
                 ms(f(&p.live["ci95"]["response_s"]))
             );
             let _ = writeln!(
-                doc,
+                rows,
                 "| {} | {:.1} % | {:.1} % | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {one} | {one_err} | {} | {} | {} | {} | {verdict} |",
                 p.users,
                 p.cpu_busy * 100.0,
@@ -780,76 +703,44 @@ fn report(
                 );
             }
         }
-        if !reasons.is_empty() {
-            let _ = write!(doc, "\nMisses:\n\n{reasons}");
-        }
-        let _ = write!(
-            doc,
-            "\nQueue stages, measured by hstrace / predicted by the simulation (an output of \
-             the model: it never reads them), mean ms; a prediction of – is a message the \
-             handler that answered the one before reads on, in the same visit:\n\n{}",
-            queue_table(points)
-        );
-        let _ = write!(
-            doc,
-            "\n![mix {n}](model-validation-mix{n}.svg)\n\n*Mix {n}: the simulated event loop's \
-             R against N, per class, from the parameters measured at N = {PLOT_FROM_USERS}; the \
-             points are hsload's measurements at every N.*\n",
-            n = i + 1
-        );
-        doc.push('\n');
+        sections.push(template::fill(
+            MIX_TEMPLATE,
+            &[
+                ("N", (i + 1).to_string()),
+                ("NAME", mix.name.to_string()),
+                ("SECURE", mix.secure.to_string()),
+                ("RESUME", mix.resume.to_string()),
+                ("ROWS", rows.trim_end().to_string()),
+                (
+                    "MISSES",
+                    match reasons.is_empty() {
+                        true => String::new(),
+                        false => format!("\n\nMisses:\n\n{}", reasons.trim_end()),
+                    },
+                ),
+                ("QUEUE_TABLE", queue_table(points).trim_end().to_string()),
+                ("PLOT_FROM_USERS", PLOT_FROM_USERS.to_string()),
+            ],
+        )?);
     }
-    let _ = write!(
-        doc,
-        "## Why a point can miss\n\n\
-         - **Processor sharing is the wrong picture of nginx.** Seed 002 assumed the web server \
-         shares its CPU among the requests present. An nginx worker is one event loop: a \
-         resumed handshake's or a plain request's few microseconds wait behind a whole RSA \
-         signature, at each of its visits (accept, ClientHello, client flight 2, request). \
-         The PS column misses by about a third at mid load.\n\
-         - **The MVA approximation of the loop over-states its waiting.** The event-loop MVA \
-         (every visit waits one W from the arrival theorem, the visit in progress for half its \
-         time) has predicted 20–30 % too much between about 50 and 80 % busy (the MVA \
-         column). The same loop simulated, with no approximation, waits less: the arrival \
-         theorem does not hold for a queue whose visits are this unequal (a 6 ms signature \
-         among visits of 0.1 ms). The loop itself, simulated, is what the criterion is checked \
-         on.\n\
-         - **The shape of the waits.** hstrace's queue stages (the tables above) are not one \
-         W for every visit: the accept waits longest (nginx accepts one connection per pass \
-         of its loop; the listening socket, level-triggered, leads the next pass), the \
-         ClientHello, read in a pass after its accept, a fraction of that, and a client flight \
-         2 after a full handshake waits longer than after a resumed one (the backlog its RSA \
-         signature built). The simulation predicts that shape from the service and delay \
-         stages alone.\n\
-         - **What no stage holds.** Two parts of the loop are given to the simulation \
-         beside the stages: the worker's CPU outside the service stages (accepting, closing, \
-         the access-log line, epoll, the kernel's TCP work on its side of loopback, hstrace's \
-         own probes), which every other connection waits for, measured by the daemon itself \
-         (the parameters' `cpu`), and the server waking up, measured apart (an idle \
-         worker, asleep in `epoll_wait`, runs only once its CPU has woken: with one user every \
-         visit pays it: the queue stages at N = 1, with nobody to wait for, are that and the \
-         handler's own code before its read; an idle CPU that slept only briefly wakes faster, \
-         the guest's halt-polling, than one that slept through a think time, which waits for \
-         its host: so the wake-up is measured after each of several sleeps, and each call \
-         pays the one for its own). Both only approximately: \
-         the CPU outside is shared equally among a request's handler calls (where it falls is \
-         not measured), and the wake-up is measured before the load, not during it: the \
-         host's own load moves it between runs. The column *stages only* is the simulation \
-         without them. Still in no stage, so not in the model: the client's side, the TCP \
-         connect and hsload's users waiting for CPU 1 to read the response; they make the \
-         measured R longer than the model's.\n\
-         - **Near and past the knee** (nginx busy ≥ {:.0} %), R → N·D_max − Z: an error of \
-         e in D_max becomes N·e in R, so these points are listed but not counted.\n\
-         - **One user** sees the sum of the stage means, the server waking up at each visit \
-         (above) and the TCP connect; queue stages are not an input. Every discipline gives \
-         the same R at N = 1 from the stages alone.\n\
-         - **The client shares a CPU.** hsload's users, the daemon and the loopback's kernel \
-         work share CPU 1, so the delay stages (waiting for the client) grow with N. The model \
-         takes them as measured at the point (an infinite-server delay), which is why *from \
-         N=1* falls behind as N grows: its delays are one idle client's.\n",
-        UTIL_LIMIT * 100.0
-    );
-    (doc, misses)
+    let doc = template::fill(
+        TEMPLATE,
+        &[
+            ("COMMIT", commit.to_string()),
+            ("KERNEL", kernel()),
+            ("CPUS", cpus().to_string()),
+            ("THINK_S", THINK_S.to_string()),
+            ("WARMUP_S", WARMUP_S.to_string()),
+            ("DURATION_S", plan.duration_s.to_string()),
+            ("MIN_REQUESTS", MIN_REQUESTS.to_string()),
+            ("SIMULATED", SIMULATED.to_string()),
+            ("WAKEUP", platform.wakeup_words()),
+            ("TOLERANCE_PCT", format!("{:.0}", TOLERANCE * 100.0)),
+            ("UTIL_LIMIT_PCT", format!("{:.0}", UTIL_LIMIT * 100.0)),
+            ("MIXES", sections.join("\n").trim_end().to_string()),
+        ],
+    )?;
+    Ok((doc, misses))
 }
 
 /// The user count whose parameters draw the curve of the picture: below the knee, where
@@ -922,9 +813,32 @@ fn plot(
     Ok(())
 }
 
+/// `cargo xtask validate-model [--quick]`: hstrace and hsload built, then the whole
+/// validation (`quick`: a short run, printed, nothing written).
+pub fn validate_model(quick: bool) -> Result<()> {
+    require_root("validate-model")?;
+    setup_test_machine(TEST_PACKAGES)?;
+    let bin = build()?;
+    run(Command::new("cargo")
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "hstrace-tools",
+            "--features",
+            "load",
+            "--bin",
+            "hsload",
+        ])
+        .current_dir(root()))?;
+    let hsload = root().join("target/release/hsload");
+    let plan = if quick { Plan::quick() } else { Plan::full() };
+    validate(&bin, &hsload, &root(), &plan, !quick)
+}
+
 /// The whole validation; writes docs/model-validation.md (or, with a quick plan, only
 /// prints). Fails when a counted point misses.
-pub fn run(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, write_doc: bool) -> Result<()> {
+fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, write_doc: bool) -> Result<()> {
     let dir = root.join("target/validate-model");
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir)?;
@@ -953,20 +867,7 @@ pub fn run(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, write_doc: bool)
     for (i, mix) in MIXES.iter().enumerate() {
         mixes.push((mix, run_mix(&rig, mix, i, plan)?));
     }
-    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let commit = Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(root)
-        .output()?;
-    let header = format!(
-        "Commit {}, kernel {}, {} CPUs; each point's parameters are in target/validate-model/.",
-        String::from_utf8_lossy(&commit.stdout).trim(),
-        kernel.trim(),
-        thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0)
-    );
-    let (doc, misses) = report(&mixes, plan, &rig.platform, &header);
+    let (doc, misses) = report(&mixes, plan, &rig.platform, &commit()?)?;
     if write_doc {
         for (i, (_, points)) in mixes.iter().enumerate() {
             let svg = root.join(format!("docs/model-validation-mix{}.svg", i + 1));
@@ -987,6 +888,22 @@ pub fn run(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, write_doc: bool)
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_model_validation_templates_are_filled() {
+        let doc = crate::template::tests::fill_all(TEMPLATE);
+        assert!(doc.starts_with("# Model validation\n\nCommit <COMMIT>, kernel <KERNEL>"));
+        assert!(
+            doc.contains("\n\n<MIXES>\n\n## Why a point can miss\n\n"),
+            "{doc}"
+        );
+        let mix = crate::template::tests::fill_all(MIX_TEMPLATE);
+        assert!(
+            mix.starts_with("## Mix <N>: <NAME> (p = <SECURE>, resume offered <RESUME>)\n\n| N |")
+        );
+        assert!(mix.contains("|\n<ROWS><MISSES>\n\nQueue stages"), "{mix}");
+        assert!(mix.ends_with("measurements at every N.*\n"), "{mix}");
+    }
 
     #[test]
     fn measured_stages_are_weighted_by_each_ports_connections() {

@@ -168,10 +168,10 @@ impl Wakeup {
 }
 
 /// SplitMix64: a small, fast generator; each user count gets its own stream.
-struct Rng(u64);
+pub struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64, users: u32) -> Rng {
+    pub fn new(seed: u64, users: u32) -> Rng {
         let mut r = Rng(seed ^ u64::from(users).wrapping_mul(0xA076_1D64_78BD_642F));
         r.next();
         r
@@ -186,11 +186,11 @@ impl Rng {
     }
 
     /// Uniform on (0, 1).
-    fn uniform(&mut self) -> f64 {
+    pub fn uniform(&mut self) -> f64 {
         ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
     }
 
-    fn draw(&mut self, mean: f64, dist: Dist) -> f64 {
+    pub fn draw(&mut self, mean: f64, dist: Dist) -> f64 {
         match dist {
             _ if mean <= 0.0 => 0.0,
             Dist::Constant => mean,

@@ -15,7 +15,13 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use super::{median, process_run_secs, range, run_load, BenchNginx, Tracer, SERVE, WORKLOADS};
+use hstrace_tests::{procs::process_run_secs, util::median};
+
+use super::{range, run_load, BenchNginx, Tracer, SERVE, WORKLOADS};
+use crate::template;
+
+/// The section's prose, with its tables and figures filled in.
+const TEMPLATE: &str = include_str!("../../templates/benchmarks-cost.md");
 
 const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
@@ -478,8 +484,14 @@ pub fn cpu_row(workload: &str, c: &OnOff) -> String {
     )
 }
 
-/// The "Cost per operation" section of docs/benchmarks.md.
-pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<String> {
+/// The "Cost per operation" section of docs/benchmarks.md, starting "\n## Cost per
+/// operation\n"; `alone`: run by itself (`--cost`) at this commit.
+pub fn section(
+    bin: &Path,
+    nginx: &BenchNginx,
+    uprobe_exe: &Path,
+    alone: Option<&str>,
+) -> Result<String> {
     let floor = super::hstrace_number(&super::tool(bin), &["stats-floor"])?;
     let trap_pair = uprobe_trap_pair_ns(bin, uprobe_exe)?;
     let idle_trace = idle_cpu(bin, nginx.master, &[])?;
@@ -562,70 +574,36 @@ pub fn section(bin: &Path, nginx: &BenchNginx, uprobe_exe: &Path) -> Result<Stri
     }
     let split = split_rows(&cpu_split(bin, nginx.master, &SPLIT_WORKLOAD.cmd(nginx))?);
     eprint!("{split}");
-    Ok(format!(
-        "\n## Cost per operation\n\n\
-         `cargo xtask bench --cost` (also part of the full bench). Per connection (handshakes) \
-         or request (keep-alive), one run per row:\n\n\
-         - **program runs** and **BPF run time, counted**: every run of hstrace's programs, \
-         as `kernel.bpf_stats_enabled=1` counts them (the tracer's own program ids, from \
-         /proc/PID/fdinfo; the client's calls on loopback fire them too);\n\
-         - **less the counting**: minus runs × {floor:.0} ns, the mean run time the kernel \
-         reports for a program that does nothing (`hstrace-bench stats-floor`: an empty \
-         program on sock_recv_length, 200,000 loopback reads): that is the counting's own \
-         two clock reads, not hstrace's;\n\
-         - **uprobe traps**: runs of the uprobe and uretprobe programs, × the measured cost \
-         of one SSL_do_handshake call's pair of traps with their programs, {:.2} µs \
-         (xtask/bench/uprobe_cost.c: a loop of calls traced by hstrace against the same \
-         loop untraced, median of 5 pairs);\n\
-         - **tracer CPU**: the tracer process's run time (its threads' /proc schedstat) over \
-         the run, per operation (serve is scraped every second); **less idle**: the same \
-         less what the tracer spends with nothing to trace, {:.2} ms a second for `trace` \
-         and {:.2} ms for `serve` (10 s each, attached to the idle nginx): its timers, the \
-         once-a-second checks and sweep.\n\n\
-         | workload | mode | program runs | BPF run time, counted | less the counting | uprobe traps (cost) | tracer CPU | less idle |\n\
-         |---|---|---|---|---|---|---|---|\n{rows}\n\
-         Where the default mode's run time goes (program runs per operation × ns per run, \
-         less the counting):\n\n| workload | programs |\n|---|---|\n{detail}\n\
-         A loopback send + recv pair of a process hstrace does not trace (the bench \
-         itself, its own listener, {UNTRACED_PAIRS} pairs, the tracer in default mode): \
-         {untraced_runs:.2} program runs, {untraced_ns:.0} ns counted, {:.0} ns less the \
-         counting.\n\n\
-         What the hooks cost before any of hstrace's work, per operation against nginx, \
-         less the counting ({FLOOR_ROUNDS} interleaved rounds of the first two columns, \
-         medians; the last column is the wire-only row above; on loopback the client's own \
-         socket calls, state changes and arrivals run the programs too, about half of the \
-         runs): empty programs at the same hooks (`hstrace-bench hooks-alone`: an empty \
-         program's run, cold under this load, costs more than the counting's floor measured \
-         in a tight loop), hstrace tracing another server (`--port` of the bench's own \
-         listener: nginx's runs leave at their first checks), and hstrace tracing nginx. \
-         The first two differ by what hstrace's checks cost where nothing is traced, the \
-         last two by what tracing costs:\n\n\
-         | workload | empty programs | tracing another server | tracing nginx, wire only |\n\
-         |---|---|---|---|\n{floor_rows}\n\
-         CPU per connection of nginx's worker, the client (`openssl s_time`) and the tracer \
-         (run time from /proc schedstat and the client's rusage: other tenants of the \
-         machine are left out), hstrace off, empty programs at the hooks wire only attaches \
-         (`hstrace-bench hooks-alone`: what hooking costs before any program does \
-         anything, with no counting on), on in default mode (`trace`) and on wire only \
-         (`trace --uprobes none`), {CPU_PAIRS} rounds of short runs (each round in a rotated \
-         order), medians; the last column is nginx's worker alone, default less wire only \
-         in each round: what the SSL_do_handshake uprobes cost where they run, against the \
-         loop's figure above:\n\n\
-         | workload | off | empty programs | default | wire only | empty programs on/off | default on/off | wire only on/off | uprobes in nginx |\n\
-         |---|---|---|---|---|---|---|---|---|\n{cpu_rows}\n\
-         The empty programs' cost split, {} ({SPLIT_ROUNDS} rounds as above): accept \
-         is hooked at its syscall tracepoints where the kernel offers no fexit, and one \
-         syscall tracepoint sends every syscall of every process down the kernel's \
-         traced-syscall path; the control holds empty programs only at hooks no \
-         connection fires, loaded and attached the same way, so what it shows is the \
-         method's own bias:\n\n\
-         | empty programs at | CPU per connection | on/off |\n|---|---|---|\n{split}",
-        trap_pair / 1e3,
-        idle_trace * 1e3,
-        idle_serve * 1e3,
-        untraced_ns - untraced_runs * floor,
-        SPLIT_WORKLOAD.name,
-    ))
+    let untraced_net = untraced_ns - untraced_runs * floor;
+    let filled = template::fill(
+        TEMPLATE,
+        &[
+            (
+                "RUN_ALONE",
+                alone.map_or(String::new(), |commit| {
+                    format!("; this section from commit {commit}, run alone")
+                }),
+            ),
+            ("FLOOR_NS", format!("{floor:.0}")),
+            ("TRAP_PAIR_US", format!("{:.2}", trap_pair / 1e3)),
+            ("IDLE_TRACE_MS", format!("{:.2}", idle_trace * 1e3)),
+            ("IDLE_SERVE_MS", format!("{:.2}", idle_serve * 1e3)),
+            ("PER_OPERATION_ROWS", rows.trim_end().to_string()),
+            ("PROGRAM_ROWS", detail.trim_end().to_string()),
+            ("UNTRACED_PAIRS", UNTRACED_PAIRS.to_string()),
+            ("UNTRACED_RUNS", format!("{untraced_runs:.2}")),
+            ("UNTRACED_NS", format!("{untraced_ns:.0}")),
+            ("UNTRACED_NET_NS", format!("{untraced_net:.0}")),
+            ("FLOOR_ROUNDS", FLOOR_ROUNDS.to_string()),
+            ("FLOOR_ROWS", floor_rows.trim_end().to_string()),
+            ("CPU_PAIRS", CPU_PAIRS.to_string()),
+            ("CPU_ROWS", cpu_rows.trim_end().to_string()),
+            ("SPLIT_WORKLOAD", SPLIT_WORKLOAD.name.to_string()),
+            ("SPLIT_ROUNDS", SPLIT_ROUNDS.to_string()),
+            ("SPLIT_ROWS", split.trim_end().to_string()),
+        ],
+    )?;
+    Ok(format!("\n{filled}"))
 }
 
 /// `cargo xtask bench --ab OTHER`: this build's BPF run time per operation against another
@@ -722,7 +700,16 @@ pub fn replace_section(doc: &str, section: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::replace_section;
+    use super::{replace_section, TEMPLATE};
+
+    #[test]
+    fn the_cost_template_is_filled() {
+        let out = crate::template::tests::fill_all(TEMPLATE);
+        assert!(out.starts_with(
+            "## Cost per operation\n\n`cargo xtask bench --cost` (also part of the full bench<RUN_ALONE>). "
+        ));
+        assert!(out.ends_with("|---|---|---|\n<SPLIT_ROWS>\n"), "{out}");
+    }
 
     #[test]
     fn the_cost_section_is_replaced_in_place() {

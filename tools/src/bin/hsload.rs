@@ -27,6 +27,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use hstrace::model::sim::{Dist, Rng};
 use openssl::ssl::{
     Ssl, SslContext, SslContextBuilder, SslMethod, SslOptions, SslSession, SslVerifyMode,
     SslVersion,
@@ -98,28 +99,6 @@ fn parse_args() -> Result<Opts, String> {
         return Err("--think-time and --warmup must be >= 0, --duration > 0".into());
     }
     Ok(o)
-}
-
-/// splitmix64: a small, seedable generator, one per user.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// uniform in [0, 1)
-    fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn exponential(&mut self, mean: f64) -> f64 {
-        -mean * (1.0 - self.uniform()).ln()
-    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -255,12 +234,13 @@ fn plain_request(o: &Opts) -> Result<(Class, f64, f64), Failure> {
 /// One user until `stop`: think, request, repeat. A think time that would end after `stop`
 /// ends the user instead.
 fn user(ctx: Arc<SslContext>, o: Opts, index: usize, stop: Instant) -> Log {
-    let mut rng = Rng(o.seed ^ (index as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
+    // the model's own generator (SplitMix64), a stream per user
+    let mut rng = Rng::new(o.seed, index as u32 + 1);
     let mut log = Log::default();
     let mut saved: Option<SslSession> = None;
     let mut last_end: Option<Instant> = None;
     loop {
-        let think = Duration::from_secs_f64(rng.exponential(o.think_s));
+        let think = Duration::from_secs_f64(rng.draw(o.think_s, Dist::Exponential));
         let wake = Instant::now() + think;
         if wake >= stop {
             return log;

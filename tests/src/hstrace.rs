@@ -1,0 +1,170 @@
+//! The real `hstrace` binary under test: `trace` run until Ctrl-C with every line it
+//! printed, started and waited for until it says it is ready, or run to completion.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use crate::util::workspace;
+
+/// The hstrace binary under test (built by `cargo xtask test`).
+pub fn hstrace_bin() -> PathBuf {
+    let p = std::env::var_os("HSTRACE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/release/hstrace"));
+    assert!(
+        p.exists(),
+        "{} missing: run the tests with `cargo xtask test`",
+        p.display()
+    );
+    p
+}
+
+/// The real hstrace binary, running `trace --format json ARGS`.
+pub struct Hstrace {
+    child: Child,
+    stdout: thread::JoinHandle<Vec<String>>,
+    stderr: mpsc::Receiver<String>,
+    stderr_seen: Vec<String>,
+}
+
+pub struct Traced {
+    /// one "connection" record per connection
+    pub records: Vec<Value>,
+    /// one "close" record per connection, with its totals
+    pub closes: Vec<Value>,
+    pub stderr: String,
+    /// the exit totals' JSON line (`{"record": "health", …}`), Null if none was printed
+    pub health: Value,
+    pub success: bool,
+}
+
+impl Hstrace {
+    /// Start and wait until it says it is tracing.
+    pub fn start(args: &[&str]) -> Hstrace {
+        let mut cmd = Command::new(hstrace_bin());
+        cmd.args(["trace", "--format", "json"]).args(args);
+        Hstrace::start_command(cmd)
+    }
+
+    /// The same, started by `cmd` (e.g. under `setpriv`), which must run
+    /// `hstrace trace --format json …` in the end.
+    pub fn start_command(mut cmd: Command) -> Hstrace {
+        cmd.stdout(Stdio::piped());
+        let (mut child, stderr, stderr_seen) = spawn_until_ready(&mut cmd, "hstrace: tracing");
+        let out = child.stdout.take().unwrap();
+        let stdout =
+            thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect());
+        Hstrace {
+            child,
+            stdout,
+            stderr,
+            stderr_seen,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Ctrl-C, then every record it printed and what it said at exit.
+    pub fn stop(mut self) -> Traced {
+        // let the last connections' TCP close reach the kernel side
+        thread::sleep(Duration::from_millis(500));
+        // SAFETY: plain kill(2) on our own child
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = self.child.wait().unwrap();
+        let lines = self.stdout.join().unwrap();
+        self.stderr_seen.extend(self.stderr.iter());
+        let (closes, records) = lines
+            .iter()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))
+            })
+            .partition(|r| r["record"] == "close");
+        let health = self
+            .stderr_seen
+            .iter()
+            .find(|l| l.starts_with("{\"record\":\"health\""))
+            .map(|l| serde_json::from_str(l).expect("the health line is JSON"))
+            .unwrap_or(Value::Null);
+        Traced {
+            records,
+            closes,
+            stderr: self.stderr_seen.join("\n"),
+            health,
+            success: status.success(),
+        }
+    }
+}
+
+/// Spawn `cmd` (hstrace) with stderr read on a thread, and wait until a line contains
+/// `ready`: the child, the rest of its stderr, and the lines seen so far.
+pub fn spawn_until_ready(
+    cmd: &mut Command,
+    ready: &str,
+) -> (Child, mpsc::Receiver<String>, Vec<String>) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hstrace binary");
+    let (tx, rx) = mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let start = Instant::now();
+    let failure = loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) => {
+                let done = line.contains(ready);
+                seen.push(line);
+                if done {
+                    return (child, rx, seen);
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break format!("hstrace exited before {ready:?}");
+            }
+        }
+        if start.elapsed() >= Duration::from_secs(30) {
+            break format!("hstrace did not say {ready:?}");
+        }
+    };
+    // not left running (still attached) into the next test
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("{failure}:\n{}", seen.join("\n"))
+}
+
+/// Run hstrace to completion, no input: its exit status and output.
+pub fn hstrace_output(args: &[&str]) -> std::process::Output {
+    Command::new(hstrace_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Run hstrace to completion (for argument and error checks).
+pub fn hstrace_run(args: &[&str]) -> (bool, String) {
+    let out = hstrace_output(args);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -1,0 +1,49 @@
+//! Small helpers every test and xtask job shares: the workspace, a fresh directory, a free
+//! port, waiting for a condition, a median.
+
+use std::{
+    fs,
+    net::TcpListener,
+    path::{Path, PathBuf},
+    thread,
+    time::{Duration, Instant},
+};
+
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A fresh directory for one test.
+pub fn work_dir(name: &str) -> PathBuf {
+    let d = workspace().join("target/hstrace-tests").join(name);
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Poll `ok` every 20 ms until it holds; panic after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The middle of `v` (the upper one of an even count); panics on an empty `v` or a NaN.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    v[v.len() / 2]
+}

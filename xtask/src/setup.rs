@@ -1,0 +1,118 @@
+//! `cargo xtask setup`, and what each job installs on a test machine: the Debian package
+//! lists, installing what is missing, tracefs mounted.
+
+use std::{path::Path, process::Command};
+
+use anyhow::Result;
+
+use crate::util::{require_root, run};
+
+/// Debian packages that building hstrace needs, and nothing else: `cargo xtask setup`
+/// installs these (clang and llvm compile the BPF programs, libbpf-dev has their headers,
+/// bpftool regenerates vmlinux.h, pkg-config and gcc link the Rust binary).
+const BUILD_PACKAGES: &[&str] = &[
+    "clang-19",
+    "llvm-19",
+    "libbpf-dev",
+    "bpftool",
+    "gcc",
+    "pkg-config",
+];
+
+/// What the demo adds on a test machine: a TLS server, its clients, and a Prometheus for
+/// `demo --serve`.
+pub const DEMO_PACKAGES: &[&str] = &["nginx", "openssl", "curl", "prometheus"];
+
+/// What the test suite adds on a test machine: the servers and clients it drives (gcc and
+/// libssl-dev build the statically linked test server, hsload links libssl), man-db and
+/// systemd for checking the package as an operator would use it. (The benches, the soak
+/// and the fuzzers use the same.)
+pub const TEST_PACKAGES: &[&str] = &[
+    "nginx",
+    "openssl",
+    "curl",
+    "util-linux",
+    "apache2",
+    "haproxy",
+    "libssl-dev",
+    "nghttp2-client",
+    "prometheus",
+    "man-db",
+    "systemd",
+];
+
+/// What building the container image and running it needs (`cargo xtask image`, and the
+/// test suite, which does both): buildah builds it, podman runs it with Debian's runc.
+pub const IMAGE_PACKAGES: &[&str] = &["podman", "buildah", "runc"];
+
+/// Runtimes of the project's own test servers (tests/servers), with the Debian package
+/// installed when none is found: (commands that will do, package).
+const RUNTIMES: &[(&[&str], &str)] = &[
+    (&["node"], "nodejs"),
+    (&["go", "/usr/local/go/bin/go"], "golang-go"),
+];
+
+/// `cargo xtask setup`: what building needs, nothing else (no server, no client).
+pub fn setup() -> Result<()> {
+    require_root("setup")?;
+    install_missing(BUILD_PACKAGES)
+}
+
+/// A machine that runs hstrace: what building needs, and `packages`, the servers and
+/// clients a job drives (on a test machine only, never a production host: README says so).
+/// Tracefs mounted.
+pub fn setup_test_machine(packages: &[&str]) -> Result<()> {
+    setup()?;
+    install_missing(packages)?;
+    if !Path::new("/sys/kernel/tracing/events").exists()
+        && !Path::new("/sys/kernel/debug/tracing/events").exists()
+    {
+        run(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))?;
+    }
+    Ok(())
+}
+
+/// The runtimes of the project's own test servers, each from Debian unless one is found.
+pub fn install_runtimes() -> Result<()> {
+    let missing: Vec<&str> = RUNTIMES
+        .iter()
+        .filter(|(commands, _)| !runtime_found(commands))
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    apt_install(&missing)
+}
+
+/// Can one of `commands` be started at all? (Its exit status does not matter.)
+fn runtime_found(commands: &[&str]) -> bool {
+    commands
+        .iter()
+        .any(|c| Command::new(c).arg("--version").output().is_ok())
+}
+
+/// Is Debian package `pkg` installed?
+fn installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        .unwrap_or(false)
+}
+
+/// Install those of `packages` that are not installed yet.
+pub fn install_missing(packages: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = packages.iter().copied().filter(|p| !installed(p)).collect();
+    apt_install(&missing)
+}
+
+/// Install Debian packages `missing` (none: nothing to do).
+fn apt_install(missing: &[&str]) -> Result<()> {
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing {}", missing.join(" "));
+    run(Command::new("apt-get").args(["update", "-q"]))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}

@@ -1,13 +1,23 @@
 //! Small helpers every test and xtask job shares: the workspace, a fresh directory, a free
-//! port, waiting for a condition, a median.
+//! port, waiting for a condition, a median, whether a Debian package is installed.
 
 use std::{
     fs,
     net::TcpListener,
     path::{Path, PathBuf},
+    process::Command,
     thread,
     time::{Duration, Instant},
 };
+
+/// Is Debian package `pkg` installed?
+pub fn installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        .unwrap_or(false)
+}
 
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

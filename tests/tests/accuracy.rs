@@ -200,7 +200,10 @@ fn pin(pid: u32, cpu: usize) {
 /// own lag of the scheduler's task clock behind its clock (the IRQ and steal time charged
 /// there, a fifth of a second apart on these VMs), so a stage read on two CPUs is only
 /// right once that lag is taken off. Without it, a migrated stage's CPU came out
-/// negative (dropped: no cpu_ns) or far too large (cut to the wall clock).
+/// negative (dropped: no cpu_ns) or far too large (cut to the wall clock): 165 of 11,216
+/// stages (1.5 %) had no cpu_ns. What is left is docs/limits.md's "Stolen time": a steal
+/// just before a stage began, on a VM, loses that stage's cpu_ns, about 1 stage in 4,000
+/// in 1 run in 15. The test allows 1 in 1,000, fifteen times below the bug it guards.
 #[test]
 #[ignore = "needs root: run `sudo cargo xtask test`"]
 fn cpu_ns_survives_the_worker_moving_between_cpus() {
@@ -248,8 +251,8 @@ fn cpu_ns_survives_the_worker_moving_between_cpus() {
         }
     }
     assert!(
-        without.is_empty(),
-        "{} of {stages} service stages have no cpu_ns; the first: {}",
+        without.len() as u64 * 1000 <= stages,
+        "{} of {stages} service stages have no cpu_ns (more than 1 in 1,000); the first: {}",
         without.len(),
         without[0]
     );

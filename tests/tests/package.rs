@@ -12,6 +12,7 @@ use std::{
 
 use hstrace_tests::{
     assert::assert_accounted, clients::drive_mix, hstrace::Hstrace, servers::Nginx,
+    util::installed,
 };
 
 fn deb(var: &str) -> PathBuf {
@@ -49,14 +50,6 @@ fn contents(deb: &Path) -> Vec<(PathBuf, bool)> {
             })
         })
         .collect()
-}
-
-fn installed(package: &str) -> bool {
-    Command::new("dpkg-query")
-        .args(["-W", "-f=${Status}", package])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-        .unwrap_or(false)
 }
 
 /// Purges the packages even when the test panics half way.

@@ -5,6 +5,8 @@ use std::{path::Path, process::Command};
 
 use anyhow::Result;
 
+use hstrace_tests::util::installed;
+
 use crate::util::{require_root, run};
 
 /// Debian packages that building hstrace needs, and nothing else: `cargo xtask setup`
@@ -87,15 +89,6 @@ fn runtime_found(commands: &[&str]) -> bool {
     commands
         .iter()
         .any(|c| Command::new(c).arg("--version").output().is_ok())
-}
-
-/// Is Debian package `pkg` installed?
-fn installed(pkg: &str) -> bool {
-    Command::new("dpkg-query")
-        .args(["-W", "-f=${Status}", pkg])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-        .unwrap_or(false)
 }
 
 /// Install those of `packages` that are not installed yet.

@@ -11,8 +11,7 @@ use std::{
 };
 
 use hstrace_tests::{
-    assert::assert_accounted, clients::drive_mix, hstrace::Hstrace, servers::Nginx,
-    util::installed,
+    assert::assert_accounted, clients::drive_mix, hstrace::Hstrace, servers::Nginx, util::installed,
 };
 
 fn deb(var: &str) -> PathBuf {

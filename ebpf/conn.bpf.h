@@ -429,7 +429,7 @@ static __always_inline void finish_conn(struct hs_conn_state *c, __u64 now)
 static __always_inline void drop_conn(struct hs_conn_state *c, __u64 skey)
 {
 	__u64 *fd_sk = c->fkey ? bpf_map_lookup_elem(&fds, &c->fkey) : NULL;
-	struct ssl_key k = { .tgid = c->r.tgid, .ssl = c->ssl };
+	struct ssl_key k = { .tgid = c->ssl_tgid, .ssl = c->ssl };
 	__u64 *ssl_sk = c->ssl ? bpf_map_lookup_elem(&ssl_socks, &k) : NULL;
 
 	if (fd_sk && *fd_sk == skey)
@@ -445,5 +445,9 @@ static __always_inline void end_conn(struct hs_conn_state *c, __u64 skey)
 	finish_conn(c, bpf_ktime_get_ns());
 	drop_conn(c, skey);
 }
+
+/* The call's buffer was not looked up: the bytes lie inside a record body the parser
+ * passes over (wants_bytes). */
+#define HS_PTR_UNREAD (~0ULL)
 
 #endif

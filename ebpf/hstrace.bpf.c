@@ -6,6 +6,8 @@
  *
  *   conn.bpf.h  per-connection state: the maps, the settings, sending a connection's record
  *   wire.bpf.h  the TLS record-stream parser
+ *   preamble.bpf.h  a plaintext preamble before TLS (STARTTLS), watched for the switch;
+ *               starttls.h tells its protocol (pure C, unit-tested on the host too)
  *   task.bpf.h  the current thread's syscall, its arguments, the socket behind an fd
  *   tcp.bpf.h   accept and TCP state: inet_sock_set_state, tcp_destroy_sock, accept
  *   io.bpf.h    reads, writes and arrivals: sock_recv_length/sock_send_length, sk_data_ready,

@@ -106,10 +106,6 @@ int BPF_KPROBE(data_ready_kprobe, struct sock *sk)
 
 /* ---- bytes on a connection ------------------------------------------------------- */
 
-/* The call's buffer was not looked up: the bytes lie inside a record body the parser
- * passes over (wants_bytes). */
-#define HS_PTR_UNREAD (~0ULL)
-
 /* Bytes moved on traced connection `c` (socket `skey`), `ptr` the call's buffer (an iovec
  * array if `iovcnt`; 0: a call whose buffer is not known; HS_PTR_UNREAD: not needed):
  * parse them. */
@@ -140,6 +136,9 @@ static __always_inline void on_conn_io(struct hs_conn_state *c, __u64 skey, __u3
 			c->r.flags |= HS_F_READ_RESET;
 		return;
 	}
+	/* a plaintext preamble (STARTTLS and its kin) is watched for TLS, not parsed */
+	if (c->pre_watch && preamble_io(c, dir | iovcnt << 1, ret, ptr, now))
+		return;
 	if (dir == HS_DIR_OUT && answers_early_request(c))
 		wire_done(c, c->r.t_last[HS_FL_S1]);
 	new_flight = on_transfer(c, dir, ret, now);

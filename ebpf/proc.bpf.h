@@ -4,7 +4,9 @@
  * traced from birth, not from userspace's next once-a-second /proc scan.
  *
  *   sched_process_fork (tp_btf): a traced process's child is traced; userspace is woken
- *                                (HS_REC_FORK) to attach its uprobes before it serves
+ *                                (HS_REC_FORK): the child shares its parent's libssl, which
+ *                                then gets uprobes for every process that maps it, so a
+ *                                child serving at once is covered from birth
  *   sched_process_exec (tp_btf): a process exec'ing the --comm name is traced
  */
 #ifndef HSTRACE_PROC_BPF_H
@@ -16,7 +18,7 @@ SEC("tp_btf/sched_process_fork")
 int BPF_PROG(process_fork, struct task_struct *parent, struct task_struct *child)
 {
 	__u32 ptgid = parent->tgid, ctgid = child->tgid;
-	struct hs_fork f = { .rec = HS_REC_FORK, .tgid = ctgid };
+	struct hs_fork f = { .rec = HS_REC_FORK, .tgid = ctgid, .parent = ptgid };
 	__u8 one = 1;
 
 	/* a traced master's new worker is traced from its first accept */

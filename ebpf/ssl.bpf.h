@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR MIT */
 /*
  * OpenSSL uprobes, attached per traced process to the libssl it maps (or to its executable,
- * if that exports the symbols). No OpenSSL struct offsets: arguments and return values only.
+ * if that exports the symbols), or to a shared libssl for every process that maps it once a
+ * traced process forks children (PostgreSQL's backends, a prefork server's): each program
+ * leaves at once for a process that is not traced. No OpenSSL struct offsets: arguments
+ * and return values only.
  *
  *   SSL_do_handshake (uprobe + uretprobe; SSL_accept reaches it too): the SSL object is tied
  *     to the connection whose socket its call reads or writes (io.bpf.h's on_conn_io); a
@@ -20,9 +23,14 @@
 SEC("uprobe/SSL_do_handshake")
 int BPF_KPROBE(ssl_handshake_enter, void *ssl)
 {
-	__u32 tid = bpf_get_current_pid_tgid(), slot = tid % HS_IO_SLOTS;
-	struct ssl_call *sc = bpf_map_lookup_elem(&ssl_in_flight, &slot);
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = id, slot = tid % HS_IO_SLOTS;
+	struct ssl_call *sc;
 
+	/* (attached for every process that maps the library: only the traced ones count) */
+	if (!tgid_traced(id >> 32))
+		return 0;
+	sc = bpf_map_lookup_elem(&ssl_in_flight, &slot);
 	if (!sc)
 		return 0;
 	take_slot(sc->tid, tid);
@@ -50,11 +58,13 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 	scp->tid = 0;
 	k.ssl = sc.ssl;
 	/* a call that touched no socket belongs to the connection this SSL had before; the
-	 * pair is kept while the connection is (drop_conn forgets it) */
+	 * pair is kept while the connection is (drop_conn forgets it). The call may be another
+	 * process's than the accept's (a child the connection was handed to: PostgreSQL) */
 	if (sc.sk) {
 		c = bpf_map_lookup_elem(&conns, &sc.sk);
-		if (c && !c->ssl && c->r.tgid == k.tgid) {
+		if (c && !c->ssl) {
 			c->ssl = sc.ssl;
+			c->ssl_tgid = k.tgid;
 			bpf_map_update_elem(&ssl_socks, &k, &sc.sk, BPF_ANY);
 		}
 	} else {
@@ -85,9 +95,13 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 
 static __always_inline int ssl_io_enter(void *ssl, void *nbytes, __u32 write)
 {
-	__u32 tid = bpf_get_current_pid_tgid(), slot = tid % HS_IO_SLOTS;
-	struct ssl_io *io = bpf_map_lookup_elem(&ssl_io_in_flight, &slot);
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = id, slot = tid % HS_IO_SLOTS;
+	struct ssl_io *io;
 
+	if (!tgid_traced(id >> 32))
+		return 0;
+	io = bpf_map_lookup_elem(&ssl_io_in_flight, &slot);
 	if (!io)
 		return 0;
 	take_slot(io->tid, tid);

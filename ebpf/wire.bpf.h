@@ -16,6 +16,7 @@
 #define HSTRACE_WIRE_BPF_H
 
 #include "conn.bpf.h"
+#include "preamble.bpf.h"
 
 #define HS_REC_MAX_LEN (16384 + 2048) /* largest legal TLSCiphertext */
 #define HS_WALK_STEPS 8192            /* steps walked in one read/write buffer: one per
@@ -642,7 +643,7 @@ static long walk_step(__u32 i, struct walk *w)
 	__u32 type, len, have, need, off = w->off, n = w->n, pre = 0;
 	__u8 hdrs[HS_HDRS_LEN];
 
-	if (!c || off >= n || c->emitted)
+	if (!c || off >= n || c->emitted || c->pre_watch)
 		return 1;
 	st = &c->st[w->dir & 1];
 	if (st->desync)
@@ -691,6 +692,12 @@ static long walk_step(__u32 i, struct walk *w)
 		return 0;
 	}
 	if (type < REC_CCS || type > REC_HEARTBEAT || st->hdr[1] != 3 || len > HS_REC_MAX_LEN) {
+		/* the connection's first bytes, not TLS: a protocol that may switch to TLS
+		 * later (STARTTLS) is watched from here (preamble.bpf.h) */
+		if (have == 0 && preamble_start(c, w->dir, w->buf + off - 5, n - (off - 5), w->now)) {
+			w->off = n;
+			return 1;
+		}
 		bad_header(c, st, w->dir);
 		return 1;
 	}
@@ -717,6 +724,9 @@ static __always_inline int wants_bytes(struct hs_conn_state *c, __u32 dir, long 
 
 	if (ret <= 0 || peek || st->desync || c->emitted)
 		return 0;
+	/* a preamble watched for TLS: its first bytes are looked at (preamble_io) */
+	if (c->pre_watch)
+		return 1;
 	if (st->hdr_have || st->rec_left < ret)
 		return 1;
 	return (st->rec_type == REC_HANDSHAKE || st->rec_type == REC_ALERT) && !st->ccs;
@@ -744,7 +754,7 @@ __noinline int parse_bytes(struct hs_conn_state *c, __u32 dir, __u64 buf, __u32 
 		return 0;
 	bpf_loop(HS_WALK_STEPS, walk_step, &w, 0);
 	/* bytes left unwalked would put the next read's parse out of step */
-	if (w.off < n && !c->emitted && !c->st[dir & 1].desync)
+	if (w.off < n && !c->emitted && !c->st[dir & 1].desync && !c->pre_watch)
 		desync(c, dir);
 	return 0;
 }

@@ -9,6 +9,8 @@ fn main() {
         &[
             "conn.bpf.h",
             "wire.bpf.h",
+            "preamble.bpf.h",
+            "starttls.h",
             "task.bpf.h",
             "tcp.bpf.h",
             "io.bpf.h",

@@ -122,11 +122,40 @@
 #define HS_HRR_RANDOM_2 0x5e8cbb7a1611a2c2ULL
 #define HS_HRR_RANDOM_3 0x9c33a8c8e2099e07ULL
 
+/* The protocol of a connection's plaintext part (hs_conn.pre_proto), told from its first
+ * bytes (starttls.h): a preamble before TLS, or the whole of a plain connection. */
+#define HS_PROTO_NONE 0       /* TLS from the first byte, or not told */
+#define HS_PROTO_HTTP 1
+#define HS_PROTO_POSTGRESQL 2
+#define HS_PROTO_SMTP 3
+#define HS_PROTO_FTP 4
+#define HS_PROTO_IMAP 5
+#define HS_PROTO_POP3 6
+#define HS_PROTO_LDAP 7
+#define HS_PROTO_MYSQL 8
+#define HS_PROTO_XMPP 9
+#define HS_PROTO_BANNER_220 10 /* a "220" banner the client never answered: SMTP or FTP */
+
+/* How far a plaintext preamble got (hs_conn.pre_state). */
+#define HS_PRE_NONE 0     /* no preamble: TLS from the first byte */
+#define HS_PRE_PLAIN 1    /* plain text; the client did not ask for TLS */
+#define HS_PRE_ASKED 2    /* the client asked for TLS; the server has not answered */
+#define HS_PRE_GRANTED 3  /* the server said go ahead; no ClientHello came */
+#define HS_PRE_REFUSED 4  /* the server refused */
+#define HS_PRE_UPGRADED 5 /* TLS began after the preamble (t_tls_start) */
+
+/* Bounds of watching a preamble for TLS: flights (either direction) and bytes moved. Past
+ * either the connection is plain of its protocol, and nothing more of it is looked at. */
+#define HS_PRE_FLIGHTS_MAX 16
+#define HS_PRE_BYTES_MAX 16384
+
 /* HS_REC_FORK: userspace is woken at once, so a worker forked while tracing (Apache
  * prefork) gets its uprobes before it serves, not at the next once-a-second scan. */
 struct hs_fork {
 	__u32 rec;
-	__u32 tgid; /* the new process */
+	__u32 tgid;   /* the new process */
+	__u32 parent; /* the traced process that forked it */
+	__u32 pad;
 };
 
 /* A ClientHello (dir IN) or ServerHello (dir OUT), as the server read or wrote it: whole
@@ -214,6 +243,20 @@ struct hs_conn {
 	__u64 t_retry_sent;
 	__u64 cpu_retry_read;
 	__u64 cpu_retry_sent;
+	/* a plaintext preamble before TLS (STARTTLS, PostgreSQL's SSLRequest), or a plain
+	 * connection of a known protocol: its time split as the handshake's stages are, the
+	 * server answering (service), the client's messages queued (queue) and the server
+	 * waiting for them (delay), summed over its exchanges from t_accept to t_tls_start
+	 * (or to the record); t_tls_start: the preamble's last write or read, after which
+	 * the ClientHello came (HS_PRE_UPGRADED). Flight arrays above are TLS's only. */
+	__u64 t_tls_start;
+	__u64 pre_service_ns;
+	__u64 pre_queue_ns;
+	__u64 pre_wait_ns;
+	__u8 pre_proto;   /* HS_PROTO_* */
+	__u8 pre_state;   /* HS_PRE_* */
+	__u8 pre_flights; /* flights of the preamble seen */
+	__u8 pad2[5];
 };
 
 /* At the end of every connection, after its hs_conn record (unless that record carried
@@ -274,6 +317,17 @@ struct hs_conn_state {
 	__u8 fin_len;           /* TLS 1.3: the length of the client's Finished record for the
 				 * ServerHello's cipher suite (0: unknown) */
 	__u32 exchanges;        /* request/response exchanges after the handshake */
+	__u32 ssl_tgid;         /* the process whose SSL object `ssl` is (a forked child of the
+				 * one that accepted, for PostgreSQL): with `ssl`, the key of
+				 * `ssl_socks` */
+	/* a preamble being watched for TLS (preamble.bpf.h) */
+	__u8 pre_watch;         /* plain text so far, and TLS may still begin */
+	__u8 pre_dir;           /* direction of its last transfer (HS_DIR_*; 0xff: none yet) */
+	__u8 pad3[6];
+	__u64 pre_in_start;     /* the read that began the server's current answer (t_accept
+				 * for a banner) */
+	__u64 pre_last_out;     /* its last write */
+	__u64 pre_last_in;      /* its last read */
 };
 
 /* The key of `ssl_socks`: an SSL object of a process (userspace's sweep deletes entries). */
@@ -284,15 +338,16 @@ struct ssl_key {
 };
 
 /* The layout userspace/src/abi.rs expects (it asserts the same figures). */
-_Static_assert(sizeof(struct hs_fork) == 8, "hs_fork layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_fork) == 16, "hs_fork layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_hello) == 32 + HS_HELLO_CAP, "hs_hello layout changed: update abi.rs");
 _Static_assert(__builtin_offsetof(struct hs_hello, data) == 32, "hs_hello layout changed: update abi.rs");
-_Static_assert(sizeof(struct hs_conn) == 472, "hs_conn layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_conn) == 512, "hs_conn layout changed: update abi.rs");
+_Static_assert(__builtin_offsetof(struct hs_conn, t_tls_start) == 472, "hs_conn layout changed: update abi.rs");
 _Static_assert(__builtin_offsetof(struct hs_conn, t_retry_arrive) == 432, "hs_conn layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_close) == 56, "hs_close layout changed: update abi.rs");
 _Static_assert(sizeof(struct hs_stream) == 52, "hs_stream layout changed: update abi.rs");
-_Static_assert(sizeof(struct hs_conn_state) == 632, "hs_conn_state layout changed: update abi.rs");
-_Static_assert(__builtin_offsetof(struct hs_conn_state, emitted) == 617, "hs_conn_state layout changed: update abi.rs");
+_Static_assert(sizeof(struct hs_conn_state) == 704, "hs_conn_state layout changed: update abi.rs");
+_Static_assert(__builtin_offsetof(struct hs_conn_state, emitted) == 657, "hs_conn_state layout changed: update abi.rs");
 _Static_assert(sizeof(struct ssl_key) == 16, "ssl_key layout changed: update abi.rs");
 
 /* Counters: indexes into the per-CPU array `counters`, each with the name userspace logs

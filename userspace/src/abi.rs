@@ -30,12 +30,42 @@ pub const REC_HELLO_PART: u32 = 4;
 /// A traced process forked a new one (`Fork`): its uprobes are attached at once.
 pub const REC_FORK: u32 = 5;
 
+/// The protocol of a connection's plaintext part (`Conn::pre_proto`), told from its first
+/// bytes by the kernel (ebpf/starttls.h).
+pub const PROTO_NONE: u8 = 0;
+pub const PROTO_HTTP: u8 = 1;
+pub const PROTO_POSTGRESQL: u8 = 2;
+pub const PROTO_SMTP: u8 = 3;
+pub const PROTO_FTP: u8 = 4;
+pub const PROTO_IMAP: u8 = 5;
+pub const PROTO_POP3: u8 = 6;
+pub const PROTO_LDAP: u8 = 7;
+pub const PROTO_MYSQL: u8 = 8;
+pub const PROTO_XMPP: u8 = 9;
+/// a "220" banner the client never answered: SMTP or FTP
+pub const PROTO_BANNER_220: u8 = 10;
+
+/// How far a plaintext preamble got (`Conn::pre_state`).
+pub const PRE_NONE: u8 = 0;
+pub const PRE_PLAIN: u8 = 1;
+pub const PRE_ASKED: u8 = 2;
+pub const PRE_GRANTED: u8 = 3;
+pub const PRE_REFUSED: u8 = 4;
+pub const PRE_UPGRADED: u8 = 5;
+/// Watching a preamble for TLS stops after this many flights or bytes.
+pub const PRE_FLIGHTS_MAX: u32 = 16;
+pub const PRE_BYTES_MAX: u32 = 16384;
+
 /// `struct hs_fork`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Fork {
     pub rec: u32,
+    /// the new process
     pub tgid: u32,
+    /// the traced process that forked it
+    pub parent: u32,
+    pub pad: u32,
 }
 
 pub const DIR_IN: u32 = 0;
@@ -207,6 +237,18 @@ pub struct Conn {
     pub t_retry_sent: u64,
     pub cpu_retry_read: u64,
     pub cpu_retry_sent: u64,
+    /// a plaintext preamble (STARTTLS, PostgreSQL's SSLRequest) or a plain connection of
+    /// a known protocol: its time, server answering / messages queued / waiting for the
+    /// client, summed over its exchanges; `t_tls_start`: its last write or read, after
+    /// which the ClientHello came (`PRE_UPGRADED`)
+    pub t_tls_start: u64,
+    pub pre_service_ns: u64,
+    pub pre_queue_ns: u64,
+    pub pre_wait_ns: u64,
+    pub pre_proto: u8,
+    pub pre_state: u8,
+    pub pre_flights: u8,
+    pub pad2: [u8; 5],
 }
 
 // SAFETY: plain old data, every bit pattern valid, layout fixed by repr(C).
@@ -322,6 +364,15 @@ pub struct ConnState {
     pub client_fin: u8,
     pub fin_len: u8,
     pub exchanges: u32,
+    /// the process whose SSL object `ssl` is (with it, the key of `ssl_socks`)
+    pub ssl_tgid: u32,
+    /// a preamble being watched for TLS
+    pub pre_watch: u8,
+    pub pre_dir: u8,
+    pub pad3: [u8; 6],
+    pub pre_in_start: u64,
+    pub pre_last_out: u64,
+    pub pre_last_in: u64,
 }
 
 // SAFETY: plain old data, every bit pattern valid, layout fixed by repr(C).
@@ -360,11 +411,13 @@ pub fn record_kind(bytes: &[u8]) -> Option<u32> {
 
 // The C layout, checked at compile time (the header's _Static_asserts check the same sizes).
 const _: () = {
-    assert!(size_of::<Fork>() == 8);
+    assert!(size_of::<Fork>() == 16);
     assert!(size_of::<HelloHeader>() == 32);
     assert!(offset_of!(HelloHeader, cap_len) == 20);
     assert!(offset_of!(HelloHeader, offset) == 24);
-    assert!(size_of::<Conn>() == 472);
+    assert!(size_of::<Conn>() == 512);
+    assert!(offset_of!(Conn, t_tls_start) == 472);
+    assert!(offset_of!(Conn, pre_proto) == 504);
     assert!(offset_of!(Conn, t_retry_arrive) == 432);
     assert!(offset_of!(Conn, cpu_first) == 312);
     assert!(offset_of!(Conn, t_req_arrive) == 272);
@@ -380,12 +433,14 @@ const _: () = {
     assert!(offset_of!(Conn, ssl_calls) == 240);
     assert!(offset_of!(Conn, bytes_out) == 264);
     assert!(size_of::<Stream>() == 52);
-    assert!(size_of::<ConnState>() == 632);
-    assert!(offset_of!(ConnState, st) == 472);
-    assert!(offset_of!(ConnState, fkey) == 600);
-    assert!(offset_of!(ConnState, ssl) == 608);
-    assert!(offset_of!(ConnState, emitted) == 617);
-    assert!(offset_of!(ConnState, exchanges) == 624);
+    assert!(size_of::<ConnState>() == 704);
+    assert!(offset_of!(ConnState, st) == 512);
+    assert!(offset_of!(ConnState, fkey) == 640);
+    assert!(offset_of!(ConnState, ssl) == 648);
+    assert!(offset_of!(ConnState, emitted) == 657);
+    assert!(offset_of!(ConnState, exchanges) == 664);
+    assert!(offset_of!(ConnState, ssl_tgid) == 668);
+    assert!(offset_of!(ConnState, pre_in_start) == 680);
     assert!(size_of::<SslKey>() == 16);
 };
 
@@ -502,6 +557,10 @@ mod tests {
             RT_CCS, RT_ALERT, RT_HANDSHAKE, RT_APPDATA,
             FLIGHTS, FL_C1, FL_S1, FL_C2, FL_S2,
             HT_CLIENT_HELLO, HT_SERVER_HELLO, HT_CERTIFICATE,
+            PROTO_NONE, PROTO_HTTP, PROTO_POSTGRESQL, PROTO_SMTP, PROTO_FTP, PROTO_IMAP,
+            PROTO_POP3, PROTO_LDAP, PROTO_MYSQL, PROTO_XMPP, PROTO_BANNER_220,
+            PRE_NONE, PRE_PLAIN, PRE_ASKED, PRE_GRANTED, PRE_REFUSED, PRE_UPGRADED,
+            PRE_FLIGHTS_MAX, PRE_BYTES_MAX,
             C_CONNS, C_RECORDS, C_RECORDS_DROPPED, C_HELLOS_DROPPED, C_DESYNC,
             C_TABLE_FULL, C_NO_SOCK, C_CLOSES_DROPPED, C_IO_SLOT_TAKEN, C_ACCEPTED,
             C_LISTENS, C_LATE_ARRIVAL, C_EST_FULL, C_MAX,

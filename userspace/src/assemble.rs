@@ -71,8 +71,8 @@ pub struct Counts {
 /// What an item said about the traced processes, for the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seen {
-    /// a traced process forked this one (attach its uprobes now)
-    Forked(u32),
+    /// traced process `parent` forked `pid` (cover it with uprobes now)
+    Forked { pid: u32, parent: u32 },
     /// a TLS handshake completed on a connection process `tgid` accepted at `t_accept`;
     /// `tied`: its SSL_do_handshake calls were tied to the connection
     Handshake {
@@ -121,9 +121,12 @@ impl Pipeline {
                 Some(c) => Some(self.close(&c, sink).map(|()| None)?),
                 None => None,
             },
-            Some(abi::REC_FORK) => {
-                abi::read_record::<abi::Fork>(item).map(|f| Some(Seen::Forked(f.tgid)))
-            }
+            Some(abi::REC_FORK) => abi::read_record::<abi::Fork>(item).map(|f| {
+                Some(Seen::Forked {
+                    pid: f.tgid,
+                    parent: f.parent,
+                })
+            }),
             _ => None,
         };
         // None: not an item of a known kind, or too short for its kind

@@ -28,6 +28,15 @@ pub struct ConnectionLine {
     pub peer: String,
     /// "tls" or "plain"
     pub protocol: String,
+    /// the protocol of the plaintext part, when told from its first bytes: a preamble
+    /// before TLS (smtp, imap, pop3, ftp, postgresql, mysql, ldap, xmpp) or a plain
+    /// connection's (those, or http)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_protocol: Option<String>,
+    /// for a plaintext preamble watched for TLS: upgraded, refused, granted, asked or
+    /// not_asked
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starttls: Option<String>,
     pub tls_version: Option<String>,
     pub cipher: Option<String>,
     pub sni: Option<String>,
@@ -146,6 +155,8 @@ mod tests {
         r.early_data = true;
         r.handshake_ns = Some(5);
         r.cpu_ns = Stages(vec![(Stage::ServerFlight1, 3)]);
+        r.app_protocol = Some("smtp");
+        r.starttls = Some("refused");
         let mut line = Vec::new();
         r.json(&mut line);
         let typed: ConnectionLine = same_as_the_type(&line);

@@ -95,8 +95,14 @@ impl Record {
         o.str("comm", &self.comm)
             .str("local", &local)
             .str("peer", &peer)
-            .str("protocol", self.protocol)
-            .opt_str("tls_version", self.tls_version)
+            .str("protocol", self.protocol);
+        if let Some(p) = self.app_protocol {
+            o.str("app_protocol", p);
+        }
+        if let Some(s) = self.starttls {
+            o.str("starttls", s);
+        }
+        o.opt_str("tls_version", self.tls_version)
             .opt_str("cipher", self.cipher.as_deref())
             .opt_str("sni", self.sni.as_deref())
             .opt_str("alpn", self.alpn.as_deref());
@@ -206,6 +212,8 @@ impl Record {
             let _ = write!(s, "({f} in {})", self.failed_in.map_or("?", Stage::name));
         }
         for (k, v) in [
+            ("app", self.app_protocol),
+            ("starttls", self.starttls),
             ("cipher", self.cipher.as_deref()),
             ("sni", self.sni.as_deref()),
             ("alpn", self.alpn.as_deref()),

@@ -357,10 +357,34 @@ pub fn attach_kernel_probes(bpf: &mut Ebpf, btf: &Btf, avoid: &[String]) -> Resu
     Ok(choices)
 }
 
-/// The OpenSSL uprobes of each traced process.
+/// A file as the kernel knows it (device, inode): one libssl however it is reached.
+type FileId = (u64, u64);
+
+fn file_id(path: &Path) -> Result<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).with_context(|| path.display().to_string())?;
+    Ok((m.dev(), m.ino()))
+}
+
+/// Where a traced process's uprobes are: on its file for it alone (`links`), or on a
+/// library hooked for every process that maps it (`links` empty).
+struct Attached {
+    file: FileId,
+    path: std::path::PathBuf,
+    links: Vec<(&'static str, UProbeLinkId)>,
+}
+
+/// The OpenSSL uprobes of the traced processes. Each process gets its own (others mapping
+/// the same file are not slowed), until a traced process forks children: a child serves
+/// at once (a PostgreSQL backend reads its SSLRequest as it starts), long before uprobes
+/// of its own could be attached (~20 ms a process), so its parent's shared libssl is then
+/// hooked for every process that maps it, the programs leaving at once for one that is not
+/// traced, and every child is covered from birth.
 pub struct SslProbes {
     probes: Vec<(&'static str, &'static str)>,
-    links: HashMap<u32, Vec<(&'static str, UProbeLinkId)>>,
+    procs: HashMap<u32, Attached>,
+    /// libraries hooked for every process that maps them
+    host_wide: HashMap<FileId, Vec<(&'static str, UProbeLinkId)>>,
 }
 
 fn uprobe<'a>(bpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe> {
@@ -382,7 +406,8 @@ impl SslProbes {
         }
         Ok(SslProbes {
             probes,
-            links: HashMap::new(),
+            procs: HashMap::new(),
+            host_wide: HashMap::new(),
         })
     }
 
@@ -391,15 +416,18 @@ impl SslProbes {
     }
 
     pub fn is_attached(&self, pid: u32) -> bool {
-        self.links.contains_key(&pid)
+        self.procs.contains_key(&pid)
     }
 
-    /// Attach to `pid` in `target` (a libssl, or an executable exporting the symbols),
-    /// scoped to that process so others mapping the same file are not slowed. The
+    /// Attach `target` (a libssl, or an executable exporting the symbols) in `scope`. The
     /// SSL_do_handshake pair is required; SSL_read/SSL_write ones a library lacks (older
     /// ones have no _ex) are skipped.
-    pub fn attach(&mut self, bpf: &mut Ebpf, pid: u32, target: &Path) -> Result<()> {
-        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).context("pid 0")?);
+    fn attach_in(
+        &self,
+        bpf: &mut Ebpf,
+        target: &Path,
+        scope: UProbeScope,
+    ) -> Result<Vec<(&'static str, UProbeLinkId)>> {
         let mut links = Vec::new();
         for (name, symbol) in self.probes.iter().copied() {
             match uprobe(bpf, name)?.attach(symbol, target, scope) {
@@ -408,17 +436,79 @@ impl SslProbes {
                     detach_all(bpf, links);
                     return Err(e.into());
                 }
-                Err(e) => log::debug!("pid {pid}: no {symbol} in {}: {e}", target.display()),
+                Err(e) => log::debug!("no {symbol} in {}: {e}", target.display()),
             }
         }
-        self.links.insert(pid, links);
+        Ok(links)
+    }
+
+    /// Attach to `pid` in `target`: for that process alone, unless the file is already
+    /// hooked for every process.
+    pub fn attach(&mut self, bpf: &mut Ebpf, pid: u32, target: &Path) -> Result<()> {
+        let file = file_id(target)?;
+        let links = if self.host_wide.contains_key(&file) {
+            Vec::new()
+        } else {
+            let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).context("pid 0")?);
+            self.attach_in(bpf, target, scope)?
+        };
+        self.procs.insert(
+            pid,
+            Attached {
+                file,
+                path: target.to_path_buf(),
+                links,
+            },
+        );
         Ok(())
     }
 
-    /// Detach from a process that exited or is no longer selected.
+    /// `child`, which traced process `parent` forked, maps its parent's library: covered
+    /// if that library is hooked for every process, or once it is made so here (a shared
+    /// library only; an executable with OpenSSL inside keeps its per-process uprobes).
+    /// Returns whether the child is covered, and whether this call hooked a library for
+    /// every process.
+    pub fn cover_child(&mut self, bpf: &mut Ebpf, child: u32, parent: u32) -> (bool, bool) {
+        let Some(p) = self.procs.get(&parent) else {
+            return (false, false);
+        };
+        let (file, path) = (p.file, p.path.clone());
+        let mut widened = false;
+        if !self.host_wide.contains_key(&file) {
+            if path.ends_with("exe") {
+                return (false, false);
+            }
+            match self.attach_in(bpf, &path, UProbeScope::AllProcesses) {
+                Ok(links) => {
+                    self.host_wide.insert(file, links);
+                    widened = true;
+                }
+                Err(e) => {
+                    log::debug!("{}: no uprobes for every process: {e:#}", path.display());
+                    return (false, false);
+                }
+            }
+            // the per-process ones on that file are now doubles
+            for a in self.procs.values_mut().filter(|a| a.file == file) {
+                detach_all(bpf, std::mem::take(&mut a.links));
+            }
+        }
+        self.procs.insert(
+            child,
+            Attached {
+                file,
+                path,
+                links: Vec::new(),
+            },
+        );
+        (true, widened)
+    }
+
+    /// Detach from a process that exited or is no longer selected (a library hooked for
+    /// every process stays hooked while hstrace runs).
     pub fn detach(&mut self, bpf: &mut Ebpf, pid: u32) {
-        if let Some(links) = self.links.remove(&pid) {
-            detach_all(bpf, links);
+        if let Some(a) = self.procs.remove(&pid) {
+            detach_all(bpf, a.links);
         }
     }
 }

@@ -27,6 +27,12 @@ pub struct Record {
     pub local: Endpoint,
     pub peer: Endpoint,
     pub protocol: &'static str,
+    /// the protocol of the plaintext part, told from its first bytes: a preamble before
+    /// TLS (smtp, postgresql, …), or a plain connection's (http, …)
+    pub app_protocol: Option<&'static str>,
+    /// a preamble watched for TLS: "upgraded", "refused", "granted" (no ClientHello
+    /// came), "asked" (no answer) or "not_asked"
+    pub starttls: Option<&'static str>,
     pub tls_version: Option<&'static str>,
     pub cipher: Option<Cow<'static, str>>,
     pub sni: Option<String>,
@@ -159,6 +165,33 @@ fn c_str(b: &[u8]) -> String {
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
+/// The name of a plaintext protocol (`Conn::pre_proto`); None when not told.
+pub fn app_protocol_name(p: u8) -> Option<&'static str> {
+    Some(match p {
+        abi::PROTO_HTTP => "http",
+        abi::PROTO_POSTGRESQL => "postgresql",
+        abi::PROTO_SMTP => "smtp",
+        abi::PROTO_FTP => "ftp",
+        abi::PROTO_IMAP => "imap",
+        abi::PROTO_POP3 => "pop3",
+        abi::PROTO_LDAP => "ldap",
+        abi::PROTO_MYSQL => "mysql",
+        abi::PROTO_XMPP => "xmpp",
+        _ => return None,
+    })
+}
+
+/// How far a watched preamble got (`Conn::pre_state`).
+fn starttls_name(state: u8) -> &'static str {
+    match state {
+        abi::PRE_UPGRADED => "upgraded",
+        abi::PRE_REFUSED => "refused",
+        abi::PRE_GRANTED => "granted",
+        abi::PRE_ASKED => "asked",
+        _ => "not_asked",
+    }
+}
+
 fn failure_name(f: u8) -> &'static str {
     match f {
         abi::FAIL_CLIENT_CLOSED => "client_closed",
@@ -205,7 +238,12 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         notes.push("record_stream_desync");
     }
     let done = c.outcome == abi::OUTCOME_DONE;
-    let plain = not_tls && plain_port;
+    // plain text: on an address that never carried TLS, or a protocol told from its
+    // first bytes that is not HTTP (a STARTTLS protocol that stayed plain, PostgreSQL
+    // without its SSLRequest), whatever its address carries otherwise
+    let app_protocol = app_protocol_name(c.pre_proto);
+    let preamble = stage::had_preamble(c);
+    let plain = not_tls && (plain_port || preamble || app_protocol.is_some_and(|p| p != "http"));
     // a hello that was on the wire (its flight completed a record) but not captured
     let tls = !not_tls;
     if c.flags & abi::F_SSLV2_HELLO != 0 {
@@ -282,6 +320,8 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         local: Endpoint::new(c.family, c.saddr, c.sport),
         peer: Endpoint::new(c.family, c.daddr, c.dport),
         protocol: if plain { "plain" } else { "tls" },
+        app_protocol,
+        starttls: preamble.then(|| starttls_name(c.pre_state)),
         tls_version: version.and_then(tls::version_name),
         cipher: sh.as_ref().map(|s| tls::cipher_label(s.cipher)),
         sni: ch.as_mut().and_then(|h| h.sni.take()),
@@ -296,7 +336,9 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         resumption,
         early_data: c.flags & abi::F_EARLY_DATA != 0 && done,
         offered: offer,
-        handshake_ns: done.then(|| stage::span(c.t_accept, c.t_hs_done)).flatten(),
+        handshake_ns: done
+            .then(|| stage::span(stage::tls_start(c), c.t_hs_done))
+            .flatten(),
         cpu_ns: stage::cpu(c, &stages_ns),
         stages_ns,
         library: (c.lib_req_ns > 0 || c.lib_resp_ns > 0).then_some(Library {

@@ -85,8 +85,9 @@ pub struct Source {
 /// What the source learns of the traced processes from the ring buffer.
 #[derive(Default)]
 struct Processes {
-    /// processes the kernel saw forked by traced ones since the source last looked
-    forked: Vec<u32>,
+    /// processes the kernel saw forked by traced ones since the source last looked, with
+    /// their parents
+    forked: Vec<(u32, u32)>,
     /// whether the uprobes of each process tie its calls to its connections
     ties: Ties,
 }
@@ -98,7 +99,9 @@ impl Processes {
     fn saw(&mut self, seen: Option<Seen>) {
         match seen {
             // more than a scan's worth waiting: the next scan finds them
-            Some(Seen::Forked(pid)) if self.forked.len() < FORKED_MAX => self.forked.push(pid),
+            Some(Seen::Forked { pid, parent }) if self.forked.len() < FORKED_MAX => {
+                self.forked.push((pid, parent))
+            }
             Some(Seen::Handshake {
                 tgid,
                 t_accept,
@@ -350,12 +353,14 @@ impl Source {
     fn attach_ssl(&mut self, pid: u32) {
         let name = targets::comm(pid).unwrap_or_default();
         let mut errors = Vec::new();
+        let start = std::time::Instant::now();
         for target in targets::ssl_candidates(pid) {
             match self.ssl.attach(&mut self.bpf, pid, &target) {
                 Ok(()) => {
                     log::info!(
-                        "pid {pid} ({name}): SSL_do_handshake uprobes on {}",
-                        target.display()
+                        "pid {pid} ({name}): SSL_do_handshake uprobes on {} ({:.1} ms)",
+                        target.display(),
+                        start.elapsed().as_secs_f64() * 1e3
                     );
                     self.procs.ties.attached(pid, clock::monotonic_ns());
                     return;
@@ -386,12 +391,27 @@ impl Source {
         }
     }
 
-    /// Attach the uprobes of processes that traced ones forked, as soon as the kernel
-    /// says (a prefork server's new child serves within milliseconds).
+    /// Cover the processes that traced ones forked, as soon as the kernel says: a child
+    /// serves within milliseconds (a PostgreSQL backend, a prefork server's worker), so its
+    /// parent's libssl is hooked for every process that maps it (SslProbes::cover_child);
+    /// one that maps none of its parent's is attached to on its own.
     fn attach_forked(&mut self) {
-        for pid in std::mem::take(&mut self.procs.forked) {
-            if self.wants_uprobes(pid) && targets::alive(pid) {
-                self.attach_ssl(pid);
+        for (pid, parent) in std::mem::take(&mut self.procs.forked) {
+            if !self.wants_uprobes(pid) {
+                continue;
+            }
+            match self.ssl.cover_child(&mut self.bpf, pid, parent) {
+                (true, widened) => {
+                    if widened {
+                        let name = targets::comm(parent).unwrap_or_default();
+                        log::info!(
+                            "pid {parent} ({name}) forks children that serve at once: its libssl's uprobes now fire for every process that maps it (and leave at once in one not traced)"
+                        );
+                    }
+                    self.procs.ties.attached(pid, clock::monotonic_ns());
+                }
+                (false, _) if targets::alive(pid) => self.attach_ssl(pid),
+                (false, _) => {}
             }
         }
     }

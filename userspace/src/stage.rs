@@ -34,6 +34,9 @@ impl StageClass {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Stage {
     AcceptQueue,
+    PreambleWait,
+    PreambleQueue,
+    PreambleService,
     WaitClientHello,
     ClientHelloQueue,
     HelloRetry,
@@ -50,8 +53,11 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in wire order.
-    pub const ALL: [Stage; 13] = [
+    pub const ALL: [Stage; 16] = [
         Stage::AcceptQueue,
+        Stage::PreambleWait,
+        Stage::PreambleQueue,
+        Stage::PreambleService,
         Stage::WaitClientHello,
         Stage::ClientHelloQueue,
         Stage::HelloRetry,
@@ -79,6 +85,9 @@ impl Stage {
         use StageClass::*;
         match self {
             Stage::AcceptQueue => ("accept_queue", Queue),
+            Stage::PreambleWait => ("preamble_wait", Delay),
+            Stage::PreambleQueue => ("preamble_queue", Queue),
+            Stage::PreambleService => ("preamble_service", Service),
             Stage::WaitClientHello => ("wait_client_hello", Delay),
             Stage::ClientHelloQueue => ("client_hello_queue", Queue),
             Stage::HelloRetry => ("hello_retry", Service),
@@ -101,6 +110,12 @@ impl Stage {
     /// Position in `ALL` (for per-stage arrays).
     pub fn index(self) -> usize {
         self as usize
+    }
+
+    /// Is the server thread's on-CPU time read for this stage (`cpu_ns`)? Every service
+    /// stage but the preamble's, which sums several answers whose CPU is not read.
+    pub fn has_cpu(self) -> bool {
+        self.class() == StageClass::Service && self != Stage::PreambleService
     }
 }
 
@@ -257,6 +272,17 @@ pub fn stages(c: &Conn) -> Stages {
     };
     let end = c.t_hs_done;
     push(Stage::AcceptQueue, span(c.t_est, c.t_accept));
+    // a plaintext preamble (STARTTLS and its kin): its three sums, then TLS from where it
+    // ended (or, for a connection that stayed plain, nothing more: its record was made
+    // when it could no longer switch)
+    if had_preamble(c) {
+        push(Stage::PreambleWait, Some(c.pre_wait_ns));
+        push(Stage::PreambleQueue, Some(c.pre_queue_ns));
+        push(Stage::PreambleService, Some(c.pre_service_ns));
+        if c.outcome == abi::OUTCOME_NOT_TLS {
+            return Stages(out);
+        }
+    }
     // the first request: after the handshake, or from accept() on a plain-text stream
     let request_from = if c.outcome == abi::OUTCOME_NOT_TLS {
         c.t_accept
@@ -287,7 +313,7 @@ pub fn stages(c: &Conn) -> Stages {
         Retry::Done => (c.t_retry_arrive, c.t_retry_read),
         _ => (c.t_arrive[FL_C1], read_ch),
     };
-    let (wait, queue) = wait_and_queue(c.t_accept, arrive_ch, read_first);
+    let (wait, queue) = wait_and_queue(tls_start(c), arrive_ch, read_first);
     push(Stage::WaitClientHello, wait);
     push(Stage::ClientHelloQueue, queue);
     match retry {
@@ -322,6 +348,20 @@ pub fn stages(c: &Conn) -> Stages {
         request(&mut push);
     }
     Stages(out)
+}
+
+/// Did the connection open with a plaintext preamble that was watched for TLS?
+pub fn had_preamble(c: &Conn) -> bool {
+    c.pre_flights != 0
+}
+
+/// Where TLS begins: accept(), or the end of a plaintext preamble (the server's go-ahead).
+pub fn tls_start(c: &Conn) -> u64 {
+    if c.t_tls_start != 0 {
+        c.t_tls_start
+    } else {
+        c.t_accept
+    }
 }
 
 /// TLS 1.3 0-RTT: a server that accepts early data may answer it right after its first
@@ -445,6 +485,11 @@ mod tests {
             assert_eq!(Stage::from_name(s.name()), Some(s));
         }
         assert_eq!(Stage::from_name("nope"), None);
+        // every service stage's CPU is read but the preamble's
+        assert!(Stage::ALL
+            .into_iter()
+            .all(|s| s.has_cpu()
+                == (s.class() == StageClass::Service && s != Stage::PreambleService)));
         let service: Vec<&str> = Stage::ALL
             .into_iter()
             .filter(|s| s.class() == StageClass::Service)
@@ -453,6 +498,7 @@ mod tests {
         assert_eq!(
             service,
             [
+                "preamble_service",
                 "hello_retry",
                 "server_flight_1",
                 "server_flight_2",

@@ -56,7 +56,7 @@ impl Tables {
             let _ = self.fds.remove(&state.fkey);
         }
         let k = SslKey {
-            tgid: state.r.tgid,
+            tgid: state.ssl_tgid,
             pad: 0,
             ssl: state.ssl,
         };

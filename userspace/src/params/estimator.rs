@@ -23,7 +23,7 @@ use crate::{
     ordered::Ordered,
     record::{CloseRecord, Record},
     sink::Sink,
-    stage::{Kind, RequestClass, Stage, StageClass},
+    stage::{Kind, RequestClass, Stage},
 };
 
 /// Servers (comm:port) the parameters keep apart; more are folded into `other`.
@@ -239,10 +239,9 @@ impl Estimator {
         let slot = self.slot(now);
         let proc = slot.procs.entry(s.pid).or_default();
         proc.connections += 1;
-        let served = s
-            .stages
-            .iter()
-            .any(|(st, _)| st.class() == StageClass::Service);
+        // (a preamble's service has no on-CPU reading: its CPU counts as outside the
+        // stages, as accepting does)
+        let served = s.stages.iter().any(|(st, _)| st.has_cpu());
         if served && s.cpu.is_empty() {
             proc.without_cpu += 1;
         }

@@ -51,7 +51,9 @@ pub struct Source {
     counters: PerCpuArray<MapData, u64>,
     opts: Options,
     /// processes already told about (no libssl, attach errors), to say it once
-    warned: HashSet<u32>,
+    /// (with the executable each ran then: one that execs another is looked at again,
+    /// as a server's child that execs its program after the fork loads libssl only then)
+    warned: HashMap<u32, Option<std::path::PathBuf>>,
     uprobe_attach_failures: u64,
     /// processes whose uprobes tied no call to a connection (see `ties`)
     uprobes_untied: u64,
@@ -206,7 +208,7 @@ impl Source {
             tgids,
             counters,
             opts,
-            warned: HashSet::new(),
+            warned: HashMap::new(),
             uprobe_attach_failures: 0,
             uprobes_untied: 0,
             choices,
@@ -274,8 +276,18 @@ impl Source {
                 self.procs.ties.forget(*pid);
                 self.warned.remove(pid);
                 gone.push(*pid);
-            } else if self.wants_uprobes(*pid) {
-                self.attach_ssl(*pid);
+            } else {
+                // exec'd since it was found without libssl: look again
+                if self
+                    .warned
+                    .get(pid)
+                    .is_some_and(|exe| *exe != executable(*pid))
+                {
+                    self.warned.remove(pid);
+                }
+                if self.wants_uprobes(*pid) {
+                    self.attach_ssl(*pid);
+                }
             }
         }
         gone
@@ -368,7 +380,7 @@ impl Source {
                 Err(e) => errors.push(format!("{}: {e:#}", target.display())),
             }
         }
-        self.warned.insert(pid);
+        self.warned.insert(pid, executable(pid));
         self.uprobe_attach_failures += 1;
         log::warn!(
             "pid {pid} ({name}) has no libssl with SSL_do_handshake: tracing it from the wire only, as with --no-uprobes"
@@ -386,7 +398,7 @@ impl Source {
                 ties::JUDGED_AFTER
             );
             self.ssl.detach(&mut self.bpf, pid);
-            self.warned.insert(pid);
+            self.warned.insert(pid, executable(pid));
             self.uprobes_untied += 1;
         }
     }
@@ -418,7 +430,7 @@ impl Source {
 
     /// Uprobes are on, `pid` has none yet, and it was not found unable to take them.
     fn wants_uprobes(&self, pid: u32) -> bool {
-        self.ssl.enabled() && !self.ssl.is_attached(pid) && !self.warned.contains(&pid)
+        self.ssl.enabled() && !self.ssl.is_attached(pid) && !self.warned.contains_key(&pid)
     }
 
     /// One pass of the sweep (see `sweep::sweep`).
@@ -556,6 +568,11 @@ impl Source {
             .map_err(anyhow::Error::from)?;
         Ok(health)
     }
+}
+
+/// The program `pid` runs (what /proc/PID/exe names).
+fn executable(pid: u32) -> Option<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
 }
 
 fn drain_ring(

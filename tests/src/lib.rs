@@ -24,6 +24,8 @@ pub mod prometheus;
 pub mod proxies;
 /// nginx, Apache, HAProxy, Node.js, Go and the static C server.
 pub mod servers;
+/// PostgreSQL, Postfix and Dovecot: TLS after a plaintext preamble; their clients.
+pub mod starttls_servers;
 /// The workspace, fresh directories, free ports, waiting, a median.
 pub mod util;
 /// Mutated real handshakes on the wire (`cargo xtask fuzz-wire`, the soak, a test).

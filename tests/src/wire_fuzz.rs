@@ -25,7 +25,7 @@ const FIXTURES: [&str; 5] = [
 ];
 
 /// Every mutation, by name (`Case::mutation`).
-pub const MUTATIONS: [&str; 14] = [
+pub const MUTATIONS: [&str; 16] = [
     "intact",
     "truncated",
     "split",
@@ -40,6 +40,22 @@ pub const MUTATIONS: [&str; 14] = [
     "early_close",
     "reset",
     "plain_http",
+    "preamble_then_hello",
+    "preamble_flood",
+];
+
+/// The first messages of protocols that switch to TLS later (the kernel watches their
+/// preamble: ebpf/preamble.bpf.h): PostgreSQL's SSLRequest, LDAP's StartTLS, an XMPP
+/// stream header, a MySQL-style SSLRequest packet.
+const PREAMBLES: [&[u8]; 4] = [
+    &[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f],
+    &[
+        0x30, 0x1d, 0x02, 0x01, 0x01, 0x77, 0x18, 0x80, 0x16, b'1', b'.', b'3', b'.', b'6', b'.',
+        b'1', b'.', b'4', b'.', b'1', b'.', b'1', b'4', b'6', b'6', b'.', b'2', b'0', b'0', b'3',
+        b'7',
+    ],
+    b"<?xml version='1.0'?><stream:stream to='x'>",
+    &[32, 0, 0, 1, 0x85, 0xae, 0xff, 0x01],
 ];
 
 /// How the client leaves.
@@ -151,6 +167,19 @@ pub fn case(seed: u64, i: usize) -> Case {
         "early_close" => (one(hello[..rng.range(0, n)].to_vec()), End::Close),
         "reset" => (one(hello[..rng.range(0, n)].to_vec()), End::Reset),
         "plain_http" => (one(b"GET / HTTP/1.0\r\n\r\n".to_vec()), End::Read),
+        // a preamble, then (in a later write) the ClientHello, whole or cut
+        "preamble_then_hello" => {
+            let pre = PREAMBLES[rng.range(0, PREAMBLES.len())].to_vec();
+            (vec![pre, hello[..rng.range(1, n + 1)].to_vec()], end)
+        }
+        // a preamble, then more bytes than the kernel watches one for (16 KiB)
+        "preamble_flood" => {
+            let mut pieces = vec![PREAMBLES[rng.range(0, PREAMBLES.len())].to_vec()];
+            for _ in 0..rng.range(1, 24) {
+                pieces.push((0..1024).map(|_| rng.next() as u8).collect());
+            }
+            (pieces, end)
+        }
         _ => unreachable!("every mutation is listed"),
     };
     Case {

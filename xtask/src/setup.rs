@@ -41,6 +41,12 @@ pub const TEST_PACKAGES: &[&str] = &[
     "prometheus",
     "man-db",
     "systemd",
+    // TLS after a plaintext preamble (tests/tests/starttls.rs): psql is the client
+    "postgresql",
+    "postgresql-client",
+    "postfix",
+    "dovecot-imapd",
+    "dovecot-pop3d",
 ];
 
 /// What building the container image and running it needs (`cargo xtask image`, and the

@@ -5,7 +5,8 @@
 //! Series budget per server at the defaults: the stage histogram has ≤ 31 (stage, kind)
 //! pairs × 26 series (23 buckets, +Inf, _sum, _count) ≈ 810; the handshake histogram
 //! 2 kinds × TLS versions seen × 26; per-SNI counters ≤ (`--max-sni` + 2) × 3 mechanisms ×
-//! 2 + (`--max-sni` + 2) × 2; connections one per (protocol, kind, version, cipher) seen.
+//! 2 + (`--max-sni` + 2) × 2; connections one per (protocol, app protocol, kind, version,
+//! cipher) seen.
 //! About 1,500 series for a server with two TLS versions, a few ciphers and 50 SNIs.
 
 use std::collections::{HashMap, HashSet};
@@ -64,6 +65,9 @@ struct CpuLabels {
 struct ConnectionLabels {
     server: String,
     protocol: &'static str,
+    /// the plaintext part's protocol (STARTTLS's, or a plain connection's), "none" when
+    /// not told: one of ten names, bounded
+    app_protocol: &'static str,
     kind: &'static str,
     tls_version: &'static str,
     cipher: String,
@@ -343,24 +347,28 @@ impl Metrics {
         }
         let tls_version = r.tls_version.unwrap_or("none");
         let cipher = r.cipher.as_deref().unwrap_or("none");
-        let connections = match of_kind
-            .connections
-            .iter()
-            .find(|(p, v, c, _)| *p == r.protocol && *v == tls_version && c == cipher)
-        {
+        let app = r.app_protocol.unwrap_or("none");
+        let connections = match of_kind.connections.iter().find(|(p, a, v, c, _)| {
+            *p == r.protocol && *a == app && *v == tls_version && c == cipher
+        }) {
             Some((.., counter)) => counter,
             None => {
                 let counter = connection_family.get_or_create_owned(&ConnectionLabels {
                     server: server.clone(),
                     protocol: r.protocol,
+                    app_protocol: app,
                     kind,
                     tls_version,
                     cipher: cipher.to_owned(),
                 });
-                of_kind
-                    .connections
-                    .push((r.protocol, tls_version, cipher.to_owned(), counter));
-                &of_kind.connections.last().expect("pushed").3
+                of_kind.connections.push((
+                    r.protocol,
+                    app,
+                    tls_version,
+                    cipher.to_owned(),
+                    counter,
+                ));
+                &of_kind.connections.last().expect("pushed").4
             }
         };
         connections.inc();
@@ -493,8 +501,8 @@ struct KindSeries {
     cpu: [Option<Counter<f64>>; Stage::ALL.len()],
     /// by TLS version
     handshake: Vec<(&'static str, Histogram)>,
-    /// by protocol, TLS version and cipher
-    connections: Vec<(&'static str, &'static str, String, Counter)>,
+    /// by protocol, app protocol, TLS version and cipher
+    connections: Vec<(&'static str, &'static str, &'static str, String, Counter)>,
 }
 
 /// A server's series (`server` is bounded by the listeners selected, not by the wire).

@@ -1,4 +1,5 @@
 //! Compiles the BPF programs in ../ebpf with clang-19 into OUT_DIR; lib.rs embeds the object.
+//! Also tells the build's revision and compiler, for `hstrace_build_info`.
 
 #[path = "../ebpf/compile.rs"]
 mod compile;
@@ -21,4 +22,38 @@ fn main() {
         ],
         "hstrace.bpf.o",
     );
+    build_info();
+}
+
+/// HSTRACE_REVISION (the git commit, or what a packager sets) and HSTRACE_RUSTC (rustc's
+/// version), "unknown" when they cannot be told (a build outside a git checkout).
+fn build_info() {
+    use std::process::Command;
+    println!("cargo:rerun-if-env-changed=HSTRACE_REVISION");
+    for git in ["../.git/HEAD", "../.git/refs/heads"] {
+        if std::path::Path::new(git).exists() {
+            println!("cargo:rerun-if-changed={git}");
+        }
+    }
+    let run = |cmd: &str, args: &[&str]| {
+        Command::new(cmd)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+    };
+    let revision = std::env::var("HSTRACE_REVISION")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| run("git", &["rev-parse", "--short=12", "HEAD"]))
+        .unwrap_or_else(|| "unknown".into());
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let rustc = run(&rustc, &["--version"])
+        .and_then(|v| v.split_whitespace().nth(1).map(str::to_owned))
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=HSTRACE_REVISION={revision}");
+    println!("cargo:rustc-env=HSTRACE_RUSTC={rustc}");
 }

@@ -13,7 +13,7 @@ use hstrace_tests::{
     assert::without_rates,
     clients::{curl, drive_mix, s_client, s_time},
     daemon::{Daemon, Scrape},
-    hstrace::{hstrace_bin, hstrace_run},
+    hstrace::{hstrace_bin, hstrace_output, hstrace_run},
     prometheus,
     servers::Nginx,
     util::workspace,
@@ -112,6 +112,21 @@ fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
         total
     );
     assert_eq!(m.sum("hstrace_lost_total", &[]), 0.0, "{}", m.text);
+    // which hstrace answered: one series, the version the binary says
+    let out = hstrace_output(&["--version"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    let version = said
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    assert!(out.status.success() && !version.is_empty(), "{said}");
+    assert_eq!(
+        m.sum("hstrace_build_info", &[("version", &version)]),
+        1.0,
+        "{}",
+        m.text
+    );
     // the health on /healthz is the same accounting (updated once a second)
     eventually("/healthz to report every connection", || {
         let health: Value = serde_json::from_str(&daemon.get("/healthz")).unwrap();

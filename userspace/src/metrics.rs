@@ -9,7 +9,10 @@
 //! cipher) seen.
 //! About 1,500 series for a server with two TLS versions, a few ciphers and 50 SNIs.
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    borrow::Cow,
+    collections::{HashMap, HashSet},
+};
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -102,6 +105,13 @@ struct RecordLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CauseLabels {
     cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    revision: &'static str,
+    rust_version: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -277,6 +287,19 @@ impl Metrics {
             "Connections that waited to be accepted while --max-conns others did: reported without an accept_queue stage",
             m.accept_queue_unmeasured.clone(),
         );
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                revision: env!("HSTRACE_REVISION"),
+                rust_version: env!("HSTRACE_RUSTC"),
+            })
+            .set(1);
+        r.register(
+            "build_info",
+            "Which hstrace this is: always 1, with the version, the git revision it was built from and the Rust compiler's version",
+            build,
+        );
         r.register(
             "sni_folded",
             "Connections whose SNI was counted as \"other\" (over --max-sni, or not yet seen twice)",
@@ -402,6 +425,7 @@ impl Metrics {
             histogram.observe(h as f64 * 1e-9);
         }
         let sni = self.sni.label(r.sni.as_deref());
+        let sni: &str = &sni;
         if sni == OTHER {
             self.sni_folded.inc();
         }
@@ -555,17 +579,23 @@ impl SniLabels {
         }
     }
 
-    fn label<'a>(&mut self, sni: Option<&'a str>) -> &'a str {
+    /// The label value of `sni`, lower-cased (DNS names are case-insensitive).
+    fn label<'a>(&mut self, sni: Option<&'a str>) -> Cow<'a, str> {
         let Some(sni) = sni else {
-            return NONE;
+            return Cow::Borrowed(NONE);
         };
-        if self.admitted.contains(sni) {
+        let sni = if sni.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Owned(sni.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(sni)
+        };
+        if self.admitted.contains(&*sni) {
             return sni;
         }
         if self.admitted.len() >= self.max {
-            return OTHER;
+            return Cow::Borrowed(OTHER);
         }
-        let (count, err) = match self.sketch.get_mut(sni) {
+        let (count, err) = match self.sketch.get_mut(&*sni) {
             Some(e) => {
                 e.0 += 1;
                 *e
@@ -584,16 +614,17 @@ impl SniLabels {
                         floor = min.1;
                     }
                 }
-                self.sketch.insert(sni.to_owned(), (floor + 1, floor));
+                self.sketch
+                    .insert(sni.clone().into_owned(), (floor + 1, floor));
                 (floor + 1, floor)
             }
         };
         if count - err >= ADMIT_AFTER {
-            self.sketch.remove(sni);
-            self.admitted.insert(sni.to_owned());
+            self.sketch.remove(&*sni);
+            self.admitted.insert(sni.clone().into_owned());
             return sni;
         }
-        OTHER
+        Cow::Borrowed(OTHER)
     }
 }
 
@@ -614,6 +645,16 @@ mod tests {
         s.label(Some("noise.example"));
         assert_eq!(s.label(Some("shop.example")), "shop.example");
         assert_eq!(s.label(None), NONE);
+    }
+
+    #[test]
+    fn sni_labels_are_lower_case() {
+        let mut s = SniLabels::new(50);
+        assert_eq!(s.label(Some("Shop.Example")), OTHER);
+        // the second sighting, spelled otherwise, is the same name
+        assert_eq!(s.label(Some("shop.EXAMPLE")), "shop.example");
+        assert_eq!(s.label(Some("SHOP.example")), "shop.example");
+        assert_eq!(s.admitted.len(), 1);
     }
 
     #[test]
@@ -683,6 +724,11 @@ mod tests {
             "hstrace_lost_total{cause=\"ring_buffer_full\"} 0",
             "hstrace_connections_tracked_total 0",
             "hstrace_accept_queue_unmeasured_total 0",
+            concat!(
+                "hstrace_build_info{version=\"",
+                env!("CARGO_PKG_VERSION"),
+                "\",revision=\""
+            ),
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }

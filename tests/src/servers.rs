@@ -15,7 +15,7 @@ use std::{
 use crate::{
     fixtures::make_cert,
     procs::children,
-    util::{free_port, wait_for, work_dir, workspace},
+    util::{free_port, wait_for, wait_listening, work_dir, workspace},
 };
 
 /// Which Debian server a `TestServer` runs.
@@ -173,9 +173,7 @@ impl TestServer {
             plain_port,
             child,
         };
-        wait_for("the server to listen", Duration::from_secs(10), || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
+        wait_listening("the server to listen", port, Duration::from_secs(10));
         wait_for("its workers", Duration::from_secs(10), || {
             server.worker_pids().len() == workers
         });
@@ -510,9 +508,7 @@ impl StaticTlsServer {
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
-        wait_for("the static TLS server", Duration::from_secs(10), || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
+        wait_listening("the static TLS server", port, Duration::from_secs(10));
         StaticTlsServer { port, child }
     }
 

@@ -10,37 +10,18 @@ use std::{
     net::TcpStream,
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
+    process::{Command, Stdio},
     thread,
     time::Duration,
 };
 
 use crate::{
     fixtures::make_cert,
-    util::{free_port, wait_for, work_dir},
+    util::{free_port, run_ok, wait_for, wait_listening, work_dir},
 };
 
-/// Run `cmd`; panic with its output if it fails.
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Wait until something listens on 127.0.0.1:`port`.
-fn wait_listening(what: &str, port: u16) {
-    wait_for(what, Duration::from_secs(30), || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-}
-
 fn chown(path: &Path, user: &str) {
-    run(Command::new("chown").arg("-R").arg(user).arg(path));
+    run_ok(Command::new("chown").arg("-R").arg(user).arg(path));
 }
 
 /// PostgreSQL (Debian's, the newest installed) with `ssl = on`, trusting every local user.
@@ -65,11 +46,13 @@ impl Postgres {
         chown(&dir, "postgres");
         fs::set_permissions(dir.join("key.pem"), fs::Permissions::from_mode(0o600)).unwrap();
         let data = dir.join("data");
-        run(Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(bin.join("initdb"))
-            .args(["-A", "trust", "-U", "postgres", "-D"])
-            .arg(&data));
+        run_ok(
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(bin.join("initdb"))
+                .args(["-A", "trust", "-U", "postgres", "-D"])
+                .arg(&data),
+        );
         let port = free_port();
         let d = dir.display();
         let mut conf = fs::OpenOptions::new()
@@ -89,15 +72,17 @@ impl Postgres {
         )
         .unwrap();
         let pg = Postgres { dir, port, bin };
-        run(Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(pg.bin.join("pg_ctl"))
-            .args(["-w", "-D"])
-            .arg(&data)
-            .arg("-l")
-            .arg(pg.dir.join("server.log"))
-            .arg("start"));
-        wait_listening("PostgreSQL", port);
+        run_ok(
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(pg.bin.join("pg_ctl"))
+                .args(["-w", "-D"])
+                .arg(&data)
+                .arg("-l")
+                .arg(pg.dir.join("server.log"))
+                .arg("start"),
+        );
+        wait_listening("PostgreSQL", port, Duration::from_secs(30));
         pg
     }
 
@@ -137,12 +122,14 @@ impl Postgres {
     /// an SSLRequest with 'N'.
     pub fn set_ssl(&self, on: bool) {
         let sql = format!("alter system set ssl = {}", if on { "on" } else { "off" });
-        run(Command::new("runuser")
-            .args(["-u", "postgres", "--", "psql", "-h"])
-            .arg(&self.dir)
-            .arg("-p")
-            .arg(self.port.to_string())
-            .args(["-q", "-c", &sql, "-c", "select pg_reload_conf()"]));
+        run_ok(
+            Command::new("runuser")
+                .args(["-u", "postgres", "--", "psql", "-h"])
+                .arg(&self.dir)
+                .arg("-p")
+                .arg(self.port.to_string())
+                .args(["-q", "-c", &sql, "-c", "select pg_reload_conf()"]),
+        );
         // the reload reaches the postmaster's children for new connections at once
         thread::sleep(Duration::from_millis(300));
     }
@@ -228,7 +215,7 @@ impl Postfix {
             log,
             queue,
         };
-        run(Command::new("postfix").arg("-c").arg(&pf.conf).arg("check"));
+        run_ok(Command::new("postfix").arg("-c").arg(&pf.conf).arg("check"));
         let st = Command::new("postfix")
             .arg("-c")
             .arg(&pf.conf)
@@ -242,7 +229,7 @@ impl Postfix {
             "postfix did not start: see {}",
             pf.log.display()
         );
-        wait_listening("Postfix", port);
+        wait_listening("Postfix", port, Duration::from_secs(30));
         pf
     }
 
@@ -320,7 +307,7 @@ impl Dovecot {
             "dovecot did not start: see {}",
             dir.join("dovecot.log").display()
         );
-        wait_listening("Dovecot", imap_port);
+        wait_listening("Dovecot", imap_port, Duration::from_secs(30));
         wait_for("Dovecot's master.pid", Duration::from_secs(30), || {
             dir.join("run/master.pid").exists()
         });

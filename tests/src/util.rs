@@ -1,11 +1,12 @@
 //! Small helpers every test and xtask job shares: the workspace, a fresh directory, a free
-//! port, waiting for a condition, a median, whether a Debian package is installed.
+//! port, waiting for a condition or a listener, running a command that must succeed, a
+//! median, whether a Debian package is installed.
 
 use std::{
     fs,
-    net::TcpListener,
+    net::{TcpListener, TcpStream},
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Output},
     thread,
     time::{Duration, Instant},
 };
@@ -50,6 +51,25 @@ pub fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
         assert!(start.elapsed() < timeout, "timed out waiting for {what}");
         thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Wait until something listens on 127.0.0.1:`port`; panic after `timeout`.
+pub fn wait_listening(what: &str, port: u16, timeout: Duration) {
+    wait_for(what, timeout, || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+}
+
+/// Run `cmd`; its output, or a panic with what it said if it fails.
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// The middle of `v` (the upper one of an even count); panics on an empty `v` or a NaN.

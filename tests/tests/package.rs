@@ -11,7 +11,11 @@ use std::{
 };
 
 use hstrace_tests::{
-    assert::assert_accounted, clients::drive_mix, hstrace::Hstrace, servers::Nginx, util::installed,
+    assert::assert_accounted,
+    clients::drive_mix,
+    hstrace::Hstrace,
+    servers::Nginx,
+    util::{installed, run_ok},
 };
 
 fn deb(var: &str) -> PathBuf {
@@ -24,14 +28,7 @@ fn deb(var: &str) -> PathBuf {
 
 /// Run `cmd`; its stdout, or a panic with what it said.
 fn ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    String::from_utf8_lossy(&run_ok(cmd).stdout).into_owned()
 }
 
 /// The files and directories a package holds, as `dpkg-deb -c` lists them (absolute).

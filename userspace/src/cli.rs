@@ -6,7 +6,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use crate::{
     export::{self, ExportFormat},
-    model::{self, knobs, mva::Discipline, ModelFormat, ModelOptions},
+    model::{self, knobs, network::Discipline, ModelFormat, ModelOptions},
     print::Format,
     probes::Uprobes,
     serve::{self, ServeOptions},

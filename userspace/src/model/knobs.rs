@@ -6,8 +6,7 @@ use anyhow::{anyhow, bail, Result};
 
 use super::{
     input::{ClassInput, ServerInput, StageMean},
-    mva::{Discipline, Network},
-    sim::{Step, Wakeup},
+    network::{Discipline, Network, Step, Wakeup},
 };
 use crate::stage::{RequestClass, Stage, StageClass};
 

@@ -4,8 +4,11 @@
 //!
 //! - `input`: the parameters (a `hstrace.parameters/v1` file, a daemon, Prometheus)
 //! - `knobs`: the what-if knobs and the network they make
-//! - `mva`: the solver (one processor or c), the bounds and N*
+//! - `network`: the network every solver solves, its solution, the bounds and N*
+//! - `mva`: exact MVA (processor sharing, one processor or c) and the event-loop
+//!   approximation
 //! - `sim`: one event loop (an nginx worker) by discrete-event simulation
+//! - `ctmc` (tests only): the exact Markov chain, the check where product form holds
 //! - `report`: the table, JSON (`hstrace.model/v1`) and CSV
 //! - `plot`: the SVG picture, measured points overlaid
 //!
@@ -22,6 +25,7 @@
 pub mod input;
 pub mod knobs;
 pub mod mva;
+pub mod network;
 pub mod plot;
 pub mod report;
 pub mod sim;
@@ -36,9 +40,20 @@ use anyhow::{bail, Result};
 use self::{
     input::ServerInput,
     knobs::Knobs,
-    mva::Discipline,
+    network::{Discipline, Network, Solution},
     report::{Curve, Report},
 };
+
+/// The solution at each of `users` (sorted, each once), in that order, by the solver of
+/// the network's discipline. The model needs no root and no BPF: it is plain arithmetic
+/// on the parameters.
+pub fn solve_at(net: &Network, users: &[u32]) -> Vec<Solution> {
+    match net.discipline {
+        Discipline::ProcessorSharing => mva::processor_sharing(net, users),
+        Discipline::EventLoop => mva::event_loop(net, users),
+        Discipline::EventLoopSim => sim::solve_at(net, users),
+    }
+}
 
 /// User counts by default: 1 to twice N*, in about this many steps.
 const DEFAULT_STEPS: f64 = 50.0;
@@ -119,8 +134,7 @@ pub fn build(
     let curves = nets
         .into_iter()
         .map(|(secure_fraction, network)| {
-            let points = network
-                .solve_at(&users)
+            let points = solve_at(&network, &users)
                 .into_iter()
                 .map(|s| {
                     let b = network.bounds(s.users);
@@ -203,6 +217,83 @@ mod tests {
     use super::*;
     use crate::model::input::seed_parameters as seed;
     use serde_json::Value;
+
+    /// The model is arithmetic on the parameters: no BPF, nothing of the tracer; the
+    /// solvers share `network` and none imports another.
+    #[test]
+    fn the_model_stands_apart_and_its_solvers_do_not_import_each_other() {
+        let files = [
+            ("mod.rs", include_str!("mod.rs")),
+            ("network.rs", include_str!("network.rs")),
+            ("mva.rs", include_str!("mva.rs")),
+            ("sim.rs", include_str!("sim.rs")),
+            ("ctmc.rs", include_str!("ctmc.rs")),
+            ("knobs.rs", include_str!("knobs.rs")),
+            ("input.rs", include_str!("input.rs")),
+            ("report.rs", include_str!("report.rs")),
+            ("plot.rs", include_str!("plot.rs")),
+        ];
+        // what the model may use of the rest of the crate
+        let allowed = [
+            "crate::stage",
+            "crate::params",
+            "crate::http_client",
+            "crate::model",
+        ];
+        for (name, text) in files {
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            for (at, _) in code.match_indices("crate::") {
+                let path: String = code[at..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                    .collect();
+                if path == "crate::" {
+                    // `use crate::{a::{..}, b}`: the top-level names in the braces
+                    let mut depth = 0;
+                    let mut heads = vec![String::new()];
+                    for c in code[at + "crate::{".len()..].chars() {
+                        match c {
+                            '{' => depth += 1,
+                            '}' if depth == 0 => break,
+                            '}' => depth -= 1,
+                            ',' if depth == 0 => heads.push(String::new()),
+                            c if depth == 0 => heads.last_mut().unwrap().push(c),
+                            _ => {}
+                        }
+                    }
+                    for head in heads.iter().map(|h| h.trim()).filter(|h| !h.is_empty()) {
+                        let head = head.split("::").next().unwrap();
+                        assert!(
+                            allowed.contains(&format!("crate::{head}").as_str()),
+                            "{name} uses crate::{head}"
+                        );
+                    }
+                    continue;
+                }
+                assert!(
+                    allowed.iter().any(|a| path.starts_with(a)),
+                    "{name} uses {path}"
+                );
+            }
+            assert!(!code.contains("aya"), "{name} mentions aya");
+        }
+        let imports = |text: &str, other: &str| {
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            code.contains(&format!("super::{other}")) || code.contains(&format!("model::{other}"))
+        };
+        for (solver, text) in [
+            ("mva", include_str!("mva.rs")),
+            ("sim", include_str!("sim.rs")),
+            ("ctmc", include_str!("ctmc.rs")),
+            ("network", include_str!("network.rs")),
+        ] {
+            for other in ["mva", "sim", "ctmc"] {
+                if other != solver {
+                    assert!(!imports(text, other), "{solver} imports {other}");
+                }
+            }
+        }
+    }
 
     /// The simulated loop takes the measured CPU outside the stages; --overhead wins;
     /// seed 002's disciplines stay the stages alone.

@@ -13,269 +13,88 @@
 //! p(j | n) for j < c − 1 are carried along, as in multi-server MVA:
 //! R_c,ws(n) = D_c,ws / c · (1 + Q_ws(n − 1) + Σ_{j=0}^{c−2} (c − 1 − j) p(j | n − 1)).
 
-use super::sim::{self, Step, Wakeup};
-
-/// How the web server shares its processor among the requests at it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Discipline {
-    /// seed 002's: every request present progresses at once (threads or processes, a
-    /// preemptive scheduler). Product form: solved exactly.
-    #[default]
-    ProcessorSharing,
-    /// one event loop (an nginx worker): each visit (a flight read and answered) runs to
-    /// completion, in arrival order. Not product form: approximate MVA (below).
-    EventLoop,
-    /// the same event loop as nginx runs it (gated passes over the epoll ready list, one
-    /// accept per listener per pass), solved by discrete-event simulation (`sim`).
-    EventLoopSim,
-}
-
-impl Discipline {
-    pub fn name(self) -> &'static str {
-        match self {
-            Discipline::ProcessorSharing => "processor_sharing",
-            Discipline::EventLoop => "event_loop",
-            Discipline::EventLoopSim => "event_loop_sim",
-        }
-    }
-
-    /// One event loop (one processor), however solved.
-    pub fn is_event_loop(self) -> bool {
-        matches!(self, Discipline::EventLoop | Discipline::EventLoopSim)
-    }
-}
+use super::network::{mixed, Network, Solution};
 
 /// Mean residual service of the visit in progress, as a share of its mean: ½ for the
 /// constant service times of a handshake's steps (the same signature, the same key
 /// schedule every time), where an exponential would be 1.
 const RESIDUAL: f64 = 0.5;
 
-/// The network: demands per request of each class (`RequestClass::ALL` order).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Network {
-    /// mean think time Z (seed 002's h), seconds
-    pub think_s: f64,
-    /// processors of the web server
-    pub servers: u32,
-    /// probability that a request is of each class (sums to 1)
-    pub mix: [f64; 3],
-    /// each class's total service demand at the web server, seconds
-    pub service_s: [f64; 3],
-    /// each class's total delay (client and network), seconds
-    pub delay_s: [f64; 3],
-    pub discipline: Discipline,
-    /// each class's visits to the web server (with an event loop, each waits its turn)
-    pub visits: [f64; 3],
-    /// each class's sum over its visits of the visit's service time squared, s²
-    pub visit_sq_s: [f64; 3],
-    /// each class's route, stage by stage (what `EventLoopSim` simulates)
-    pub routes: [Vec<Step>; 3],
-    /// `EventLoopSim`'s seed
-    pub seed: u64,
-    /// `EventLoopSim`: the web server's CPU per request that no stage measures (accepting,
-    /// closing, logging, epoll), seconds; part of its demand
-    pub overhead_s: f64,
-    /// `EventLoopSim`: how long a worker asleep in `epoll_wait` takes to run after an
-    /// event, by how long it slept
-    pub wakeup: Wakeup,
-}
-
-/// 95 % confidence half-widths of a simulated solution.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Ci95 {
-    pub response_s: f64,
-    pub throughput_per_s: f64,
-    pub class_response_s: [f64; 3],
-}
-
-/// The network's means at one user count.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Solution {
-    pub users: u32,
-    /// requests completed per second, X(N)
-    pub throughput_per_s: f64,
-    /// mean response time over all requests, R(N) (think time excluded)
-    pub response_s: f64,
-    /// mean response time of a request of each class
-    pub class_response_s: [f64; 3],
-    /// of each class, the part spent at the web server (service and queueing)
-    pub class_web_server_s: [f64; 3],
-    /// busy fraction of each web-server processor, X · D_ws / c
-    pub utilisation: f64,
-    /// mean requests at the web server, Q_ws(N)
-    pub web_server_users: f64,
-    /// a simulation's statistical error (None: solved, not simulated)
-    pub ci95: Option<Ci95>,
-    /// per class, each queue stage's predicted mean (simulated only; else empty)
-    pub queue_s: [Vec<(String, f64)>; 3],
-}
-
-impl Solution {
-    /// Mean users thinking, n̄_0 = X · Z.
-    pub fn thinking_users(&self, net: &Network) -> f64 {
-        self.throughput_per_s * net.think_s
-    }
-
-    /// Mean requests of class c at the web server (n̄_1c) and at the delay centre (n̄_2c),
-    /// by Little's law on each.
-    pub fn class_users(&self, net: &Network, c: usize) -> (f64, f64) {
-        let x = self.throughput_per_s * net.mix[c];
-        (x * self.class_web_server_s[c], x * net.delay_s[c])
-    }
-}
-
-/// The bottleneck bounds at one user count.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Bounds {
-    /// X ≤ min(N / (D + Z), 1 / D_max)
-    pub throughput_max_per_s: f64,
-    /// R ≥ max(D, N · D_max − Z)
-    pub response_min_s: f64,
-}
-
-fn mixed(mix: &[f64; 3], v: &[f64; 3]) -> f64 {
-    mix.iter().zip(v).map(|(m, d)| m * d).sum()
-}
-
-impl Network {
-    /// D_ws: the mean request's demand at the web server (its service stages, and the
-    /// CPU no stage measures when given).
-    pub fn service_demand(&self) -> f64 {
-        mixed(&self.mix, &self.service_s) + self.overhead_s
-    }
-
-    /// The mean request's delay.
-    pub fn delay_demand(&self) -> f64 {
-        mixed(&self.mix, &self.delay_s)
-    }
-
-    /// D: the mean request's total demand (its response time alone: its stages; the CPU
-    /// no stage measures runs after them).
-    pub fn demand(&self) -> f64 {
-        mixed(&self.mix, &self.service_s) + self.delay_demand()
-    }
-
-    /// D_max: the bottleneck's demand per processor (the delay centre has no bottleneck).
-    pub fn bottleneck_demand(&self) -> f64 {
-        self.service_demand() / f64::from(self.servers)
-    }
-
-    /// N* = (D + Z) / D_max: where the two asymptotes cross, the user count past which
-    /// the web server saturates.
-    pub fn n_star(&self) -> f64 {
-        (self.demand() + self.think_s) / self.bottleneck_demand()
-    }
-
-    pub fn bounds(&self, users: u32) -> Bounds {
-        let n = f64::from(users);
-        let (d, dmax, z) = (self.demand(), self.bottleneck_demand(), self.think_s);
-        Bounds {
-            throughput_max_per_s: (n / (d + z)).min(1.0 / dmax),
-            response_min_s: d.max(n * dmax - z),
+/// One event loop, FCFS per visit, by the arrival-theorem approximation (Reiser's
+/// for FCFS with class-dependent service): a visit arriving with N users waits for the
+/// visits the N − 1 network has at the server, the one in progress only for its
+/// residual: W(N) = X(N−1) · (W(N−1) · D_ws + RESIDUAL · Σ_c mix_c Σ_v S_cv²).
+/// A request of class c waits V_c times: R_c = D_c,ws + V_c · W + D_c,delay.
+/// Exact at N = 1 and at the saturation asymptotes; one processor only.
+pub fn event_loop(net: &Network, users: &[u32]) -> Vec<Solution> {
+    let max_users = users.last().copied().unwrap_or(0);
+    let mut wanted = users.iter().peekable();
+    let (d_ws, d_delay, z) = (net.service_demand(), net.delay_demand(), net.think_s);
+    let sq = mixed(&net.mix, &net.visit_sq_s);
+    let (mut wait, mut x) = (0.0, 0.0);
+    let mut out = Vec::with_capacity(users.len());
+    for n in 1..=max_users {
+        wait = x * (wait * d_ws + RESIDUAL * sq);
+        let class_web_server_s: [f64; 3] =
+            std::array::from_fn(|k| net.service_s[k] + net.visits[k] * wait);
+        let r_ws = mixed(&net.mix, &class_web_server_s);
+        x = f64::from(n) / (z + r_ws + d_delay);
+        if wanted.next_if_eq(&&n).is_none() {
+            continue;
         }
+        out.push(net.solution(n, x, class_web_server_s));
     }
+    out
+}
 
-    /// The exact solution for 1 ..= `max_users` users (index n − 1), O(max_users · c).
-    /// Needs a positive service demand.
-    pub fn solve(&self, max_users: u32) -> Vec<Solution> {
-        let all: Vec<u32> = (1..=max_users).collect();
-        self.solve_at(&all)
-    }
-
-    /// The exact solution at each of `users` (sorted, each once), in that order. MVA runs
-    /// through every user count up to the largest; only the asked ones are kept.
-    pub fn solve_at(&self, users: &[u32]) -> Vec<Solution> {
-        match self.discipline {
-            Discipline::ProcessorSharing => self.solve_ps(users),
-            Discipline::EventLoop => self.solve_event_loop(users),
-            Discipline::EventLoopSim => sim::solve_at(self, users),
+/// Processor sharing, exact (the module's recursion).
+pub fn processor_sharing(net: &Network, users: &[u32]) -> Vec<Solution> {
+    let max_users = users.last().copied().unwrap_or(0);
+    let mut wanted = users.iter().peekable();
+    let c = net.servers.max(1) as usize;
+    let cf = c as f64;
+    let (d_ws, d_delay, z) = (net.service_demand(), net.delay_demand(), net.think_s);
+    // Q_ws(n − 1) and p(j | n − 1) for j < c, starting from the empty network
+    let mut queue = 0.0;
+    let mut p = vec![0.0; c];
+    p[0] = 1.0;
+    let mut out = Vec::with_capacity(users.len());
+    for n in 1..=max_users {
+        // what an arriving request sees: the N − 1 network
+        let correction: f64 = (0..c.saturating_sub(1))
+            .map(|j| (c - 1 - j) as f64 * p[j])
+            .sum();
+        let stretch = (1.0 + queue + correction) / cf;
+        let r_ws = d_ws * stretch;
+        let x = f64::from(n) / (z + r_ws + d_delay);
+        queue = x * r_ws;
+        // the marginals at n, from those at n − 1 (highest j first: p[j − 1] is still n − 1's)
+        for j in (1..c).rev() {
+            p[j] = d_ws * x * p[j - 1] / j as f64;
         }
-    }
-
-    /// One event loop, FCFS per visit, by the arrival-theorem approximation (Reiser's
-    /// for FCFS with class-dependent service): a visit arriving with N users waits for the
-    /// visits the N − 1 network has at the server, the one in progress only for its
-    /// residual: W(N) = X(N−1) · (W(N−1) · D_ws + RESIDUAL · Σ_c mix_c Σ_v S_cv²).
-    /// A request of class c waits V_c times: R_c = D_c,ws + V_c · W + D_c,delay.
-    /// Exact at N = 1 and at the saturation asymptotes; one processor only.
-    fn solve_event_loop(&self, users: &[u32]) -> Vec<Solution> {
-        let max_users = users.last().copied().unwrap_or(0);
-        let mut wanted = users.iter().peekable();
-        let (d_ws, d_delay, z) = (self.service_demand(), self.delay_demand(), self.think_s);
-        let sq = mixed(&self.mix, &self.visit_sq_s);
-        let (mut wait, mut x) = (0.0, 0.0);
-        let mut out = Vec::with_capacity(users.len());
-        for n in 1..=max_users {
-            wait = x * (wait * d_ws + RESIDUAL * sq);
-            let class_web_server_s: [f64; 3] =
-                std::array::from_fn(|k| self.service_s[k] + self.visits[k] * wait);
-            let r_ws = mixed(&self.mix, &class_web_server_s);
-            x = f64::from(n) / (z + r_ws + d_delay);
-            if wanted.next_if_eq(&&n).is_none() {
-                continue;
-            }
-            out.push(self.solution(n, x, class_web_server_s));
+        let busy: f64 = (1..c).map(|j| (c - j) as f64 * p[j]).sum();
+        p[0] = ((cf - x * d_ws - busy) / cf).max(0.0);
+        if wanted.next_if_eq(&&n).is_none() {
+            continue;
         }
-        out
+        out.push(net.solution(n, x, net.service_s.map(|d| d * stretch)));
     }
-
-    /// Processor sharing, exact (the module's recursion).
-    fn solve_ps(&self, users: &[u32]) -> Vec<Solution> {
-        let max_users = users.last().copied().unwrap_or(0);
-        let mut wanted = users.iter().peekable();
-        let c = self.servers.max(1) as usize;
-        let cf = c as f64;
-        let (d_ws, d_delay, z) = (self.service_demand(), self.delay_demand(), self.think_s);
-        // Q_ws(n − 1) and p(j | n − 1) for j < c, starting from the empty network
-        let mut queue = 0.0;
-        let mut p = vec![0.0; c];
-        p[0] = 1.0;
-        let mut out = Vec::with_capacity(users.len());
-        for n in 1..=max_users {
-            // what an arriving request sees: the N − 1 network
-            let correction: f64 = (0..c.saturating_sub(1))
-                .map(|j| (c - 1 - j) as f64 * p[j])
-                .sum();
-            let stretch = (1.0 + queue + correction) / cf;
-            let r_ws = d_ws * stretch;
-            let x = f64::from(n) / (z + r_ws + d_delay);
-            queue = x * r_ws;
-            // the marginals at n, from those at n − 1 (highest j first: p[j − 1] is still n − 1's)
-            for j in (1..c).rev() {
-                p[j] = d_ws * x * p[j - 1] / j as f64;
-            }
-            let busy: f64 = (1..c).map(|j| (c - j) as f64 * p[j]).sum();
-            p[0] = ((cf - x * d_ws - busy) / cf).max(0.0);
-            if wanted.next_if_eq(&&n).is_none() {
-                continue;
-            }
-            out.push(self.solution(n, x, self.service_s.map(|d| d * stretch)));
-        }
-        out
-    }
-
-    /// The means at `users` users from the throughput and each class's time at the web
-    /// server (its service and its waiting).
-    fn solution(&self, users: u32, x: f64, class_web_server_s: [f64; 3]) -> Solution {
-        let r_ws = mixed(&self.mix, &class_web_server_s);
-        Solution {
-            users,
-            throughput_per_s: x,
-            response_s: r_ws + self.delay_demand(),
-            class_response_s: std::array::from_fn(|k| class_web_server_s[k] + self.delay_s[k]),
-            class_web_server_s,
-            utilisation: x * self.service_demand() / f64::from(self.servers.max(1)),
-            web_server_users: x * r_ws,
-            ci95: None,
-            queue_s: Default::default(),
-        }
-    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ctmc::{self, Phase, Route};
+    use crate::model::{
+        ctmc::{self, Phase, Route},
+        network::{Discipline, Step, Wakeup},
+        solve_at,
+    };
+
+    /// 1 ..= n users, by the network's discipline.
+    fn solve(net: &Network, n: u32) -> Vec<Solution> {
+        solve_at(net, &(1..=n).collect::<Vec<_>>())
+    }
 
     /// Three classes whose stages alternate between the stations, as a TLS handshake's do.
     fn routes() -> Vec<Route> {
@@ -349,10 +168,10 @@ mod tests {
             ..ps.clone()
         };
         let n = (100.0 * el.n_star()).ceil() as u32;
-        let sol = el.solve(n);
+        let sol = solve(&el, n);
         // one user: no one to wait for
         assert_eq!(sol[0].response_s, el.demand());
-        assert_eq!(sol[0].class_response_s, ps.solve(1)[0].class_response_s);
+        assert_eq!(sol[0].class_response_s, solve(&ps, 1)[0].class_response_s);
         // far past N*: the same asymptotes as any work-conserving server (approached
         // as 1/N, more slowly than with sharing)
         let last = sol.last().unwrap();
@@ -371,7 +190,7 @@ mod tests {
         // a short request waits behind a long one: worse than sharing for the class with
         // the most visits and the least work, at mid load
         let mid = (el.n_star() / 2.0).round() as usize;
-        let (e, p) = (&sol[mid], &ps.solve(mid as u32 + 1)[mid]);
+        let (e, p) = (&sol[mid], &solve(&ps, mid as u32 + 1)[mid]);
         assert!(e.class_response_s[1] > p.class_response_s[1], "{e:?} {p:?}");
     }
 
@@ -397,7 +216,7 @@ mod tests {
             discipline: Discipline::ProcessorSharing,
             ..one.clone()
         };
-        for (e, p) in one.solve(30).iter().zip(&ps.solve(30)) {
+        for (e, p) in solve(&one, 30).iter().zip(&solve(&ps, 30)) {
             assert!(e.response_s <= p.response_s * (1.0 + 1e-12), "{e:?} {p:?}");
         }
     }
@@ -410,7 +229,7 @@ mod tests {
     fn one_user_sees_the_sum_of_its_stages() {
         for servers in [1, 2, 4] {
             let net = network(&routes(), 2.0, servers);
-            let s = &net.solve(1)[0];
+            let s = &solve(&net, 1)[0];
             assert_eq!(s.response_s, net.demand());
             for c in 0..3 {
                 assert_eq!(
@@ -429,7 +248,7 @@ mod tests {
         for servers in [1, 3] {
             let net = network(&routes(), 0.2, servers);
             let n = (10.0 * net.n_star()).ceil() as u32;
-            let sol = net.solve(n);
+            let sol = solve(&net, n);
             let s = sol.last().unwrap();
             let dmax = net.bottleneck_demand();
             assert!(close(s.throughput_per_s, 1.0 / dmax, 1e-9), "{s:?}");
@@ -456,7 +275,7 @@ mod tests {
         let think_s = 0.01; // short, so the web server is busy
         for servers in [1, 2] {
             let net = network(&routes, think_s, servers);
-            let sol = net.solve(4);
+            let sol = solve(&net, 4);
             for n in 1..=4u32 {
                 let pop = ctmc::solve(n, think_s, servers, &routes);
                 let s = &sol[n as usize - 1];
@@ -491,8 +310,8 @@ mod tests {
 
     #[test]
     fn more_processors_never_hurt_and_one_behaves_like_one() {
-        let one = network(&routes(), 0.05, 1).solve(60);
-        let two = network(&routes(), 0.05, 2).solve(60);
+        let one = solve(&network(&routes(), 0.05, 1), 60);
+        let two = solve(&network(&routes(), 0.05, 2), 60);
         for (a, b) in one.iter().zip(&two) {
             assert!(b.response_s <= a.response_s * (1.0 + 1e-12), "{a:?} {b:?}");
             assert!(b.throughput_per_s >= a.throughput_per_s * (1.0 - 1e-12));

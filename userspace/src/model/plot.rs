@@ -124,7 +124,7 @@ pub fn draw(report: &Report, measured: &[Measured], path: &Path) -> Result<()> {
                 .map(Some),
         )
         .collect();
-    let at = |p: &super::mva::Solution, class: Option<RequestClass>| match class {
+    let at = |p: &super::network::Solution, class: Option<RequestClass>| match class {
         None => p.response_s,
         Some(c) => p.class_response_s[c.index()],
     };

@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     knobs::Knobs,
-    mva::{Bounds, Discipline, Network, Solution},
+    network::{Bounds, Discipline, Network, Solution},
 };
 use crate::stage::RequestClass;
 

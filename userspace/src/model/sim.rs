@@ -42,24 +42,7 @@ use std::{
     collections::{BinaryHeap, VecDeque},
 };
 
-use super::mva::{Ci95, Network, Solution};
-
-/// One step of a request's route, in wire order.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Step {
-    /// The connection waits in listener `listener`'s accept queue (the `accept_queue`
-    /// stage) until the loop accepts it, one connection per pass. No service measured.
-    Accept { listener: usize },
-    /// The client's message is in: the connection waits on the ready list for its turn
-    /// (`queue`, the queue stage that wait is; None for a service stage with no queue stage
-    /// before it), then is served `service_s`, to completion.
-    Visit {
-        queue: Option<String>,
-        service_s: f64,
-    },
-    /// Waiting for the client and the network (an infinite-server delay).
-    Delay { mean_s: f64 },
-}
+use super::network::{Ci95, Network, Solution, Step, Wakeup};
 
 /// How a time is drawn from its mean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,66 +89,6 @@ const T_975: f64 = 2.093;
 pub const EPOLL_EVENTS: usize = 512;
 /// Users simulated at most (the run grows with N).
 pub const MAX_USERS: u32 = 20_000;
-
-/// How long a worker asleep in `epoll_wait` takes to run once something is ready, by how
-/// long it had slept: points (idle, wake-up), idle ascending; between two points the
-/// wake-up is interpolated on log(idle), outside them it is the nearest point's. A CPU
-/// that slept briefly is still polling (the guest's halt-polling) or in a shallow state;
-/// one that slept long waits for its host to run it again. One point: the same after any
-/// idle. No points: no wake-up.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Wakeup(Vec<(f64, f64)>);
-
-impl Wakeup {
-    /// The same wake-up after any idle (0: none).
-    pub fn constant(wake_s: f64) -> Wakeup {
-        Wakeup(if wake_s > 0.0 {
-            vec![(0.0, wake_s)]
-        } else {
-            Vec::new()
-        })
-    }
-
-    /// A curve of (idle, wake-up) points; idle strictly ascending, every time finite and
-    /// not negative (the caller has checked).
-    pub fn curve(points: Vec<(f64, f64)>) -> Wakeup {
-        debug_assert!(points.windows(2).all(|w| w[0].0 < w[1].0));
-        Wakeup(points)
-    }
-
-    pub fn is_zero(&self) -> bool {
-        self.0.iter().all(|&(_, w)| w == 0.0)
-    }
-
-    /// The points as given.
-    pub fn points(&self) -> &[(f64, f64)] {
-        &self.0
-    }
-
-    /// The wake-up after the longest idle given (0: none).
-    pub fn longest(&self) -> f64 {
-        self.0.last().map_or(0.0, |&(_, w)| w)
-    }
-
-    /// The wake-up after `idle_s` asleep.
-    pub fn after(&self, idle_s: f64) -> f64 {
-        let p = &self.0;
-        match p.iter().position(|&(idle, _)| idle >= idle_s) {
-            None => self.longest(),
-            Some(0) => p[0].1,
-            Some(i) => {
-                let ((i0, w0), (i1, w1)) = (p[i - 1], p[i]);
-                // on log(idle); a first point at idle 0 is a floor, linear from it
-                let at = if i0 > 0.0 {
-                    (idle_s.max(i0) / i0).ln() / (i1 / i0).ln()
-                } else {
-                    idle_s / i1
-                };
-                w0 + (w1 - w0) * at.clamp(0.0, 1.0)
-            }
-        }
-    }
-}
 
 /// SplitMix64: a small, fast generator; each user count gets its own stream.
 pub struct Rng(u64);
@@ -749,7 +672,7 @@ pub fn solve_at(net: &Network, users: &[u32]) -> Vec<Solution> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::mva::Discipline;
+    use crate::model::{network::Discipline, solve_at};
 
     fn visit(queue: &str, ms: f64) -> Step {
         Step::Visit {
@@ -899,7 +822,7 @@ mod tests {
                     ..Settings::for_users(3, n)
                 };
                 let s = simulate(&sim, n, set);
-                let want = &exact.solve_at(&[n])[0];
+                let want = &solve_at(&exact, &[n])[0];
                 let ci = s.ci95.unwrap();
                 within(
                     s.response_s,
@@ -1158,12 +1081,11 @@ mod tests {
         // and the two MVA solutions bracket it: sharing waits less, the FCFS
         // approximation (every visit one W) more
         let solve = |d| {
-            Network {
+            let net = Network {
                 discipline: d,
                 ..net.clone()
-            }
-            .solve_at(&[32])[0]
-                .response_s
+            };
+            solve_at(&net, &[32])[0].response_s
         };
         let (ps, el) = (
             solve(Discipline::ProcessorSharing),

@@ -1,0 +1,256 @@
+//! The network every solver solves: seed 002's closed network of a secure web server
+//! (users thinking, a web server, a delay centre), what a solution is, and the pieces a
+//! route is made of. `mva` (exact and event-loop MVA), `sim` (the event loop simulated)
+//! and the CTMC check depend on this module and not on each other; `model::solve_at`
+//! picks the solver by `Discipline`.
+
+/// How the web server shares its processor among the requests at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Discipline {
+    /// seed 002's: every request present progresses at once (threads or processes, a
+    /// preemptive scheduler). Product form: solved exactly.
+    #[default]
+    ProcessorSharing,
+    /// one event loop (an nginx worker): each visit (a flight read and answered) runs to
+    /// completion, in arrival order. Not product form: approximate MVA (below).
+    EventLoop,
+    /// the same event loop as nginx runs it (gated passes over the epoll ready list, one
+    /// accept per listener per pass), solved by discrete-event simulation (`sim`).
+    EventLoopSim,
+}
+
+impl Discipline {
+    pub fn name(self) -> &'static str {
+        match self {
+            Discipline::ProcessorSharing => "processor_sharing",
+            Discipline::EventLoop => "event_loop",
+            Discipline::EventLoopSim => "event_loop_sim",
+        }
+    }
+
+    /// One event loop (one processor), however solved.
+    pub fn is_event_loop(self) -> bool {
+        matches!(self, Discipline::EventLoop | Discipline::EventLoopSim)
+    }
+}
+
+/// The network: demands per request of each class (`RequestClass::ALL` order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Network {
+    /// mean think time Z (seed 002's h), seconds
+    pub think_s: f64,
+    /// processors of the web server
+    pub servers: u32,
+    /// probability that a request is of each class (sums to 1)
+    pub mix: [f64; 3],
+    /// each class's total service demand at the web server, seconds
+    pub service_s: [f64; 3],
+    /// each class's total delay (client and network), seconds
+    pub delay_s: [f64; 3],
+    pub discipline: Discipline,
+    /// each class's visits to the web server (with an event loop, each waits its turn)
+    pub visits: [f64; 3],
+    /// each class's sum over its visits of the visit's service time squared, s²
+    pub visit_sq_s: [f64; 3],
+    /// each class's route, stage by stage (what `EventLoopSim` simulates)
+    pub routes: [Vec<Step>; 3],
+    /// `EventLoopSim`'s seed
+    pub seed: u64,
+    /// `EventLoopSim`: the web server's CPU per request that no stage measures (accepting,
+    /// closing, logging, epoll), seconds; part of its demand
+    pub overhead_s: f64,
+    /// `EventLoopSim`: how long a worker asleep in `epoll_wait` takes to run after an
+    /// event, by how long it slept
+    pub wakeup: Wakeup,
+}
+
+/// 95 % confidence half-widths of a simulated solution.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ci95 {
+    pub response_s: f64,
+    pub throughput_per_s: f64,
+    pub class_response_s: [f64; 3],
+}
+
+/// The network's means at one user count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Solution {
+    pub users: u32,
+    /// requests completed per second, X(N)
+    pub throughput_per_s: f64,
+    /// mean response time over all requests, R(N) (think time excluded)
+    pub response_s: f64,
+    /// mean response time of a request of each class
+    pub class_response_s: [f64; 3],
+    /// of each class, the part spent at the web server (service and queueing)
+    pub class_web_server_s: [f64; 3],
+    /// busy fraction of each web-server processor, X · D_ws / c
+    pub utilisation: f64,
+    /// mean requests at the web server, Q_ws(N)
+    pub web_server_users: f64,
+    /// a simulation's statistical error (None: solved, not simulated)
+    pub ci95: Option<Ci95>,
+    /// per class, each queue stage's predicted mean (simulated only; else empty)
+    pub queue_s: [Vec<(String, f64)>; 3],
+}
+
+impl Solution {
+    /// Mean users thinking, n̄_0 = X · Z.
+    pub fn thinking_users(&self, net: &Network) -> f64 {
+        self.throughput_per_s * net.think_s
+    }
+
+    /// Mean requests of class c at the web server (n̄_1c) and at the delay centre (n̄_2c),
+    /// by Little's law on each.
+    pub fn class_users(&self, net: &Network, c: usize) -> (f64, f64) {
+        let x = self.throughput_per_s * net.mix[c];
+        (x * self.class_web_server_s[c], x * net.delay_s[c])
+    }
+}
+
+/// The bottleneck bounds at one user count.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    /// X ≤ min(N / (D + Z), 1 / D_max)
+    pub throughput_max_per_s: f64,
+    /// R ≥ max(D, N · D_max − Z)
+    pub response_min_s: f64,
+}
+
+/// The mix-weighted mean of a per-class value.
+pub(crate) fn mixed(mix: &[f64; 3], v: &[f64; 3]) -> f64 {
+    mix.iter().zip(v).map(|(m, d)| m * d).sum()
+}
+
+impl Network {
+    /// D_ws: the mean request's demand at the web server (its service stages, and the
+    /// CPU no stage measures when given).
+    pub fn service_demand(&self) -> f64 {
+        mixed(&self.mix, &self.service_s) + self.overhead_s
+    }
+
+    /// The mean request's delay.
+    pub fn delay_demand(&self) -> f64 {
+        mixed(&self.mix, &self.delay_s)
+    }
+
+    /// D: the mean request's total demand (its response time alone: its stages; the CPU
+    /// no stage measures runs after them).
+    pub fn demand(&self) -> f64 {
+        mixed(&self.mix, &self.service_s) + self.delay_demand()
+    }
+
+    /// D_max: the bottleneck's demand per processor (the delay centre has no bottleneck).
+    pub fn bottleneck_demand(&self) -> f64 {
+        self.service_demand() / f64::from(self.servers)
+    }
+
+    /// N* = (D + Z) / D_max: where the two asymptotes cross, the user count past which
+    /// the web server saturates.
+    pub fn n_star(&self) -> f64 {
+        (self.demand() + self.think_s) / self.bottleneck_demand()
+    }
+
+    pub fn bounds(&self, users: u32) -> Bounds {
+        let n = f64::from(users);
+        let (d, dmax, z) = (self.demand(), self.bottleneck_demand(), self.think_s);
+        Bounds {
+            throughput_max_per_s: (n / (d + z)).min(1.0 / dmax),
+            response_min_s: d.max(n * dmax - z),
+        }
+    }
+
+    /// The means at `users` users from the throughput and each class's time at the web
+    /// server (its service and its waiting).
+    pub(crate) fn solution(&self, users: u32, x: f64, class_web_server_s: [f64; 3]) -> Solution {
+        let r_ws = mixed(&self.mix, &class_web_server_s);
+        Solution {
+            users,
+            throughput_per_s: x,
+            response_s: r_ws + self.delay_demand(),
+            class_response_s: std::array::from_fn(|k| class_web_server_s[k] + self.delay_s[k]),
+            class_web_server_s,
+            utilisation: x * self.service_demand() / f64::from(self.servers.max(1)),
+            web_server_users: x * r_ws,
+            ci95: None,
+            queue_s: Default::default(),
+        }
+    }
+}
+
+/// One step of a request's route, in wire order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// The connection waits in listener `listener`'s accept queue (the `accept_queue`
+    /// stage) until the loop accepts it, one connection per pass. No service measured.
+    Accept { listener: usize },
+    /// The client's message is in: the connection waits on the ready list for its turn
+    /// (`queue`, the queue stage that wait is; None for a service stage with no queue stage
+    /// before it), then is served `service_s`, to completion.
+    Visit {
+        queue: Option<String>,
+        service_s: f64,
+    },
+    /// Waiting for the client and the network (an infinite-server delay).
+    Delay { mean_s: f64 },
+}
+
+/// How long a worker asleep in `epoll_wait` takes to run once something is ready, by how
+/// long it had slept: points (idle, wake-up), idle ascending; between two points the
+/// wake-up is interpolated on log(idle), outside them it is the nearest point's. A CPU
+/// that slept briefly is still polling (the guest's halt-polling) or in a shallow state;
+/// one that slept long waits for its host to run it again. One point: the same after any
+/// idle. No points: no wake-up.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Wakeup(Vec<(f64, f64)>);
+
+impl Wakeup {
+    /// The same wake-up after any idle (0: none).
+    pub fn constant(wake_s: f64) -> Wakeup {
+        Wakeup(if wake_s > 0.0 {
+            vec![(0.0, wake_s)]
+        } else {
+            Vec::new()
+        })
+    }
+
+    /// A curve of (idle, wake-up) points; idle strictly ascending, every time finite and
+    /// not negative (the caller has checked).
+    pub fn curve(points: Vec<(f64, f64)>) -> Wakeup {
+        debug_assert!(points.windows(2).all(|w| w[0].0 < w[1].0));
+        Wakeup(points)
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.0.iter().all(|&(_, w)| w == 0.0)
+    }
+
+    /// The points as given.
+    pub fn points(&self) -> &[(f64, f64)] {
+        &self.0
+    }
+
+    /// The wake-up after the longest idle given (0: none).
+    pub fn longest(&self) -> f64 {
+        self.0.last().map_or(0.0, |&(_, w)| w)
+    }
+
+    /// The wake-up after `idle_s` asleep.
+    pub fn after(&self, idle_s: f64) -> f64 {
+        let p = &self.0;
+        match p.iter().position(|&(idle, _)| idle >= idle_s) {
+            None => self.longest(),
+            Some(0) => p[0].1,
+            Some(i) => {
+                let ((i0, w0), (i1, w1)) = (p[i - 1], p[i]);
+                // on log(idle); a first point at idle 0 is a floor, linear from it
+                let at = if i0 > 0.0 {
+                    (idle_s.max(i0) / i0).ln() / (i1 / i0).ln()
+                } else {
+                    idle_s / i1
+                };
+                w0 + (w1 - w0) * at.clamp(0.0, 1.0)
+            }
+        }
+    }
+}

@@ -549,6 +549,51 @@ fn shipped_rules_check_and_pass_their_unit_tests() {
     assert!(ok, "promtool test rules:\n{out}");
 }
 
+/// Every shipped alert links to its own section of docs/alerts.md, and rules_test.yml has
+/// it both firing and not firing. (Read line by line: the tests have no YAML parser.)
+#[test]
+fn every_alert_has_a_runbook_and_is_tested_both_ways() {
+    let rules_text = fs::read_to_string(rules()).unwrap();
+    let runbook = fs::read_to_string(workspace().join("docs/alerts.md")).unwrap();
+    let tests =
+        fs::read_to_string(workspace().join("dashboards/prometheus/rules_test.yml")).unwrap();
+    // (alert, its runbook_url) in file order
+    let mut alerts: Vec<(String, Option<String>)> = Vec::new();
+    for line in rules_text.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix("- alert: ") {
+            alerts.push((name.to_owned(), None));
+        } else if let Some(url) = line.strip_prefix("runbook_url: ") {
+            let (name, slot) = alerts.last_mut().expect("a runbook_url after an alert");
+            assert!(slot.is_none(), "{name}: two runbook_urls");
+            *slot = Some(url.to_owned());
+        }
+    }
+    assert!(alerts.len() >= 9, "{alerts:?}");
+    let tests_lines: Vec<&str> = tests.lines().map(str::trim).collect();
+    for (name, url) in &alerts {
+        let want = format!(
+            "https://github.com/hstrace/hstrace/blob/main/docs/alerts.md#{}",
+            name.to_lowercase()
+        );
+        assert_eq!(url.as_deref(), Some(want.as_str()), "{name}");
+        assert!(
+            runbook.lines().any(|l| l == format!("## {name}")),
+            "docs/alerts.md has no section {name}"
+        );
+        // `alertname: X` followed by `exp_alerts: []` (not firing) or `exp_alerts:` and a
+        // list (firing)
+        let outcomes: BTreeSet<&str> = tests_lines
+            .windows(2)
+            .filter(|w| w[0] == format!("alertname: {name}"))
+            .map(|w| w[1])
+            .collect();
+        assert!(
+            outcomes.contains("exp_alerts: []") && outcomes.contains("exp_alerts:"),
+            "rules_test.yml must have {name} both firing and not: {outcomes:?}"
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs root: run `sudo cargo xtask test`"]
 fn export_duration_measures_a_run() {

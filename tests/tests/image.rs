@@ -215,6 +215,9 @@ fn the_daemonset_runs_this_image_with_the_capabilities_tested_here() {
         "- DAC_READ_SEARCH ",
         "path: /sys/kernel/btf",
         "path: /sys/kernel/tracing",
+        // --container-labels names pods from the kubelet's directories (docs/containers.md)
+        "\"--container-labels\"",
+        "path: /var/log/pods",
     ] {
         assert!(yaml.contains(needed), "the DaemonSet lacks {needed:?}");
     }

@@ -255,11 +255,17 @@ impl Containers {
                     .as_deref()
                     .and_then(|uid| find_pod(&self.pods_dir, uid));
                 let pending = match (&pod, ids.pod_uid) {
-                    (None, Some(uid)) => Some(Pending {
-                        uid,
-                        tries: 0,
-                        next: now + Duration::from_secs(1),
-                    }),
+                    (None, Some(uid)) => {
+                        // no directory at all: said now, not after the retries
+                        if !self.pods_dir.is_dir() {
+                            self.unnamed(pid, &uid);
+                        }
+                        Some(Pending {
+                            uid,
+                            tries: 0,
+                            next: now + Duration::from_secs(1),
+                        })
+                    }
                     _ => None,
                 };
                 log::debug!(
@@ -305,13 +311,24 @@ impl Containers {
         }
         let uid = std::mem::take(&mut p.uid);
         e.pending = None;
-        if !self.warned {
-            self.warned = true;
-            log::warn!(
-                "pid {pid} runs in Kubernetes pod {uid}, but {}/ has no directory *_{uid} (the kubelet's log directory, which names the pod): its records carry the container id without pod name and namespace. Mount the node's /var/log/pods into hstrace's container (deploy/kubernetes/daemonset.yaml does), or say where the node's is with --pods-dir",
-                self.pods_dir.display()
-            );
+        self.unnamed(pid, &uid);
+    }
+
+    /// Say (once) that a pod could not be named, and what to do.
+    fn unnamed(&mut self, pid: u32, uid: &str) {
+        if self.warned {
+            return;
         }
+        self.warned = true;
+        let dir = self.pods_dir.display();
+        let found = if self.pods_dir.is_dir() {
+            format!("{dir}/ has no directory *_{uid}")
+        } else {
+            format!("there is no {dir}/")
+        };
+        log::warn!(
+            "pid {pid} runs in Kubernetes pod {uid}, but {found} (the kubelet's pod log directory, which names the pod): its records carry the container id without pod name and namespace. Mount the node's /var/log/pods into hstrace's container (deploy/kubernetes/daemonset.yaml does), or say where the node's is with --pods-dir"
+        );
     }
 
     fn insert(&mut self, pid: u32, entry: Entry) {

@@ -170,19 +170,32 @@ pub fn promtool(args: &[&str]) -> (bool, String) {
     )
 }
 
-/// Every query of a Grafana dashboard, as (panel title, expr), in panel order; the panels
-/// of rows (collapsed rows keep theirs in `panels`) included.
-pub fn dashboard_queries(path: &Path) -> Vec<(String, String)> {
-    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let d: Value =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+/// One query of a dashboard panel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PanelQuery {
+    /// the panel's title
+    pub title: String,
+    /// the panel's type: "timeseries", "heatmap", "table", …
+    pub panel_type: String,
+    pub expr: String,
+}
+
+/// Every query of a Grafana dashboard, in panel order; the panels of rows (collapsed rows
+/// keep theirs in `panels`) included.
+pub fn dashboard_queries(path: &Path) -> Vec<PanelQuery> {
+    let d = read_dashboard(path);
     let mut out = Vec::new();
-    fn walk(panels: &Value, out: &mut Vec<(String, String)>) {
+    fn walk(panels: &Value, out: &mut Vec<PanelQuery>) {
         for p in panels.as_array().into_iter().flatten() {
-            let title = p["title"].as_str().unwrap_or("?").to_owned();
+            let title = p["title"].as_str().unwrap_or("?");
+            let panel_type = p["type"].as_str().unwrap_or("?");
             for t in p["targets"].as_array().into_iter().flatten() {
                 if let Some(e) = t["expr"].as_str() {
-                    out.push((title.clone(), e.to_owned()));
+                    out.push(PanelQuery {
+                        title: title.to_owned(),
+                        panel_type: panel_type.to_owned(),
+                        expr: e.to_owned(),
+                    });
                 }
             }
             walk(&p["panels"], out);
@@ -192,15 +205,101 @@ pub fn dashboard_queries(path: &Path) -> Vec<(String, String)> {
     out
 }
 
-/// A dashboard query as Grafana would send it: `$server` becomes `server` (put inside
-/// `=~"…"`: a regex, so a concrete server must come regex-escaped, or ".*" for All), the
-/// interval variables a minute, the range an hour.
-pub fn substitute(expr: &str, server: &str) -> String {
+fn read_dashboard(path: &Path) -> Value {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The dashboard's own variables (`datasource` aside), as their values are written into a
+/// query: each goes inside `=~"…"`, so a value is a regex inside a PromQL string. All is
+/// `.*` (the variables' `allValue`), which also matches a series without the label (a
+/// Prometheus that adds no `cluster`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vars {
+    pub job: String,
+    pub cluster: String,
+    pub instance: String,
+    /// `process_executable_name`
+    pub process: String,
+    /// `server_port`
+    pub port: String,
+    pub stage: String,
+    /// `tls_client_server_name`
+    pub sni: String,
+}
+
+/// What Grafana writes for a variable set to All.
+pub const ALL: &str = ".*";
+
+impl Vars {
+    /// The dashboard's defaults: job "hstrace", everything else All.
+    pub fn all() -> Vars {
+        Vars {
+            job: "hstrace".into(),
+            cluster: ALL.into(),
+            instance: ALL.into(),
+            process: ALL.into(),
+            port: ALL.into(),
+            stage: ALL.into(),
+            sni: ALL.into(),
+        }
+    }
+
+    /// A selection as Grafana writes it into a Prometheus query: each value's regex
+    /// metacharacters escaped, with the backslash doubled for the PromQL string
+    /// (`127.0.0.1` → `127\\.0\\.0\\.1`), several values as `(a|b)`.
+    pub fn regex(values: &[&str]) -> String {
+        let escaped: Vec<String> = values
+            .iter()
+            .map(|v| {
+                v.chars()
+                    .flat_map(|c| {
+                        let special = "\\.+*?()|[]{}^$'".contains(c);
+                        special
+                            .then_some("\\\\")
+                            .into_iter()
+                            .flat_map(str::chars)
+                            .chain([c])
+                    })
+                    .collect()
+            })
+            .collect();
+        match escaped.as_slice() {
+            [one] => one.clone(),
+            many => format!("({})", many.join("|")),
+        }
+    }
+
+    /// (name, value) of every variable.
+    pub fn pairs(&self) -> [(&'static str, &str); 7] {
+        [
+            ("job", &self.job),
+            ("cluster", &self.cluster),
+            ("instance", &self.instance),
+            ("process", &self.process),
+            ("port", &self.port),
+            ("stage", &self.stage),
+            ("sni", &self.sni),
+        ]
+    }
+}
+
+/// A dashboard query as Grafana would send it: every variable of `vars` in each of its
+/// forms (`$name`, `${name}`, `[[name]]`), the interval variables a minute, the range an
+/// hour.
+pub fn substitute(expr: &str, vars: &Vars) -> String {
+    let mut e = expr.to_owned();
+    for (name, value) in vars.pairs() {
+        for form in [
+            format!("${{{name}}}"),
+            format!("[[{name}]]"),
+            format!("${name}"),
+        ] {
+            e = e.replace(&form, value);
+        }
+    }
     // longest names first: `$__range` must not eat the start of `$__range_ms`
-    let vars: [(&str, &str); 15] = [
-        ("${server}", server),
-        ("[[server]]", server),
-        ("$server", server),
+    let builtins: [(&str, &str); 12] = [
         ("${__rate_interval}", "1m"),
         ("$__rate_interval", "1m"),
         ("${__interval_ms}", "60000"),
@@ -214,8 +313,67 @@ pub fn substitute(expr: &str, server: &str) -> String {
         ("${__range}", "1h"),
         ("$__range", "1h"),
     ];
-    vars.iter()
-        .fold(expr.to_owned(), |e, (var, value)| e.replace(var, value))
+    builtins
+        .iter()
+        .fold(e, |e, (var, value)| e.replace(var, value))
+}
+
+/// The metric families whose series carry a server (`process_executable_name`,
+/// `server_port`); the others are the daemon's own (its health, its build).
+pub const SERVER_METRICS: [&str; 6] = [
+    "hstrace_stage_duration_seconds",
+    "hstrace_handshake_duration_seconds",
+    "hstrace_stage_cpu_seconds_total",
+    "hstrace_connections_total",
+    "hstrace_failures_total",
+    "hstrace_tls_handshakes_total",
+];
+
+/// Every series selector of a query, as (metric name, the matchers between the braces).
+/// Enough for the dashboard's queries: braces only open selectors there.
+pub fn selectors(expr: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(open) = rest.find('{') {
+        let name: String = rest[..open]
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let close = rest[open..].find('}').map_or(rest.len(), |c| open + c);
+        out.push((name, rest[open + 1..close].to_owned()));
+        rest = &rest[(close + 1).min(rest.len())..];
+    }
+    out
+}
+
+/// Metric names a query reads with no selector at all (`hstrace_lost_total[5m]`): each one
+/// would read every host, whatever the variables say.
+pub fn bare_metrics(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let bytes = expr.as_bytes();
+    let mut i = 0;
+    while i < expr.len() {
+        let at_word_start =
+            i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
+        if at_word_start && (expr[i..].starts_with("hstrace_") || expr[i..].starts_with("up")) {
+            let len = expr[i..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(expr.len() - i);
+            let word = &expr[i..i + len];
+            let is_metric = word.starts_with("hstrace_") || word == "up";
+            if is_metric && !expr[i + len..].starts_with('{') {
+                out.push(word.to_owned());
+            }
+            i += len.max(1);
+        } else {
+            i += 1;
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -226,29 +384,150 @@ mod tests {
         crate::util::workspace().join("dashboards/hstrace.json")
     }
 
+    /// Every panel queries something; every selector of every query filters on the job,
+    /// the cluster and the instance (so no panel reads hosts the variables left out), and
+    /// the servers' metrics also on the process and the port; no variable is left once
+    /// substituted.
     #[test]
     fn every_panel_has_a_query_and_no_variable_is_left() {
         let path = dashboard();
-        let d: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+        let d = read_dashboard(&path);
         let queries = dashboard_queries(&path);
         // every panel but a row (a heading) has at least one query
         for p in d["panels"].as_array().unwrap() {
             let title = p["title"].as_str().unwrap();
             if p["type"] != "row" {
                 assert!(
-                    queries.iter().any(|(t, _)| t == title),
+                    queries.iter().any(|q| q.title == title),
                     "panel {title:?} has no query"
                 );
             }
         }
-        assert!(queries.len() >= 16, "{queries:?}");
-        for (title, expr) in &queries {
-            assert!(expr.contains("server=~\"$server\""), "{title}: {expr}");
-            for server in ["nginx:443", ".*"] {
-                let q = substitute(expr, server);
-                assert!(!q.contains('$'), "{title}: {q}");
+        assert!(queries.len() >= 40, "{queries:?}");
+        let host = [
+            "job=~\"$job\"",
+            "cluster=~\"$cluster\"",
+            "instance=~\"$instance\"",
+        ];
+        let server = [
+            "process_executable_name=~\"$process\"",
+            "server_port=~\"$port\"",
+        ];
+        for PanelQuery { title, expr, .. } in &queries {
+            assert_eq!(bare_metrics(expr), [] as [String; 0], "{title}: {expr}");
+            let sels = selectors(expr);
+            assert!(!sels.is_empty(), "{title}: {expr}");
+            for (metric, matchers) in &sels {
+                for m in host {
+                    assert!(matchers.contains(m), "{title}: {metric} lacks {m}: {expr}");
+                }
+                let family = metric
+                    .trim_end_matches("_bucket")
+                    .trim_end_matches("_sum")
+                    .trim_end_matches("_count");
+                if SERVER_METRICS.contains(&family) {
+                    for m in server {
+                        assert!(matchers.contains(m), "{title}: {metric} lacks {m}: {expr}");
+                    }
+                }
+            }
+            let one = Vars {
+                instance: Vars::regex(&["127.0.0.1:9725"]),
+                process: Vars::regex(&["nginx"]),
+                port: Vars::regex(&["443", "8443"]),
+                stage: Vars::regex(&["server_flight_1"]),
+                sni: Vars::regex(&["demo.test"]),
+                ..Vars::all()
+            };
+            for vars in [Vars::all(), one] {
+                let q = substitute(expr, &vars);
+                assert!(!q.contains('$') && !q.contains("[["), "{title}: {q}");
             }
         }
+    }
+
+    /// The variables the queries use are the dashboard's, and each but the job can be
+    /// All, written as `.*`.
+    #[test]
+    fn the_dashboard_defines_every_variable_its_queries_use() {
+        let d = read_dashboard(&dashboard());
+        let list = d["templating"]["list"].as_array().unwrap();
+        let var = |name: &str| {
+            list.iter()
+                .find(|v| v["name"] == name)
+                .unwrap_or_else(|| panic!("no variable {name}"))
+        };
+        assert_eq!(var("datasource")["type"], "datasource");
+        assert_eq!(var("job")["current"]["value"], "hstrace");
+        for (name, _) in Vars::all().pairs() {
+            let v = var(name);
+            assert_eq!(v["datasource"]["uid"], "${datasource}", "{name}");
+            if name != "job" {
+                assert_eq!(v["includeAll"], true, "{name}");
+                assert_eq!(v["multi"], true, "{name}");
+                assert_eq!(v["allValue"], ALL, "{name}");
+            }
+        }
+        assert_eq!(list.len(), 1 + Vars::all().pairs().len(), "{list:?}");
+    }
+
+    /// The stage names of userspace/src/stage.rs (the one place they are spelled), in
+    /// wire order.
+    fn stage_names() -> Vec<String> {
+        let src =
+            fs::read_to_string(crate::util::workspace().join("userspace/src/stage.rs")).unwrap();
+        let names: Vec<String> = src
+            .lines()
+            .filter_map(|l| {
+                l.trim()
+                    .strip_prefix("Stage::")?
+                    .split_once("=> (\"")?
+                    .1
+                    .split_once('"')
+            })
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        assert!(names.len() >= 16, "{names:?}");
+        names
+    }
+
+    /// One heatmap per stage, and each stage in the percentile panel of exactly one row.
+    #[test]
+    fn every_stage_has_its_heatmap_and_its_row() {
+        let queries = dashboard_queries(&dashboard());
+        for stage in stage_names() {
+            let exact = format!("stage=\"{stage}\"");
+            let heatmaps: Vec<&PanelQuery> = queries
+                .iter()
+                .filter(|q| q.panel_type == "heatmap" && q.expr.contains(&exact))
+                .collect();
+            assert_eq!(heatmaps.len(), 1, "{stage}: {heatmaps:?}");
+            assert!(heatmaps[0].title.starts_with(&stage), "{heatmaps:?}");
+            // the p50 query of each row's percentile panel lists its stages
+            let rows: Vec<&PanelQuery> = queries
+                .iter()
+                .filter(|q| {
+                    q.expr.starts_with("histogram_quantile(0.5, ")
+                        && q.title.ends_with("stages p50 / p90 / p99")
+                })
+                .filter(|q| {
+                    selectors(&q.expr).iter().any(|(_, m)| {
+                        m.split("stage=~\"").skip(1).any(|r| {
+                            r.split('"')
+                                .next()
+                                .unwrap_or("")
+                                .split('|')
+                                .any(|s| s == stage)
+                        })
+                    })
+                })
+                .collect();
+            assert_eq!(rows.len(), 1, "{stage} in {} rows: {rows:?}", rows.len());
+        }
+        assert_eq!(
+            queries.iter().filter(|q| q.panel_type == "heatmap").count(),
+            stage_names().len()
+        );
     }
 
     #[test]
@@ -262,10 +541,18 @@ mod tests {
                 {"type": "text", "title": "no query"}]},
             {"type": "table", "title": "other datasource", "targets": [{"rawSql": "x"}]}]}"#;
         fs::write(&path, d).unwrap();
-        let pair = |t: &str, e: &str| (t.to_owned(), e.to_owned());
+        let q = |title: &str, panel_type: &str, expr: &str| PanelQuery {
+            title: title.into(),
+            panel_type: panel_type.into(),
+            expr: expr.into(),
+        };
         assert_eq!(
             dashboard_queries(&path),
-            [pair("top", "a"), pair("top", "b"), pair("inside", "c")]
+            [
+                q("top", "timeseries", "a"),
+                q("top", "timeseries", "b"),
+                q("inside", "stat", "c")
+            ]
         );
     }
 
@@ -273,18 +560,41 @@ mod tests {
     fn substitute_fills_every_variable_form() {
         assert_eq!(
             substitute(
-                "rate(x{server=~\"$server\"}[$__rate_interval]) + y{s=\"${server}\"}[${__range}]",
-                ".*"
+                "rate(x{instance=~\"$instance\",job=~\"${job}\"}[$__rate_interval]) + y{s=~\"[[sni]]\"}[${__range}]",
+                &Vars::all()
             ),
-            "rate(x{server=~\".*\"}[1m]) + y{s=\".*\"}[1h]"
+            "rate(x{instance=~\".*\",job=~\"hstrace\"}[1m]) + y{s=~\".*\"}[1h]"
         );
+        let vars = Vars {
+            instance: Vars::regex(&["127.0.0.1:9725"]),
+            process: Vars::regex(&["nginx"]),
+            port: Vars::regex(&["443", "8443"]),
+            stage: Vars::regex(&["accept_queue", "response"]),
+            cluster: "eu".into(),
+            ..Vars::all()
+        };
         assert_eq!(
             substitute(
-                "x{server=~\"[[server]]\"}[${__rate_interval}] / $__range_s / $__interval_ms[$__interval]",
-                "nginx:18443"
+                "x{cluster=~\"$cluster\",instance=~\"$instance\",process_executable_name=~\"$process\",server_port=~\"$port\",stage=~\"${stage}\"}[${__rate_interval}] / $__range_s / $__interval_ms[$__interval]",
+                &vars
             ),
-            "x{server=~\"nginx:18443\"}[1m] / 3600 / 60000[1m]"
+            "x{cluster=~\"eu\",instance=~\"127\\\\.0\\\\.0\\\\.1:9725\",process_executable_name=~\"nginx\",server_port=~\"(443|8443)\",stage=~\"(accept_queue|response)\"}[1m] / 3600 / 60000[1m]"
         );
+    }
+
+    #[test]
+    fn selectors_and_bare_metrics_are_found() {
+        let e = "sum by (instance) (rate(a_total{x=\"1\",y=~\"$y\"}[5m])) / on (instance) up{job=\"j\"} + hstrace_lost_total + uptime{}";
+        assert_eq!(
+            selectors(e),
+            [
+                ("a_total".to_owned(), "x=\"1\",y=~\"$y\"".to_owned()),
+                ("up".to_owned(), "job=\"j\"".to_owned()),
+                ("uptime".to_owned(), String::new()),
+            ]
+        );
+        assert_eq!(bare_metrics(e), ["hstrace_lost_total"]);
+        assert_eq!(bare_metrics("up + hstrace_x{a=\"b\"}"), ["up"]);
     }
 
     /// Every dashboard query, variables substituted, parses in a real Prometheus: a syntax
@@ -293,10 +603,23 @@ mod tests {
     #[test]
     fn every_dashboard_query_parses_in_prometheus() {
         let prom = Prometheus::start(&[], &[], "1s");
-        for (title, expr) in dashboard_queries(&dashboard()) {
-            for server in ["nginx:18443", ".*"] {
-                let v = prom.query(&substitute(&expr, server));
-                assert_eq!(v["data"]["result"], Value::Array(vec![]), "{title}: {v}");
+        let one = Vars {
+            instance: Vars::regex(&["127.0.0.1:9725", "[::1]:9725"]),
+            process: Vars::regex(&["nginx"]),
+            port: Vars::regex(&["18443"]),
+            stage: Vars::regex(&["server_flight_1", "response"]),
+            sni: Vars::regex(&["demo.test"]),
+            ..Vars::all()
+        };
+        for q in dashboard_queries(&dashboard()) {
+            for vars in [&Vars::all(), &one] {
+                let v = prom.query(&substitute(&q.expr, vars));
+                assert_eq!(
+                    v["data"]["result"],
+                    Value::Array(vec![]),
+                    "{}: {v}",
+                    q.title
+                );
             }
         }
     }

@@ -319,6 +319,12 @@ fn scrapes(prom: &Prometheus) -> Vec<(f64, f64)> {
 /// A series: its name and labels.
 type Series = (String, BTreeMap<String, String>);
 
+/// The server a series is of, as the parameters name it ("comm:port").
+fn server_label(l: &BTreeMap<String, String>) -> String {
+    let get = |k: &str| l.get(k).map(String::as_str).unwrap_or_default();
+    format!("{}:{}", get("process_executable_name"), get("server_port"))
+}
+
 /// The series `increase()` and `rate()` read for `servers`, and their values.
 fn counter_series(m: &Scrape, servers: &[&str]) -> BTreeMap<Series, f64> {
     let names = [
@@ -329,9 +335,7 @@ fn counter_series(m: &Scrape, servers: &[&str]) -> BTreeMap<Series, f64> {
     m.samples
         .iter()
         .filter(|(n, l, _)| {
-            names.contains(&n.as_str())
-                && l.get("server")
-                    .is_some_and(|s| servers.contains(&s.as_str()))
+            names.contains(&n.as_str()) && servers.contains(&server_label(l).as_str())
         })
         .map(|(n, l, v)| ((n.clone(), l.clone()), *v))
         .collect()
@@ -512,7 +516,8 @@ fn daemon_and_prometheus_give_the_model_the_daemons_numbers() {
     let stage_cut = |server: &str, kind: &str, stage: &str| {
         cut.iter().any(|(n, l)| {
             n.starts_with("hstrace_stage_duration_seconds")
-                && [("server", server), ("kind", kind), ("stage", stage)]
+                && server_label(l) == server
+                && [("kind", kind), ("stage", stage)]
                     .iter()
                     .all(|(k, v)| label(l, k) == *v)
         })

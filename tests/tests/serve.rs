@@ -2,6 +2,7 @@
 //! and a real Prometheus (Debian's package) scraping the daemon.
 
 use std::{
+    collections::{BTreeMap, BTreeSet},
     fs,
     path::PathBuf,
     process::Command,
@@ -33,63 +34,194 @@ fn rules() -> PathBuf {
     workspace().join("dashboards/prometheus/rules.yml")
 }
 
+/// The sum of a metric's samples whose labels pass `keep`.
+fn sum_where(m: &Scrape, name: &str, keep: impl Fn(&BTreeMap<String, String>) -> bool) -> f64 {
+    m.samples
+        .iter()
+        .filter(|(n, l, _)| n == name && keep(l))
+        .map(|(_, _, v)| v)
+        .sum()
+}
+
+/// The labels of one server in the daemon's metrics.
+fn server<'a>(process: &'a str, port: &'a str) -> [(&'a str, &'a str); 2] {
+    [("process_executable_name", process), ("server_port", port)]
+}
+
+/// Heatmaps of stages this test's traffic never has: Prometheus has no series for them.
+const STAGES_NOT_IN_THE_MIX: [(&str, &str); 6] = [
+    (
+        "preamble_wait",
+        "no server with a plaintext preamble (STARTTLS) here",
+    ),
+    ("preamble_queue", "no server with a plaintext preamble here"),
+    (
+        "preamble_service",
+        "no server with a plaintext preamble here",
+    ),
+    (
+        "hello_retry",
+        "no client sends a key share the server refuses (no HelloRetryRequest)",
+    ),
+    ("wait_client_hello_2", "no HelloRetryRequest"),
+    ("client_hello_2_queue", "no HelloRetryRequest"),
+];
+
+fn expected_empty(q: &prometheus::PanelQuery) -> bool {
+    q.panel_type == "heatmap"
+        && STAGES_NOT_IN_THE_MIX
+            .iter()
+            .any(|(stage, _)| q.title == format!("{stage} heatmap"))
+}
+
+/// One panel query's answer: the `instance` values in it (none: it has no `instance`
+/// label) and the `server_port` values.
+struct Answer {
+    query: prometheus::PanelQuery,
+    instances: BTreeSet<String>,
+    ports: BTreeSet<String>,
+}
+
+/// Every dashboard query with `vars`: the panels that have no data and should (or the
+/// other way round), and the answers of those that have.
+fn run_panels(
+    prom: &prometheus::Prometheus,
+    queries: &[prometheus::PanelQuery],
+    vars: &prometheus::Vars,
+) -> (Vec<String>, Vec<Answer>) {
+    let mut empty = Vec::new();
+    let mut answered = Vec::new();
+    for q in queries {
+        let promql = prometheus::substitute(&q.expr, vars);
+        let v = prom.query(&promql);
+        let result = v["data"]["result"].as_array().cloned().unwrap_or_default();
+        if result.is_empty() != expected_empty(q) {
+            let what = if result.is_empty() {
+                "no data"
+            } else {
+                "data, where STAGES_NOT_IN_THE_MIX says none"
+            };
+            empty.push(format!("{} ({what}): {promql}", q.title));
+        }
+        if result.is_empty() {
+            continue;
+        }
+        let label = |name: &str| -> BTreeSet<String> {
+            result
+                .iter()
+                .filter_map(|s| s["metric"][name].as_str().map(String::from))
+                .collect()
+        };
+        answered.push(Answer {
+            query: q.clone(),
+            instances: label("instance"),
+            ports: label("server_port"),
+        });
+    }
+    (empty, answered)
+}
+
 #[test]
 #[ignore = "needs root: run `sudo cargo xtask test`"]
 fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
     let nginx = Nginx::start("serve-mix", 1);
     // this nginx only (its master and workers): the totals below count everything the
-    // daemon traced, and the other tests' servers run at the same time
+    // daemon traced, and the other tests' servers run at the same time. Two daemons trace
+    // it, as two hosts would: Prometheus scrapes both, and every panel must keep them
+    // apart.
     let master = nginx.master_pid().to_string();
     let daemon = Daemon::start(&["--pid", &master, "--window", "600"]);
-    let server = format!("nginx:{}", nginx.port);
-    let plain_server = format!("nginx:{}", nginx.plain_port);
+    let second = Daemon::start(&["--pid", &master, "--window", "600"]);
+    let port = nginx.port.to_string();
+    let plain_port = nginx.plain_port.to_string();
+    let tls_server = server("nginx", &port);
+    let plain_server = server("nginx", &plain_port);
+    // the parameters still name a server comm:port
+    let server_name = format!("nginx:{}", nginx.port);
+    let plain_server_name = format!("nginx:{}", nginx.plain_port);
     let mix = drive_mix(&nginx, 3);
     let total = mix.tls() + mix.plain + mix.failed;
-    eventually("every connection counted", || {
-        daemon.scrape().sum("hstrace_connections_total", &[]) as u64 == total
-    });
+    for d in [&daemon, &second] {
+        eventually("every connection counted", || {
+            d.scrape().sum("hstrace_connections_total", &[]) as u64 == total
+        });
+    }
     let m = daemon.scrape();
-    let kind = |k: &str| m.sum("hstrace_connections_total", &[("kind", k)]) as u64;
-    assert_eq!(kind("full"), mix.full, "{}", m.text);
-    assert_eq!(kind("resumed"), mix.resumed);
-    assert_eq!(kind("plain"), mix.plain);
-    assert_eq!(kind("failed"), mix.failed);
+    for m in [&m, &second.scrape()] {
+        let kind = |k: &str| m.sum("hstrace_connections_total", &[("kind", k)]) as u64;
+        assert_eq!(kind("full"), mix.full, "{}", m.text);
+        assert_eq!(kind("resumed"), mix.resumed);
+        assert_eq!(kind("plain"), mix.plain);
+        assert_eq!(kind("failed"), mix.failed);
+    }
     // by version: a third of each is TLS 1.3
     let v13 = m.sum(
         "hstrace_connections_total",
-        &[("server", &server), ("tls_version", "1.3")],
+        &[&tls_server[..], &[("tls_protocol_version", "1.3")]].concat(),
     ) as u64;
     assert_eq!(v13, mix.tls() / 3);
+    // plain HTTP is kind="plain" of the http protocol, on its own port
+    assert_eq!(
+        m.sum(
+            "hstrace_connections_total",
+            &[
+                &plain_server[..],
+                &[("kind", "plain"), ("network_protocol_name", "http")]
+            ]
+            .concat(),
+        ) as u64,
+        mix.plain,
+        "{}",
+        m.text
+    );
     // every resumed handshake was offered and accepted; no full one offered
-    let offered = m.sum("hstrace_resumption_offered_total", &[("server", &server)]) as u64;
-    let accepted = m.sum("hstrace_resumption_accepted_total", &[("server", &server)]) as u64;
-    assert_eq!((offered, accepted), (mix.resumed, mix.resumed));
+    let on_tls = |l: &BTreeMap<String, String>| {
+        tls_server
+            .iter()
+            .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+    };
+    let offered = sum_where(&m, "hstrace_tls_handshakes_total", |l| {
+        on_tls(l) && l.get("tls_resumption_offered").is_some_and(|o| o != "none")
+    }) as u64;
+    let resumed = m.sum(
+        "hstrace_tls_handshakes_total",
+        &[&tls_server[..], &[("kind", "resumed")]].concat(),
+    ) as u64;
+    assert_eq!((offered, resumed), (mix.resumed, mix.resumed), "{}", m.text);
+    assert_eq!(
+        m.sum(
+            "hstrace_tls_handshakes_total",
+            &[("kind", "full"), ("tls_resumption_offered", "none")]
+        ) as u64,
+        mix.full
+    );
     for (mechanism, n) in [("psk", 3), ("session_id", 3), ("ticket", 3)] {
         assert_eq!(
             m.sum(
-                "hstrace_resumption_accepted_total",
-                &[("mechanism", mechanism)]
+                "hstrace_tls_handshakes_total",
+                &[("kind", "resumed"), ("tls_resumption_offered", mechanism)]
             ) as u64,
             n,
-            "{mechanism}"
+            "{mechanism}: {}",
+            m.text
         );
     }
     assert_eq!(
         m.sum(
             "hstrace_tls_handshakes_total",
-            &[("sni", "demo.test"), ("resumed", "true")]
+            &[("tls_client_server_name", "demo.test"), ("kind", "resumed")]
         ) + m.sum(
             "hstrace_tls_handshakes_total",
-            &[("sni", "other"), ("resumed", "true")]
+            &[("tls_client_server_name", "other"), ("kind", "resumed")]
         ),
         mix.resumed as f64
     );
     assert_eq!(
-        m.sum("hstrace_failures_total", &[("reason", "alert")]) as u64,
+        m.sum("hstrace_failures_total", &[("error_type", "alert")]) as u64,
         1
     );
     assert_eq!(
-        m.sum("hstrace_failures_total", &[("reason", "not_tls")]) as u64,
+        m.sum("hstrace_failures_total", &[("error_type", "not_tls")]) as u64,
         1
     );
     // a stage histogram counts each connection that had the stage
@@ -103,7 +235,7 @@ fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
     assert_eq!(
         m.sum(
             "hstrace_stage_duration_seconds_count",
-            &[("server", &plain_server), ("stage", "response")]
+            &[&plain_server[..], &[("stage", "response")]].concat()
         ) as u64,
         mix.plain
     );
@@ -112,6 +244,22 @@ fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
         total
     );
     assert_eq!(m.sum("hstrace_lost_total", &[]), 0.0, "{}", m.text);
+    // the old labels are gone
+    for old in [
+        "server",
+        "sni",
+        "reason",
+        "resumed",
+        "tls_version",
+        "cipher",
+        "app_protocol",
+    ] {
+        assert!(
+            m.samples.iter().all(|(_, l, _)| !l.contains_key(old)),
+            "label {old} still there: {}",
+            m.text
+        );
+    }
     // which hstrace answered: one series, the version the binary says
     let out = hstrace_output(&["--version"]);
     let said = String::from_utf8_lossy(&out.stdout);
@@ -160,8 +308,8 @@ fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
     let servers = params["servers"].as_array().unwrap();
     let tls = servers
         .iter()
-        .find(|s| s["server"] == server.as_str())
-        .unwrap_or_else(|| panic!("{server} missing: {params}"));
+        .find(|s| s["server"] == server_name.as_str())
+        .unwrap_or_else(|| panic!("{server_name} missing: {params}"));
     assert_eq!(tls["connections"].as_u64(), Some(mix.tls() + mix.failed));
     assert_eq!(tls["failed"].as_u64(), Some(mix.failed));
     assert_eq!(tls["cache"]["offered"].as_u64(), Some(mix.resumed));
@@ -202,7 +350,7 @@ fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
     }
     let plain = servers
         .iter()
-        .find(|s| s["server"] == plain_server.as_str())
+        .find(|s| s["server"] == plain_server_name.as_str())
         .expect("the plain server");
     assert_eq!(plain["classes"]["plain"]["count"].as_u64(), Some(mix.plain));
     assert!(
@@ -220,7 +368,7 @@ fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
         .lines()
         .map(|l| l.split(',').collect::<Vec<_>>())
         .find(|r| {
-            r[col("server")] == server
+            r[col("server")] == server_name
                 && r[col("class")] == "tls_full"
                 && r[col("stage")] == "server_flight_1"
         })
@@ -252,47 +400,144 @@ fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
         without_rates(params["servers"].clone())
     );
 
-    // a real Prometheus scraping the daemon, with the shipped rules loaded
-    let prom = prometheus::Prometheus::start(std::slice::from_ref(&daemon.addr), &[rules()], "1s");
-    prom.wait_for_scrapes(3);
-    let dashboard = workspace().join("dashboards/hstrace.json");
-    let queries = prometheus::dashboard_queries(&dashboard);
-    assert!(queries.len() >= 12, "{} panel queries", queries.len());
-    let mut empty = Vec::new();
-    for (title, expr) in &queries {
-        let q = prometheus::substitute(expr, &regex_escape(&server));
-        let v = prom.query(&q);
-        if v["data"]["result"].as_array().is_none_or(|r| r.is_empty()) {
-            empty.push(format!("{title}: {q}"));
-        }
-    }
-    assert!(
-        empty.is_empty(),
-        "panels with no data:\n{}",
-        empty.join("\n")
+    // a real Prometheus scraping both daemons, with the shipped rules loaded
+    let targets = [daemon.addr.clone(), second.addr.clone()];
+    let both: BTreeSet<String> = targets.iter().cloned().collect();
+    let prom = prometheus::Prometheus::start(&targets, &[rules()], "1s");
+    prom.wait_for_scrapes(2);
+    // more traffic, now that Prometheus has samples from before it: rates and ratios
+    // over its short history then have values
+    let more = drive_mix(&nginx, 1);
+    let grand_total = total + more.tls() + more.plain + more.failed;
+    let per_instance = |promql: &str| -> BTreeMap<String, f64> {
+        prom.query(promql)["data"]["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["metric"]["instance"].as_str().unwrap_or("").to_owned(),
+                    s["value"][1].as_str().unwrap().parse::<f64>().unwrap(),
+                )
+            })
+            .collect()
+    };
+    eventually(
+        "Prometheus to have every connection from both daemons",
+        || {
+            let seen =
+                per_instance("sum by (instance) (hstrace_connections_total{job=\"hstrace\"})");
+            seen.len() == 2 && seen.values().all(|n| *n as u64 == grand_total)
+        },
     );
-    // the rules loaded and evaluated without errors
+    // the rules loaded and evaluate without errors; the ratios have this traffic's values
+    // for each daemon apart (two daemons summed into one would still read the same ratio,
+    // which the per-instance series count below catches)
+    let rule_filter =
+        format!("{{job=\"hstrace\",process_executable_name=\"nginx\",server_port=\"{port}\"}}");
+    let near = |a: f64, b: f64| (a - b).abs() < 1e-6;
+    eventually("the recording rules to see the new traffic", || {
+        let ratio = |name: &str, want: f64| {
+            let v = per_instance(&format!("{name}{rule_filter}"));
+            v.len() == 2 && v.values().all(|x| near(*x, want))
+        };
+        ratio("hstrace:cache_hit_ratio:rate5m", 1.0)
+            && ratio("hstrace:resumption_rate:rate5m", 0.5)
+            && ratio(
+                "hstrace:failure_ratio:rate5m",
+                more.failed as f64 / (more.tls() + more.failed) as f64,
+            )
+    });
     let rules = prom.rules();
+    let mut recorded = Vec::new();
     for group in rules["data"]["groups"].as_array().unwrap() {
         for rule in group["rules"].as_array().unwrap() {
             assert_eq!(rule["health"], "ok", "{rule}");
+            if rule["type"] == "recording" {
+                recorded.push(rule["name"].as_str().unwrap().to_owned());
+            }
         }
     }
-    drop(prom);
-    let stderr = daemon.stop();
-    assert!(
-        stderr.contains("records lost (ring buffer full) 0,"),
-        "{stderr}"
-    );
-}
+    assert_eq!(recorded.len(), 8, "{recorded:?}");
+    for name in &recorded {
+        let seen: BTreeSet<String> = per_instance(&format!("count by (instance) ({name})"))
+            .into_keys()
+            .collect();
+        assert_eq!(seen, both, "{name}");
+    }
 
-fn regex_escape(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            let special = "\\.+*?()|[]{}^$".contains(c);
-            special.then_some('\\').into_iter().chain([c])
-        })
-        .collect()
+    // every panel's query: with instance All, each answers for both daemons, apart (an
+    // `instance` label). Only a heatmap draws one distribution of all it selects, by
+    // design, and has none.
+    let dashboard = workspace().join("dashboards/hstrace.json");
+    let queries = prometheus::dashboard_queries(&dashboard);
+    assert!(queries.len() >= 40, "{} panel queries", queries.len());
+    let (empty, answered) = run_panels(&prom, &queries, &prometheus::Vars::all());
+    assert!(
+        empty.is_empty(),
+        "panels without the data they should have:\n{}",
+        empty.join("\n")
+    );
+    let merged: Vec<String> = answered
+        .iter()
+        .filter(|a| a.query.panel_type != "heatmap" && a.instances != both)
+        .map(|a| format!("{} {:?}: {}", a.query.title, a.instances, a.query.expr))
+        .collect();
+    assert!(
+        merged.is_empty(),
+        "panels that do not answer for each instance apart:\n{}",
+        merged.join("\n")
+    );
+    // one daemon selected: only it answers, and every panel still has its data
+    let one = prometheus::Vars {
+        instance: prometheus::Vars::regex(&[&second.addr]),
+        ..prometheus::Vars::all()
+    };
+    let (empty, answered) = run_panels(&prom, &queries, &one);
+    assert!(
+        empty.is_empty(),
+        "panels without the data they should have, for {}:\n{}",
+        second.addr,
+        empty.join("\n")
+    );
+    for a in answered.iter().filter(|a| a.query.panel_type != "heatmap") {
+        assert_eq!(
+            a.instances.iter().collect::<Vec<_>>(),
+            [&second.addr],
+            "{}: {}",
+            a.query.title,
+            a.query.expr
+        );
+    }
+    // one server selected (the TLS port, on both daemons): only it answers
+    let tls_only = prometheus::Vars {
+        process: prometheus::Vars::regex(&["nginx"]),
+        port: prometheus::Vars::regex(&[&port]),
+        ..prometheus::Vars::all()
+    };
+    let (empty, answered) = run_panels(&prom, &queries, &tls_only);
+    assert!(
+        empty.is_empty(),
+        "panels without the data they should have, for port {port}:\n{}",
+        empty.join("\n")
+    );
+    for a in &answered {
+        assert!(
+            a.ports.iter().all(|p| *p == port),
+            "{}: {:?}: {}",
+            a.query.title,
+            a.ports,
+            a.query.expr
+        );
+    }
+    drop(prom);
+    for d in [second, daemon] {
+        let stderr = d.stop();
+        assert!(
+            stderr.contains("records lost (ring buffer full) 0,"),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]
@@ -464,10 +709,10 @@ fn random_snis_leave_series_and_memory_flat() {
     );
     assert_eq!(series_a, series_b, "the series count grew");
     assert!(rss_b <= rss_a + 8 * 1024, "RSS grew {rss_a} -> {rss_b} KiB");
-    let snis: std::collections::BTreeSet<&String> = m
+    let snis: BTreeSet<&String> = m
         .samples
         .iter()
-        .filter_map(|(_, l, _)| l.get("sni"))
+        .filter_map(|(_, l, _)| l.get("tls_client_server_name"))
         .collect();
     assert!(snis.len() <= 52, "{snis:?}");
     assert!(m.sum("hstrace_sni_folded_total", &[]) >= 10_000.0 - 52.0 * 2.0);
@@ -481,11 +726,11 @@ fn serve_follows_a_restarted_server() {
     let nginx = Nginx::start("serve-restart", 1);
     let daemon = Daemon::start(&["--comm", "nginx", "--uprobes", "handshake", "-v"]);
     // this server's connections: the daemon also traces the other tests' nginx
-    let server = format!("nginx:{}", nginx.port);
+    let port = nginx.port.to_string();
     let count = || {
         daemon.scrape().sum(
             "hstrace_connections_total",
-            &[("server", &server), ("kind", "full")],
+            &[&server("nginx", &port)[..], &[("kind", "full")]].concat(),
         ) as u64
     };
     assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
@@ -526,12 +771,12 @@ fn serve_is_wire_only_by_default() {
     let nginx = Nginx::start("serve-wire", 1);
     let master = nginx.master_pid().to_string();
     let daemon = Daemon::start(&["--pid", &master, "-v"]);
-    let server = format!("nginx:{}", nginx.port);
+    let port = nginx.port.to_string();
     assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
     eventually("the connection", || {
         daemon.scrape().sum(
             "hstrace_connections_total",
-            &[("server", &server), ("kind", "full")],
+            &[&server("nginx", &port)[..], &[("kind", "full")]].concat(),
         ) == 1.0
     });
     let stderr = daemon.stop();

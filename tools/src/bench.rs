@@ -10,7 +10,7 @@ use hstrace::{
     assemble::Pipeline,
     clock::monotonic_ns,
     print::{Format, Printer},
-    serve::Daemon,
+    serve::{Daemon, ServeOptions},
     sink::Sink,
     stage::Kind,
     sweep, tls,
@@ -108,9 +108,8 @@ pub fn pipeline(n: u64, serve: bool) -> Result<f64> {
     if !serve {
         return pipeline_connections_per_sec(n, None);
     }
-    // the daemon's own sink, as `hstrace serve` runs it (its defaults: --window 60,
-    // --max-sni 50)
-    let daemon = Daemon::new(Duration::from_secs(60), 50);
+    // the daemon's own sink, as `hstrace serve` runs it with its defaults
+    let daemon = Daemon::new(&ServeOptions::default());
     let per_sec = pipeline_connections_per_sec(n, Some(&mut daemon.sink()))?;
     // and what a scrape then costs: it must hold the counts of all n connections
     let text = daemon.metrics_text()?;

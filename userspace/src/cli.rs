@@ -170,6 +170,13 @@ enum Command {
         /// SNI label values kept in the metrics; the rest are counted as "other"
         #[arg(long, default_value_t = 50, value_name = "N")]
         max_sni: usize,
+        /// Every this many seconds, the SNI names with the most handshakes keep their
+        /// series and the others' are removed (a scanner's names give way to real ones)
+        #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
+        sni_window: f64,
+        /// Failed handshakes kept for /api/v1/failures (the oldest go first)
+        #[arg(long, default_value_t = 100, value_name = "N")]
+        recent_failures: usize,
     },
     /// Print the measured stage parameters once: trace for --duration, or ask a daemon
     ///
@@ -389,6 +396,8 @@ pub fn run(cli: Cli) -> Result<()> {
             listen,
             window,
             max_sni,
+            sni_window,
+            recent_failures,
         } => {
             // wire only: the daemon's metrics all come from the wire, and SSL_do_handshake's
             // two uprobe round trips per handshake are a third of what hstrace costs one
@@ -405,12 +414,17 @@ pub fn run(cli: Cli) -> Result<()> {
             if max_sni > 10_000 {
                 bail!("--max-sni {max_sni} is too many series: give at most 10000 (default 50)");
             }
+            if recent_failures > 100_000 {
+                bail!("--recent-failures {recent_failures} is too many to keep in memory: give at most 100000 (default 100)");
+            }
             serve::run(
                 opts,
                 ServeOptions {
                     listen,
                     window: seconds("--window", window)?,
                     max_sni,
+                    sni_window: seconds("--sni-window", sni_window)?,
+                    recent_failures,
                 },
             )
         }

@@ -30,7 +30,8 @@
 //! The sinks and commands:
 //! - `print` + `json`: the JSON and text lines (`trace`'s printer)
 //! - `health`: the tracer's own accounting
-//! - `metrics`: `serve`'s Prometheus metrics (every name and label)
+//! - `metrics`: `serve`'s Prometheus metrics (every name, label and bound)
+//! - `failures`: `serve`'s last failed handshakes (`/api/v1/failures`)
 //! - `params`: the parameter estimator (a sink) and the parameters' CSV and table
 //! - `trace`, `serve`, `export`: the commands (`serve::Daemon`: the daemon's sink and
 //!   state); `cli`: the command line that wires them
@@ -44,6 +45,7 @@ pub mod cli;
 pub mod clock;
 pub mod container;
 pub mod export;
+pub mod failures;
 pub mod health;
 pub mod http_client;
 pub mod json;

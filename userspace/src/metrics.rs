@@ -1,21 +1,22 @@
-//! `serve`'s Prometheus metrics: every name, label and bucket is defined here, through the
+//! `serve`'s Prometheus metrics: every family, label and bound is defined here, through the
 //! prometheus-client crate (OpenMetrics exposition). Base units, `_total` counters, an
-//! `hstrace_` prefix; `tls_version`, `cipher` and `resumed` as OpenTelemetry names them.
+//! `hstrace_` prefix. A label holds one dimension, named after OpenTelemetry's semantic
+//! conventions with the dots made underscores: `process_executable_name` and `server_port`
+//! say which server; then `tls_protocol_version`, `tls_cipher`, `tls_client_server_name`
+//! (the SNI), `network_protocol_name` and `error_type`. `kind` (full, resumed, plain,
+//! failed) is the one way a series says that a handshake resumed.
 //!
-//! Series budget per server at the defaults: the stage histogram has ≤ 31 (stage, kind)
-//! pairs × 26 series (23 buckets, +Inf, _sum, _count) ≈ 810; the handshake histogram
-//! 2 kinds × TLS versions seen × 26; per-SNI counters ≤ (`--max-sni` + 2) × 3 mechanisms ×
-//! 2 + (`--max-sni` + 2) × 2; connections one per (protocol, app protocol, kind, version,
-//! cipher) seen.
-//! About 1,500 series for a server with two TLS versions, a few ciphers and 50 SNIs.
+//! docs/metrics.md lists every family with its labels and bounds; `series_budget` is the
+//! most series one server can have, and a test holds the exposition to it.
 
 use std::{
     borrow::Cow,
-    collections::{HashMap, HashSet},
+    collections::HashMap,
+    time::{Duration, Instant},
 };
 
 use prometheus_client::{
-    encoding::EncodeLabelSet,
+    encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder},
     metrics::{
         counter::Counter,
         family::Family,
@@ -35,6 +36,8 @@ use crate::{
 /// Stage buckets: 10 µs · 2^k up to ~42 s (23 buckets), resolving microseconds.
 const BUCKET_FLOOR_S: f64 = 10e-6;
 const BUCKETS: u16 = 23;
+/// The series of one histogram: its buckets, +Inf, _sum and _count.
+const HISTOGRAM_SERIES: usize = BUCKETS as usize + 3;
 
 fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(BUCKET_FLOOR_S, 2.0, BUCKETS))
@@ -42,9 +45,25 @@ fn duration_histogram() -> Histogram {
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
+/// Which server: its executable's name and listening port (OpenTelemetry's
+/// `process.executable.name` and `server.port`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct ServerLabels {
+    process: String,
+    port: u16,
+}
+
+impl EncodeLabelSet for ServerLabels {
+    fn encode(&self, e: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        ("process_executable_name", self.process.as_str()).encode(e.encode_label())?;
+        ("server_port", self.port).encode(e.encode_label())
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StageLabels {
-    server: String,
+    #[prometheus(flatten)]
+    server: ServerLabels,
     stage: &'static str,
     stage_class: &'static str,
     kind: &'static str,
@@ -52,49 +71,49 @@ struct StageLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HandshakeLabels {
-    server: String,
+    #[prometheus(flatten)]
+    server: ServerLabels,
     kind: &'static str,
-    tls_version: &'static str,
+    tls_protocol_version: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CpuLabels {
-    server: String,
+    #[prometheus(flatten)]
+    server: ServerLabels,
     stage: &'static str,
     kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ConnectionLabels {
-    server: String,
-    protocol: &'static str,
+    #[prometheus(flatten)]
+    server: ServerLabels,
+    kind: &'static str,
     /// the plaintext part's protocol (STARTTLS's, or a plain connection's), "none" when
     /// not told: one of ten names, bounded
-    app_protocol: &'static str,
-    kind: &'static str,
-    tls_version: &'static str,
-    cipher: String,
+    network_protocol_name: &'static str,
+    tls_protocol_version: &'static str,
+    tls_cipher: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FailureLabels {
-    server: String,
-    reason: &'static str,
+    #[prometheus(flatten)]
+    server: ServerLabels,
+    error_type: &'static str,
     stage: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResumptionLabels {
-    server: String,
-    mechanism: &'static str,
-    sni: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HandshakeSniLabels {
-    server: String,
-    sni: String,
-    resumed: &'static str,
+    #[prometheus(flatten)]
+    server: ServerLabels,
+    tls_client_server_name: String,
+    /// full or resumed
+    kind: &'static str,
+    /// none, session_id, ticket or psk
+    tls_resumption_offered: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -120,6 +139,45 @@ struct ProbeLabels {
     hook: String,
 }
 
+/// Plaintext protocols told apart (`record::app_protocol_name`), and failure reasons
+/// (`record::failure_name`): the bounds of `network_protocol_name` and `error_type`.
+const NETWORK_PROTOCOLS: usize = 9;
+const ERROR_TYPES: usize = 8;
+
+/// What a client offered to resume with: the `tls_resumption_offered` values, in the
+/// order `SniSeries::handshakes` keeps them.
+const OFFERED: [&str; 4] = ["none", "session_id", "ticket", "psk"];
+
+fn offered_index(offer: Option<Resumption>) -> usize {
+    match offer {
+        None => 0,
+        Some(Resumption::SessionId) => 1,
+        Some(Resumption::Ticket) => 2,
+        Some(Resumption::Psk) => 3,
+    }
+}
+
+/// The most series one server can have in the families labelled by server, with
+/// `versions` TLS versions and `ciphers` ciphers seen and `--max-sni` = `max_sni`.
+/// Every bound is the product of the label values each family can take:
+/// - stage_duration: 16 stages × 4 kinds × 26 series (fewer pairs occur: a plain
+///   connection has no handshake stages);
+/// - stage_cpu: the stages whose CPU is read × 4 kinds;
+/// - handshake_duration: 2 kinds × (versions + "none") × 26;
+/// - connections: 4 kinds × 11 network protocols (ten and "none") × (versions + "none") ×
+///   (ciphers + "none");
+/// - failures: 8 error types × 16 stages;
+/// - tls_handshakes: (max_sni + "other" + "none") × (full: 4 offers + resumed: 3 offers).
+pub fn series_budget(versions: usize, ciphers: usize, max_sni: usize) -> usize {
+    let with_cpu = Stage::ALL.iter().filter(|s| s.has_cpu()).count();
+    Stage::ALL.len() * Kind::ALL.len() * HISTOGRAM_SERIES
+        + with_cpu * Kind::ALL.len()
+        + 2 * (versions + 1) * HISTOGRAM_SERIES
+        + Kind::ALL.len() * (NETWORK_PROTOCOLS + 1) * (versions + 1) * (ciphers + 1)
+        + ERROR_TYPES * Stage::ALL.len()
+        + (max_sni + 2) * (OFFERED.len() + OFFERED.len() - 1)
+}
+
 /// The metrics, registered in `registry` (what `/metrics` encodes), and the sink that
 /// counts records into them.
 pub struct Metrics {
@@ -128,8 +186,6 @@ pub struct Metrics {
     stage_cpu: Family<CpuLabels, Counter<f64>>,
     connections: Family<ConnectionLabels, Counter>,
     failures: Family<FailureLabels, Counter>,
-    offered: Family<ResumptionLabels, Counter>,
-    accepted: Family<ResumptionLabels, Counter>,
     handshakes: Family<HandshakeSniLabels, Counter>,
     records: Family<RecordLabels, Counter>,
     lost: Family<CauseLabels, Counter>,
@@ -143,7 +199,11 @@ pub struct Metrics {
     uprobes_untied: Counter,
     accept_queue_unmeasured: Counter,
     sni_folded: Counter,
+    sni_evicted: Counter,
     sni: SniLabels,
+    /// when the SNI window ends, and how long the next one lasts
+    sni_window_end: Instant,
+    sni_window: Duration,
     /// each server's series, looked up once
     servers: Vec<ServerSeries>,
     /// the records counter's two series
@@ -154,18 +214,22 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// `max_sni`: SNI label values kept per daemon (the rest are `other`).
-    pub fn new(registry: &mut Registry, max_sni: usize) -> Metrics {
+    /// `max_sni`: SNI label values kept per daemon (the rest are `other`), re-ranked by
+    /// their connections every `sni_window`.
+    pub fn new(registry: &mut Registry, max_sni: usize, sni_window: Duration) -> Metrics {
+        let records: Family<RecordLabels, Counter> = Family::default();
         let m = Metrics {
             stage: Family::new_with_constructor(duration_histogram),
             handshake: Family::new_with_constructor(duration_histogram),
             stage_cpu: Family::default(),
             connections: Family::default(),
             failures: Family::default(),
-            offered: Family::default(),
-            accepted: Family::default(),
             handshakes: Family::default(),
-            records: Family::default(),
+            records_connection: records.get_or_create_owned(&RecordLabels {
+                record: "connection",
+            }),
+            records_close: records.get_or_create_owned(&RecordLabels { record: "close" }),
+            records,
             lost: Family::default(),
             accepted_conns: Counter::default(),
             tracked: Counter::default(),
@@ -177,20 +241,12 @@ impl Metrics {
             uprobes_untied: Counter::default(),
             accept_queue_unmeasured: Counter::default(),
             sni_folded: Counter::default(),
+            sni_evicted: Counter::default(),
             sni: SniLabels::new(max_sni),
+            sni_window_end: Instant::now() + sni_window,
+            sni_window,
             servers: Vec::new(),
-            records_connection: Counter::default(),
-            records_close: Counter::default(),
             last: Health::default(),
-        };
-        let m = Metrics {
-            records_connection: m.records.get_or_create_owned(&RecordLabels {
-                record: "connection",
-            }),
-            records_close: m
-                .records
-                .get_or_create_owned(&RecordLabels { record: "close" }),
-            ..m
         };
         let r = registry;
         r.register_with_unit(
@@ -213,27 +269,17 @@ impl Metrics {
         );
         r.register(
             "connections",
-            "Connections reported, by how they went",
+            "Connections reported, by how they went (kind) and what they spoke",
             m.connections.clone(),
         );
         r.register(
             "failures",
-            "Connections that failed before their handshake completed, by reason and the stage they died in",
+            "Connections that failed before their handshake completed, by error type and the stage they died in",
             m.failures.clone(),
         );
         r.register(
-            "resumption_offered",
-            "TLS handshakes whose client offered to resume a session",
-            m.offered.clone(),
-        );
-        r.register(
-            "resumption_accepted",
-            "TLS handshakes that resumed a session (cache hit ratio = accepted / offered)",
-            m.accepted.clone(),
-        );
-        r.register(
             "tls_handshakes",
-            "Completed TLS handshakes, by SNI (resumption rate = resumed / all)",
+            "Completed TLS handshakes, by SNI, kind (full or resumed) and what the client offered to resume with (cache hit ratio = kind=\"resumed\" / tls_resumption_offered!=\"none\")",
             m.handshakes.clone(),
         );
         r.register(
@@ -302,8 +348,13 @@ impl Metrics {
         );
         r.register(
             "sni_folded",
-            "Connections whose SNI was counted as \"other\" (over --max-sni, or not yet seen twice)",
+            "TLS handshakes whose SNI was counted as \"other\" (over --max-sni, or not yet seen twice in the window)",
             m.sni_folded.clone(),
+        );
+        r.register(
+            "sni_evicted",
+            "SNI label values whose series were removed at the end of an --sni-window: no handshakes in it, or fewer than --max-sni other names",
+            m.sni_evicted.clone(),
         );
         m
     }
@@ -318,14 +369,15 @@ impl Metrics {
         if let Some(i) = self
             .servers
             .iter()
-            .position(|s| s.port == r.local.port && s.comm == r.comm)
+            .position(|s| s.labels.port == r.local.port && s.labels.process == r.comm)
         {
             return i;
         }
         self.servers.push(ServerSeries {
-            comm: r.comm.clone(),
-            port: r.local.port,
-            name: r.server(),
+            labels: ServerLabels {
+                process: r.comm.clone(),
+                port: r.local.port,
+            },
             kinds: Default::default(),
             snis: HashMap::new(),
         });
@@ -342,7 +394,7 @@ impl Metrics {
             ..
         } = self;
         let series = &mut servers[i];
-        let server = &series.name;
+        let server = &series.labels;
         let kind = r.kind.name();
         let of_kind = &mut series.kinds[r.kind as usize];
         for (stage, ns) in &r.stages_ns.0 {
@@ -371,27 +423,24 @@ impl Metrics {
         let tls_version = r.tls_version.unwrap_or("none");
         let cipher = r.cipher.as_deref().unwrap_or("none");
         let app = r.app_protocol.unwrap_or("none");
-        let connections = match of_kind.connections.iter().find(|(p, a, v, c, _)| {
-            *p == r.protocol && *a == app && *v == tls_version && c == cipher
-        }) {
+        let connections = match of_kind
+            .connections
+            .iter()
+            .find(|(a, v, c, _)| *a == app && *v == tls_version && c == cipher)
+        {
             Some((.., counter)) => counter,
             None => {
                 let counter = connection_family.get_or_create_owned(&ConnectionLabels {
                     server: server.clone(),
-                    protocol: r.protocol,
-                    app_protocol: app,
                     kind,
-                    tls_version,
-                    cipher: cipher.to_owned(),
+                    network_protocol_name: app,
+                    tls_protocol_version: tls_version,
+                    tls_cipher: cipher.to_owned(),
                 });
-                of_kind.connections.push((
-                    r.protocol,
-                    app,
-                    tls_version,
-                    cipher.to_owned(),
-                    counter,
-                ));
-                &of_kind.connections.last().expect("pushed").4
+                of_kind
+                    .connections
+                    .push((app, tls_version, cipher.to_owned(), counter));
+                &of_kind.connections.last().expect("pushed").3
             }
         };
         connections.inc();
@@ -400,14 +449,16 @@ impl Metrics {
             self.failures
                 .get_or_create(&FailureLabels {
                     server: server.clone(),
-                    reason,
+                    error_type: reason,
                     stage: stage.name(),
                 })
                 .inc();
         }
-        if !matches!(r.kind, Kind::Full | Kind::Resumed) {
-            return;
-        }
+        let resumed = match r.kind {
+            Kind::Full => false,
+            Kind::Resumed => true,
+            Kind::Plain | Kind::Failed => return,
+        };
         if let Some(h) = r.handshake_ns {
             let cached = &mut self.servers[i].kinds[r.kind as usize].handshake;
             let histogram = match cached.iter().position(|(v, _)| *v == tls_version) {
@@ -416,7 +467,7 @@ impl Metrics {
                     let histogram = self.handshake.get_or_create_owned(&HandshakeLabels {
                         server: server.clone(),
                         kind,
-                        tls_version,
+                        tls_protocol_version: tls_version,
                     });
                     cached.push((tls_version, histogram));
                     &cached.last().expect("pushed").1
@@ -434,33 +485,41 @@ impl Metrics {
             snis.insert(sni.to_owned(), SniSeries::default());
         }
         let of_sni = snis.get_mut(sni).expect("inserted above");
-        let resumption = |family: &Family<ResumptionLabels, Counter>, how: Resumption| {
-            family.get_or_create_owned(&ResumptionLabels {
-                server: server.clone(),
-                mechanism: how.name(),
-                sni: sni.to_owned(),
-            })
-        };
-        if let Some(offer) = r.offered {
-            of_sni.offered[offer as usize]
-                .get_or_insert_with(|| resumption(&self.offered, offer))
-                .inc();
-        }
-        if let Some(how) = r.resumption {
-            of_sni.accepted[how as usize]
-                .get_or_insert_with(|| resumption(&self.accepted, how))
-                .inc();
-        }
-        let resumed = r.kind == Kind::Resumed;
-        of_sni.handshakes[usize::from(resumed)]
+        // a resumed session was offered, even when the ClientHello was not seen
+        let offer = r.offered.or(if resumed { r.resumption } else { None });
+        let offer = offered_index(offer);
+        of_sni.handshakes[usize::from(resumed)][offer]
             .get_or_insert_with(|| {
-                self.handshakes.get_or_create_owned(&HandshakeSniLabels {
-                    server: server.clone(),
-                    sni: sni.to_owned(),
-                    resumed: if resumed { "true" } else { "false" },
-                })
+                self.handshakes
+                    .get_or_create_owned(&sni_labels(&server, sni, resumed, offer))
             })
             .inc();
+    }
+
+    /// The SNI window ended: re-rank the names, and remove the series of those that lost
+    /// their place.
+    fn end_sni_window(&mut self) {
+        let evicted = self.sni.rotate();
+        for name in &evicted {
+            for server in &mut self.servers {
+                let Some(of_sni) = server.snis.remove(name.as_str()) else {
+                    continue;
+                };
+                for (resumed, offers) in of_sni.handshakes.iter().enumerate() {
+                    for (offer, counter) in offers.iter().enumerate() {
+                        if counter.is_some() {
+                            self.handshakes.remove(&sni_labels(
+                                &server.labels,
+                                name,
+                                resumed == 1,
+                                offer,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        self.sni_evicted.inc_by(evicted.len() as u64);
     }
 
     /// The tracer's health, as counter increments since the last tick and gauges.
@@ -499,6 +558,15 @@ impl Metrics {
     }
 }
 
+fn sni_labels(server: &ServerLabels, sni: &str, resumed: bool, offer: usize) -> HandshakeSniLabels {
+    HandshakeSniLabels {
+        server: server.clone(),
+        tls_client_server_name: sni.to_owned(),
+        kind: if resumed { "resumed" } else { "full" },
+        tls_resumption_offered: OFFERED[offer],
+    }
+}
+
 impl Sink for Metrics {
     fn connection(&mut self, r: &Record) -> std::io::Result<()> {
         self.count(r);
@@ -513,6 +581,11 @@ impl Sink for Metrics {
 
     fn tick(&mut self, health: &Health) -> std::io::Result<()> {
         self.health(health);
+        let now = Instant::now();
+        if now >= self.sni_window_end {
+            self.end_sni_window();
+            self.sni_window_end = now + self.sni_window;
+        }
         Ok(())
     }
 }
@@ -525,16 +598,13 @@ struct KindSeries {
     cpu: [Option<Counter<f64>>; Stage::ALL.len()],
     /// by TLS version
     handshake: Vec<(&'static str, Histogram)>,
-    /// by protocol, app protocol, TLS version and cipher
-    connections: Vec<(&'static str, &'static str, &'static str, String, Counter)>,
+    /// by network protocol, TLS version and cipher
+    connections: Vec<(&'static str, &'static str, String, Counter)>,
 }
 
-/// A server's series (`server` is bounded by the listeners selected, not by the wire).
+/// A server's series (bounded by the listeners selected, not by the wire).
 struct ServerSeries {
-    comm: String,
-    port: u16,
-    /// "comm:port"
-    name: String,
+    labels: ServerLabels,
     /// by `Kind` (declaration order)
     kinds: [KindSeries; Kind::ALL.len()],
     /// by SNI label value (at most `max_sni` + 2 of them)
@@ -544,26 +614,29 @@ struct ServerSeries {
 /// One server's series of one SNI label value, looked up once.
 #[derive(Default)]
 struct SniSeries {
-    /// by `Resumption` (declaration order)
-    offered: [Option<Counter>; 3],
-    accepted: [Option<Counter>; 3],
-    /// not resumed, resumed
-    handshakes: [Option<Counter>; 2],
+    /// handshakes by full/resumed, then by what was offered (`OFFERED`'s order)
+    handshakes: [[Option<Counter>; OFFERED.len()]; 2],
 }
 
-/// The SNI label value of connections whose SNI has no series of its own.
+/// The SNI label value of handshakes whose SNI has no series of its own.
 const OTHER: &str = "other";
 /// ... and of those that sent none.
 const NONE: &str = "none";
-/// An SNI gets its own series once it has surely been seen this often: a client sending
-/// random names, each once, never gets one.
+/// An SNI gets its own series once it has surely been seen this often in a window: a
+/// client sending random names, each once, never gets one.
 const ADMIT_AFTER: u64 = 2;
 
-/// Bounded SNI label values: the first `max` names surely seen `ADMIT_AFTER` times, by a
-/// space-saving sketch of the most frequent names (8 × `max` entries: a name's count is
-/// over-estimated by at most its `err`, so `count - err` is a sure lower bound).
+/// Bounded SNI label values, kept by recent traffic. At most `max` names have series
+/// (`admitted`, with their handshakes this window); a name is admitted while there is room
+/// once it has surely been seen `ADMIT_AFTER` times. The other names are counted in a
+/// space-saving sketch of the most frequent (8 × `max` entries: a name's count is
+/// over-estimated by at most its `err`, so `count - err` is a sure lower bound). At the end
+/// of each window the admitted names and the sketch's sure candidates are ranked by their
+/// handshakes in it (an admitted name wins a tie) and the top `max` kept: a scanner's
+/// random names, admitted while there was room, give way to the real names one window
+/// after the flood stops.
 struct SniLabels {
-    admitted: HashSet<String>,
+    admitted: HashMap<String, u64>,
     max: usize,
     sketch: HashMap<String, (u64, u64)>,
     sketch_cap: usize,
@@ -572,7 +645,7 @@ struct SniLabels {
 impl SniLabels {
     fn new(max: usize) -> SniLabels {
         SniLabels {
-            admitted: HashSet::new(),
+            admitted: HashMap::new(),
             max,
             sketch: HashMap::new(),
             sketch_cap: (8 * max).max(64),
@@ -589,48 +662,90 @@ impl SniLabels {
         } else {
             Cow::Borrowed(sni)
         };
-        if self.admitted.contains(&*sni) {
+        if let Some(n) = self.admitted.get_mut(&*sni) {
+            *n += 1;
             return sni;
         }
-        if self.admitted.len() >= self.max {
-            return Cow::Borrowed(OTHER);
-        }
-        let (count, err) = match self.sketch.get_mut(&*sni) {
-            Some(e) => {
-                e.0 += 1;
-                *e
-            }
-            None => {
-                // full: the least frequent name makes room, and its count is the new one's error
-                let mut floor = 0;
-                if self.sketch.len() >= self.sketch_cap {
-                    if let Some(min) = self
-                        .sketch
-                        .iter()
-                        .min_by_key(|(_, (c, _))| *c)
-                        .map(|(k, v)| (k.clone(), v.0))
-                    {
-                        self.sketch.remove(&min.0);
-                        floor = min.1;
-                    }
-                }
-                self.sketch
-                    .insert(sni.clone().into_owned(), (floor + 1, floor));
-                (floor + 1, floor)
-            }
-        };
-        if count - err >= ADMIT_AFTER {
+        let sure = self.sketch_add(&sni);
+        if sure >= ADMIT_AFTER && self.admitted.len() < self.max {
             self.sketch.remove(&*sni);
-            self.admitted.insert(sni.clone().into_owned());
+            self.admitted.insert(sni.clone().into_owned(), sure);
             return sni;
         }
         Cow::Borrowed(OTHER)
+    }
+
+    /// Count `sni` in the sketch; its sure count.
+    fn sketch_add(&mut self, sni: &str) -> u64 {
+        if let Some(e) = self.sketch.get_mut(sni) {
+            e.0 += 1;
+            return e.0 - e.1;
+        }
+        // full: the least frequent name makes room, and its count is the new one's error
+        let mut floor = 0;
+        if self.sketch.len() >= self.sketch_cap {
+            if let Some((name, count)) = self
+                .sketch
+                .iter()
+                .min_by_key(|(_, (c, _))| *c)
+                .map(|(k, v)| (k.clone(), v.0))
+            {
+                self.sketch.remove(&name);
+                floor = count;
+            }
+        }
+        self.sketch.insert(sni.to_owned(), (floor + 1, floor));
+        1
+    }
+
+    /// The window ended: keep the `max` names with the most handshakes in it (sure counts;
+    /// an admitted name wins a tie, a name with none is dropped) and start the next window
+    /// from zero. Returns the names that lost their series.
+    fn rotate(&mut self) -> Vec<String> {
+        let mut ranked: Vec<(u64, bool, String)> = self
+            .admitted
+            .drain()
+            .map(|(name, n)| (n, true, name))
+            .chain(
+                self.sketch
+                    .drain()
+                    .map(|(name, (c, err))| (c - err, false, name))
+                    .filter(|(sure, ..)| *sure >= ADMIT_AFTER),
+            )
+            .collect();
+        ranked.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+        let mut evicted = Vec::new();
+        for (rank, (n, was_admitted, name)) in ranked.into_iter().enumerate() {
+            if rank < self.max && n > 0 {
+                self.admitted.insert(name, 0);
+            } else if was_admitted {
+                evicted.push(name);
+            }
+        }
+        evicted
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{
+        record::{app_protocol_name, failure_name},
+        stage::Stages,
+    };
+
+    fn exposition(reg: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, reg).unwrap();
+        text
+    }
+
+    /// Sample lines of the families labelled by server.
+    fn server_series(text: &str) -> usize {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && l.contains("process_executable_name="))
+            .count()
+    }
 
     #[test]
     fn random_snis_never_get_a_series() {
@@ -674,56 +789,256 @@ mod tests {
     }
 
     #[test]
+    fn real_names_come_back_one_window_after_a_flood() {
+        let mut s = SniLabels::new(5);
+        // a scanner's names, each three times: the first five take every place
+        for _ in 0..3 {
+            for i in 0..10 {
+                s.label(Some(&format!("scan{i}.example")));
+            }
+        }
+        assert_eq!(s.admitted.len(), 5);
+        assert!(s.rotate().is_empty(), "the flood was this window's traffic");
+        // the next window: real traffic only, folded while the places are taken
+        for _ in 0..3 {
+            for name in ["shop.example", "api.example"] {
+                assert_eq!(s.label(Some(name)), OTHER);
+            }
+        }
+        let mut evicted = s.rotate();
+        evicted.sort();
+        assert_eq!(evicted.len(), 5, "{evicted:?}");
+        assert!(evicted.iter().all(|n| n.starts_with("scan")));
+        assert_eq!(s.label(Some("shop.example")), "shop.example");
+        assert_eq!(s.label(Some("api.example")), "api.example");
+        // names seen once in the window are not candidates
+        assert_eq!(s.admitted.len(), 2);
+    }
+
+    #[test]
+    fn the_busiest_names_keep_their_places() {
+        let mut s = SniLabels::new(2);
+        for (name, n) in [("a", 5), ("b", 2), ("c", 9)] {
+            for _ in 0..n {
+                s.label(Some(name));
+            }
+        }
+        // a and b were admitted; c, folded, was busier than b
+        assert_eq!(s.rotate(), vec!["b".to_owned()]);
+        assert!(s.admitted.contains_key("a") && s.admitted.contains_key("c"));
+        // a tie: the admitted name stays
+        for name in ["a", "c", "d", "d"] {
+            s.label(Some(name));
+        }
+        s.label(Some("a"));
+        s.label(Some("c"));
+        assert!(s.rotate().is_empty());
+        assert!(s.admitted.contains_key("a") && s.admitted.contains_key("c"));
+        // a quiet window frees every place
+        let mut gone = s.rotate();
+        gone.sort();
+        assert_eq!(gone, ["a", "c"]);
+        assert!(s.admitted.is_empty() && s.sketch.is_empty());
+    }
+
+    #[test]
+    fn evicted_names_lose_their_series() {
+        let mut reg = Registry::with_prefix("hstrace");
+        let mut m = Metrics::new(&mut reg, 1, Duration::from_secs(600));
+        let with_sni = |name: &str| Record {
+            sni: Some(name.into()),
+            ..Record::fixture(Kind::Full)
+        };
+        for _ in 0..2 {
+            m.count(&with_sni("old.example"));
+        }
+        assert!(exposition(&reg).contains("tls_client_server_name=\"old.example\""));
+        m.end_sni_window();
+        for _ in 0..3 {
+            m.count(&with_sni("new.example"));
+        }
+        m.end_sni_window();
+        m.count(&with_sni("new.example"));
+        let text = exposition(&reg);
+        assert!(!text.contains("old.example"), "{text}");
+        assert!(
+            text.contains("tls_client_server_name=\"new.example\""),
+            "{text}"
+        );
+        assert!(text.contains("hstrace_sni_evicted_total 1"), "{text}");
+    }
+
+    #[test]
+    fn one_way_to_say_resumed() {
+        let mut reg = Registry::with_prefix("hstrace");
+        let mut m = Metrics::new(&mut reg, 50, Duration::from_secs(600));
+        m.count(&Record {
+            offered: Some(Resumption::Ticket),
+            resumption_offered: true,
+            ..Record::fixture(Kind::Full)
+        });
+        m.count(&Record {
+            offered: Some(Resumption::Ticket),
+            resumption_offered: true,
+            resumption: Some(Resumption::Ticket),
+            ..Record::fixture(Kind::Resumed)
+        });
+        // resumed with the ClientHello unseen: still counted as offered (the ratio ≤ 1)
+        m.count(&Record {
+            resumption: Some(Resumption::Psk),
+            ..Record::fixture(Kind::Resumed)
+        });
+        m.count(&Record::fixture(Kind::Full));
+        let text = exposition(&reg);
+        let line = |kind: &str, offered: &str| {
+            format!("hstrace_tls_handshakes_total{{process_executable_name=\"nginx\",server_port=\"443\",tls_client_server_name=\"none\",kind=\"{kind}\",tls_resumption_offered=\"{offered}\"}} 1")
+        };
+        for (kind, offered) in [
+            ("full", "ticket"),
+            ("resumed", "ticket"),
+            ("resumed", "psk"),
+            ("full", "none"),
+        ] {
+            assert!(
+                text.contains(&line(kind, offered)),
+                "{kind} {offered}:\n{text}"
+            );
+        }
+        for gone in [
+            "resumption_offered_total",
+            "resumption_accepted",
+            "resumed=",
+            "server=\"",
+        ] {
+            assert!(!text.contains(gone), "{gone}:\n{text}");
+        }
+    }
+
+    #[test]
+    fn label_bounds_match_the_record() {
+        let protocols: std::collections::HashSet<_> =
+            (0..=u8::MAX).filter_map(app_protocol_name).collect();
+        assert_eq!(protocols.len(), NETWORK_PROTOCOLS);
+        let errors: std::collections::HashSet<_> = (0..=u8::MAX).map(failure_name).collect();
+        assert_eq!(errors.len(), ERROR_TYPES);
+    }
+
+    /// Every label value a server's records can give, counted in: the exposition stays
+    /// within `series_budget`, and the documented figure is that budget.
+    #[test]
+    fn series_stay_within_the_budget() {
+        let max_sni = 50;
+        let mut reg = Registry::with_prefix("hstrace");
+        let mut m = Metrics::new(&mut reg, max_sni, Duration::from_secs(600));
+        let versions = ["1.2", "1.3"];
+        let ciphers = [
+            "TLS_AES_128_GCM_SHA256",
+            "TLS_AES_256_GCM_SHA384",
+            "ECDHE-RSA-AES128-GCM-SHA256",
+        ];
+        let offers = [
+            None,
+            Some(Resumption::SessionId),
+            Some(Resumption::Ticket),
+            Some(Resumption::Psk),
+        ];
+        for sni in 0..max_sni + 20 {
+            let sni = format!("site{sni}.example");
+            for _ in 0..2 {
+                for kind in [Kind::Full, Kind::Resumed] {
+                    for offered in offers {
+                        if kind == Kind::Resumed && offered.is_none() {
+                            continue; // a resumed session was offered
+                        }
+                        m.count(&Record {
+                            sni: Some(sni.clone()),
+                            offered,
+                            resumption: offered,
+                            ..Record::fixture(kind)
+                        });
+                    }
+                }
+            }
+        }
+        m.count(&Record::fixture(Kind::Full)); // SNI "none"
+        for kind in Kind::ALL {
+            for version in versions.iter().map(|v| Some(*v)).chain([None]) {
+                for cipher in ciphers
+                    .iter()
+                    .map(|c| Some(Cow::Borrowed(*c)))
+                    .chain([None])
+                {
+                    for app in (0..=u8::MAX)
+                        .filter_map(app_protocol_name)
+                        .map(Some)
+                        .chain([None])
+                    {
+                        m.count(&Record {
+                            tls_version: version,
+                            cipher: cipher.clone(),
+                            app_protocol: app,
+                            ..Record::fixture(kind)
+                        });
+                    }
+                }
+            }
+        }
+        for f in 0..=u8::MAX {
+            for stage in Stage::ALL {
+                m.count(&Record {
+                    failure: Some(failure_name(f)),
+                    failed_in: Some(stage),
+                    ..Record::fixture(Kind::Failed)
+                });
+            }
+        }
+        let n = server_series(&exposition(&reg));
+        let budget = series_budget(versions.len(), ciphers.len(), max_sni);
+        assert!(n <= budget, "{n} series over the budget {budget}");
+        // the fixture reaches every bound but SNI "none"'s resumptions
+        assert!(
+            n + OFFERED.len() * 2 >= budget,
+            "{n} series: the budget {budget} is loose"
+        );
+        assert_eq!(
+            budget, 2_808,
+            "docs/metrics.md states this figure: update it too"
+        );
+    }
+
+    #[test]
     fn exposition_names_follow_the_conventions() {
         let mut reg = Registry::with_prefix("hstrace");
-        let mut m = Metrics::new(&mut reg, 50);
+        let mut m = Metrics::new(&mut reg, 50, Duration::from_secs(600));
         m.health(&Health::default());
-        // a family shows in the exposition once it has a series
-        let server = || "nginx:443".to_owned();
-        m.stage
-            .get_or_create(&StageLabels {
-                server: server(),
-                stage: "response",
-                stage_class: "service",
-                kind: "plain",
-            })
-            .observe(20e-6);
-        m.handshake
-            .get_or_create(&HandshakeLabels {
-                server: server(),
-                kind: "full",
-                tls_version: "1.3",
-            })
-            .observe(1e-3);
-        for family in [&m.offered, &m.accepted] {
-            family
-                .get_or_create(&ResumptionLabels {
-                    server: server(),
-                    mechanism: "psk",
-                    sni: "demo.test".into(),
-                })
-                .inc();
-        }
-        m.stage_cpu
-            .get_or_create(&CpuLabels {
-                server: server(),
-                stage: "response",
-                kind: "plain",
-            })
-            .inc_by(1e-5);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &reg).unwrap();
+        m.count(&Record {
+            failure: Some("alert"),
+            failed_in: Some(Stage::ServerFlight1),
+            stages_ns: Stages(vec![(Stage::Response, 20_000)]),
+            cpu_ns: Stages(vec![(Stage::Response, 10_000)]),
+            ..Record::fixture(Kind::Plain)
+        });
+        m.count(&Record {
+            stages_ns: Stages(Vec::new()),
+            cpu_ns: Stages(Vec::new()),
+            ..Record::fixture(Kind::Full)
+        });
+        let text = exposition(&reg);
+        let server = "process_executable_name=\"nginx\",server_port=\"443\"";
         for name in [
             "# TYPE hstrace_stage_duration_seconds histogram",
             "# TYPE hstrace_handshake_duration_seconds histogram",
             "# TYPE hstrace_stage_cpu_seconds counter",
-            "hstrace_stage_cpu_seconds_total{server=\"nginx:443\",stage=\"response\",kind=\"plain\"} 0.00001",
-            "hstrace_stage_duration_seconds_bucket{le=\"0.00002\",server=\"nginx:443\",stage=\"response\",stage_class=\"service\",kind=\"plain\"} 1",
-            "# TYPE hstrace_resumption_offered counter",
-            "# TYPE hstrace_resumption_accepted counter",
+            &format!("hstrace_stage_cpu_seconds_total{{{server},stage=\"response\",kind=\"plain\"}} 0.00001"),
+            &format!("hstrace_stage_duration_seconds_bucket{{le=\"0.00002\",{server},stage=\"response\",stage_class=\"service\",kind=\"plain\"}} 1"),
+            &format!("hstrace_handshake_duration_seconds_count{{{server},kind=\"full\",tls_protocol_version=\"1.3\"}} 1"),
+            &format!("hstrace_connections_total{{{server},kind=\"plain\",network_protocol_name=\"none\",tls_protocol_version=\"1.3\",tls_cipher=\"TLS_AES_128_GCM_SHA256\"}} 1"),
+            &format!("hstrace_failures_total{{{server},error_type=\"alert\",stage=\"server_flight_1\"}} 1"),
+            "# TYPE hstrace_tls_handshakes counter",
             "hstrace_lost_total{cause=\"ring_buffer_full\"} 0",
             "hstrace_connections_tracked_total 0",
             "hstrace_accept_queue_unmeasured_total 0",
+            "hstrace_sni_evicted_total 0",
             concat!(
                 "hstrace_build_info{version=\"",
                 env!("CARGO_PKG_VERSION"),

@@ -78,7 +78,7 @@ pub struct Library {
     pub response_ns: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct Alert {
     pub from: &'static str,
     pub level: u8,
@@ -131,6 +131,54 @@ impl Record {
     /// listening socket.
     pub fn server(&self) -> String {
         format!("{}:{}", self.comm, self.local.port)
+    }
+}
+
+#[cfg(test)]
+impl Record {
+    /// A record of `kind` from nginx:443, TLS 1.3, with every stage of the table (for
+    /// the sinks' unit tests: they read only what is present).
+    pub(crate) fn fixture(kind: Kind) -> Record {
+        Record {
+            record: "connection",
+            wall_ns: 0,
+            conn_id: 1,
+            pid: 1,
+            comm: "nginx".into(),
+            local: Endpoint::new(2, [0; 16], 443),
+            peer: Endpoint::new(2, [0; 16], 50_000),
+            protocol: "tls",
+            app_protocol: None,
+            starttls: None,
+            tls_version: Some("1.3"),
+            cipher: Some(Cow::Borrowed("TLS_AES_128_GCM_SHA256")),
+            sni: None,
+            alpn: None,
+            alpn_offered: Vec::new(),
+            kind,
+            resumption_offered: false,
+            resumption: None,
+            early_data: false,
+            offered: None,
+            handshake_ns: Some(1_000_000),
+            stages_ns: Stages(Stage::ALL.iter().map(|s| (*s, 1_000)).collect()),
+            cpu_ns: Stages(
+                Stage::ALL
+                    .iter()
+                    .filter(|s| s.has_cpu())
+                    .map(|s| (*s, 500))
+                    .collect(),
+            ),
+            library: None,
+            failure: None,
+            failed_in: None,
+            alert: None,
+            hs_done_from: None,
+            ssl_calls: 0,
+            ssl_ns: 0,
+            notes: Vec::new(),
+            container: None,
+        }
     }
 }
 
@@ -199,7 +247,7 @@ fn starttls_name(state: u8) -> &'static str {
     }
 }
 
-fn failure_name(f: u8) -> &'static str {
+pub(crate) fn failure_name(f: u8) -> &'static str {
     match f {
         abi::FAIL_CLIENT_CLOSED => "client_closed",
         abi::FAIL_ALERT => "alert",

@@ -3,6 +3,7 @@
 //!   /metrics             OpenMetrics text (prometheus-client)
 //!   /healthz             the tracer's health, JSON: every loss counter, the probes chosen
 //!   /api/v1/parameters   the measured stage parameters (`?format=csv` for CSV)
+//!   /api/v1/failures     the last failed handshakes, newest first (`?limit=N`)
 
 use std::{
     net::SocketAddr,
@@ -21,6 +22,7 @@ use axum::{
 use prometheus_client::registry::Registry;
 
 use crate::{
+    failures::RecentFailures,
     health::Health,
     metrics::Metrics,
     params::{format, Estimator, Parameters, MAX_SERVERS},
@@ -28,6 +30,7 @@ use crate::{
     signal::stop_signal,
     sink::Sink,
     source::{Options, Source},
+    stage::Kind,
 };
 
 /// `serve`'s own settings.
@@ -36,29 +39,46 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     /// the parameters cover the last `window`
     pub window: Duration,
-    /// SNI label values kept (the rest are `other`)
+    /// SNI label values kept (the rest are `other`), re-ranked every `sni_window`
     pub max_sni: usize,
+    pub sni_window: Duration,
+    /// failed handshakes kept for /api/v1/failures
+    pub recent_failures: usize,
 }
 
-/// What the daemon keeps between records and scrapes: the metrics, the parameter estimator
-/// and the last health, each behind its own lock. The record source feeds them through
+/// The command line's defaults (`hstrace serve --help`).
+impl Default for ServeOptions {
+    fn default() -> ServeOptions {
+        ServeOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9725)),
+            window: Duration::from_secs(60),
+            max_sni: 50,
+            sni_window: Duration::from_secs(600),
+            recent_failures: 100,
+        }
+    }
+}
+
+/// What the daemon keeps between records and scrapes: the metrics, the parameter estimator,
+/// the recent failures and the last health, each behind its own lock. The record source feeds them through
 /// `sink()`, the HTTP handlers read them; `cargo xtask bench` measures this same sink.
 pub struct Daemon {
     registry: Registry,
     metrics: Mutex<Metrics>,
     params: Mutex<Estimator>,
+    failures: Mutex<RecentFailures>,
     health: Mutex<Health>,
 }
 
 impl Daemon {
-    /// `window`: what the parameters cover; `max_sni`: SNI label values kept.
-    pub fn new(window: Duration, max_sni: usize) -> Arc<Daemon> {
+    pub fn new(opts: &ServeOptions) -> Arc<Daemon> {
         let mut registry = Registry::with_prefix("hstrace");
-        let metrics = Metrics::new(&mut registry, max_sni);
+        let metrics = Metrics::new(&mut registry, opts.max_sni, opts.sni_window);
         Arc::new(Daemon {
             registry,
             metrics: Mutex::new(metrics),
-            params: Mutex::new(Estimator::new(window, MAX_SERVERS)),
+            params: Mutex::new(Estimator::new(opts.window, MAX_SERVERS)),
+            failures: Mutex::new(RecentFailures::new(opts.recent_failures)),
             health: Mutex::new(Health::default()),
         })
     }
@@ -83,6 +103,11 @@ impl Daemon {
             .parameters(Instant::now(), SystemTime::now())
     }
 
+    /// `/api/v1/failures`: the last `limit` failed handshakes, newest first.
+    pub fn failures_json(&self, limit: usize) -> String {
+        self.failures.lock().expect("failures lock").json(limit)
+    }
+
     /// `/healthz`: the health the source last told.
     pub fn health_json(&self) -> String {
         self.health.lock().expect("health lock").json()
@@ -95,6 +120,9 @@ pub struct DaemonSink(Arc<Daemon>);
 impl Sink for DaemonSink {
     fn connection(&mut self, r: &Record) -> std::io::Result<()> {
         self.0.metrics.lock().expect("metrics lock").connection(r)?;
+        if r.kind == Kind::Failed {
+            self.0.failures.lock().expect("failures lock").push(r);
+        }
         self.0.params.lock().expect("params lock").connection(r)
     }
 
@@ -127,7 +155,7 @@ pub fn run(opts: Options, serve: ServeOptions) -> Result<()> {
         )
     })?;
     listener.set_nonblocking(true)?;
-    let daemon = Daemon::new(serve.window, serve.max_sni);
+    let daemon = Daemon::new(&serve);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -135,7 +163,7 @@ pub fn run(opts: Options, serve: ServeOptions) -> Result<()> {
         let source = Source::attach(opts)?;
         let http = http_thread(listener, daemon.clone())?;
         eprintln!(
-            "hstrace: serving http://{}/metrics, /healthz and /api/v1/parameters; Ctrl-C stops",
+            "hstrace: serving http://{}/metrics, /healthz, /api/v1/parameters and /api/v1/failures; Ctrl-C stops",
             serve.listen
         );
         let mut sink = daemon.sink();
@@ -157,6 +185,7 @@ fn http_thread(
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/api/v1/parameters", get(parameters))
+        .route("/api/v1/failures", get(failures))
         .with_state(daemon);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -177,7 +206,7 @@ fn http_thread(
 }
 
 async fn index() -> &'static str {
-    "hstrace serve: /metrics (Prometheus), /healthz (the tracer's health), /api/v1/parameters (measured stage parameters; ?format=csv)\n"
+    "hstrace serve: /metrics (Prometheus), /healthz (the tracer's health), /api/v1/parameters (measured stage parameters; ?format=csv), /api/v1/failures (the last failed handshakes; ?limit=N)\n"
 }
 
 async fn metrics(State(d): State<Arc<Daemon>>) -> Response {
@@ -222,4 +251,26 @@ async fn parameters(
         )
             .into_response(),
     }
+}
+
+async fn failures(
+    State(d): State<Arc<Daemon>>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
+        None => usize::MAX,
+        Some(Ok(n)) => n,
+        Some(Err(_)) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "limit must be a whole number, e.g. /api/v1/failures?limit=20\n",
+            )
+                .into_response()
+        }
+    };
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        d.failures_json(limit),
+    )
+        .into_response()
 }

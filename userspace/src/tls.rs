@@ -436,6 +436,40 @@ pub fn version_name(v: u16) -> Option<&'static str> {
     }
 }
 
+/// The name of a TLS alert description (RFC 8446 §6 and the TLS 1.2 ones it keeps).
+pub fn alert_name(description: u8) -> Option<&'static str> {
+    Some(match description {
+        0 => "close_notify",
+        10 => "unexpected_message",
+        20 => "bad_record_mac",
+        22 => "record_overflow",
+        40 => "handshake_failure",
+        42 => "bad_certificate",
+        43 => "unsupported_certificate",
+        44 => "certificate_revoked",
+        45 => "certificate_expired",
+        46 => "certificate_unknown",
+        47 => "illegal_parameter",
+        48 => "unknown_ca",
+        49 => "access_denied",
+        50 => "decode_error",
+        51 => "decrypt_error",
+        70 => "protocol_version",
+        71 => "insufficient_security",
+        80 => "internal_error",
+        86 => "inappropriate_fallback",
+        90 => "user_canceled",
+        109 => "missing_extension",
+        110 => "unsupported_extension",
+        112 => "unrecognized_name",
+        113 => "bad_certificate_status_response",
+        115 => "unknown_psk_identity",
+        116 => "certificate_required",
+        120 => "no_application_protocol",
+        _ => return None,
+    })
+}
+
 /// IANA names of the cipher suites a server is likely to see: all TLS 1.3 suites, and
 /// the (EC)DHE / RSA suites that OpenSSL 3 and the major browsers offer. Checked
 /// against `openssl ciphers -V -stdname` and the IANA TLS Cipher Suites registry.

@@ -130,16 +130,18 @@ fn demo_serve(bin: &Path) -> Result<()> {
         "2s",
     );
     thread::sleep(Duration::from_secs(3));
-    let server = format!("nginx:{port}");
+    let server = format!("process_executable_name=\"nginx\",server_port=\"{port}\"");
     println!(
         "\nhstrace serve:  http://{listen}/metrics  http://{listen}/api/v1/parameters  http://{listen}/healthz\n\
          Prometheus:     http://127.0.0.1:{prom_port}  (rules from {rules})\n\
          demo nginx:     https://127.0.0.1:{port}  http://127.0.0.1:{plain_port}\n\n\
          Ask Prometheus (curl -sG http://127.0.0.1:{prom_port}/api/v1/query --data-urlencode 'query=...'):\n\
-         \x20 what is my cache hit ratio?   hstrace:cache_hit_ratio:rate5m{{server=\"{server}\"}}\n\
-         \x20 resumption rate?              hstrace:resumption_rate:rate5m{{server=\"{server}\"}}\n\
-         \x20 which stage is slow (p90)?    topk(3, hstrace:stage_duration_seconds:p90_rate5m{{server=\"{server}\"}})\n\
-         \x20 where the time goes?          sum by (stage_class) (rate(hstrace_stage_duration_seconds_sum[5m]))\n\n\
+         \x20 what is my cache hit ratio?   hstrace:cache_hit_ratio:rate5m{{{server}}}\n\
+         \x20 resumption rate?              hstrace:resumption_rate:rate5m{{{server}}}\n\
+         \x20 which stage is slow (p90)?    topk(3, hstrace:stage_duration_seconds:p90_rate5m{{{server}}})\n\
+         \x20 where the time goes?          sum by (stage_class) (rate(hstrace_stage_duration_seconds_sum[5m]))\n\
+         \x20 why do handshakes fail?       sum by (error_type, stage) (hstrace_failures_total{{{server}}})\n\
+         \x20                               (each one: curl -s http://{listen}/api/v1/failures)\n\n\
          A client mix runs every 10 s. Ctrl-C stops everything.\n",
         rules = rules.display()
     );

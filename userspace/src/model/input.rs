@@ -378,17 +378,38 @@ pub fn from_prometheus(base: &str, want: Option<&str>, window_s: u64) -> Result<
 
 /// The servers with connections in the window `w`, and how many (failed ones included).
 fn prom_servers(base: &str, w: &str) -> Result<Vec<(String, f64)>> {
-    let q = format!("sum by (server) (increase(hstrace_connections_total[{w}]))");
+    let q = format!(
+        "sum by (process_executable_name, server_port) (increase(hstrace_connections_total[{w}]))"
+    );
     Ok(prom_query(base, &q)?
         .into_iter()
         .filter(|(_, x)| *x > 0.0)
-        .filter_map(|(l, x)| Some((l.get("server")?.clone(), x)))
+        .filter_map(|(l, x)| {
+            let name = format!(
+                "{}:{}",
+                l.get("process_executable_name")?,
+                l.get("server_port")?
+            );
+            Some((name, x))
+        })
         .collect())
+}
+
+/// The label matchers of a server named "comm:port", as the parameters name it.
+fn server_selector(server: &str) -> Result<String> {
+    match server.rsplit_once(':') {
+        Some((comm, port)) if !comm.is_empty() && port.parse::<u16>().is_ok() => Ok(format!(
+            "process_executable_name={},server_port={}",
+            label_value(comm),
+            label_value(port)
+        )),
+        _ => bail!("--server {server:?} is not comm:port (e.g. nginx:443)"),
+    }
 }
 
 /// One server's shares and stage means, summed across hosts, over the window `w`.
 fn prom_server(base: &str, server: String, w: &str) -> Result<ServerInput> {
-    let sel = format!("server={}", label_value(&server));
+    let sel = server_selector(&server)?;
     let shares_q = format!("sum by (kind) (increase(hstrace_connections_total{{{sel}}}[{w}]))");
     let mut counts = [0.0; 3];
     for (labels, v) in prom_query(base, &shares_q)? {
@@ -582,5 +603,17 @@ mod tests {
     fn url_and_label_escaping() {
         assert_eq!(url_encode("a b{c=\"d\"}"), "a%20b%7Bc%3D%22d%22%7D");
         assert_eq!(label_value("x\"y\\"), "\"x\\\"y\\\\\"");
+        assert_eq!(
+            server_selector("nginx:443").unwrap(),
+            "process_executable_name=\"nginx\",server_port=\"443\""
+        );
+        // a comm may hold a colon: the port is after the last one
+        assert_eq!(
+            server_selector("a:b:80").unwrap(),
+            "process_executable_name=\"a:b\",server_port=\"80\""
+        );
+        for bad in ["nginx", "nginx:", ":443", "nginx:http"] {
+            assert!(server_selector(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -16,6 +16,8 @@ pub mod fixtures;
 pub mod hstrace;
 /// The one HTTP/1.0 GET.
 pub mod http;
+/// podman with Debian's runc and this sandbox's containers.conf.
+pub mod podman;
 /// Children, CPU time, memory and CPU affinity of processes; stopped processes.
 pub mod procs;
 /// A real Prometheus, promtool, the dashboard's queries.

@@ -4,6 +4,7 @@
 
 use std::{
     collections::BTreeSet,
+    ffi::OsString,
     fs,
     net::TcpStream,
     os::unix::process::CommandExt,
@@ -128,13 +129,7 @@ impl TestServer {
             dir.clone(),
             self.port,
             self.plain_port,
-            Command::new("nginx")
-                .arg("-p")
-                .arg(&dir)
-                .arg("-c")
-                .arg(dir.join("nginx.conf"))
-                .arg("-e")
-                .arg(dir.join("error.log")),
+            Command::new("nginx").args(nginx_args(&dir)),
             workers,
         );
         // the new master replaces the old, which is already gone
@@ -203,6 +198,35 @@ fn tls_log_lines(path: &Path) -> Vec<Vec<String>> {
 /// TLS 1.2 and 1.3.
 pub struct Nginx;
 
+/// A throwaway nginx's files, written but not started (`Nginx::files`): for a test that
+/// starts it its own way, e.g. in a container.
+pub struct NginxFiles {
+    pub dir: PathBuf,
+    /// the TLS port
+    pub port: u16,
+    /// a plain-HTTP port on the same server
+    pub plain_port: u16,
+}
+
+impl NginxFiles {
+    /// nginx's arguments: in the foreground, with these files.
+    pub fn args(&self) -> Vec<OsString> {
+        nginx_args(&self.dir)
+    }
+}
+
+/// The arguments of the nginx whose files are in `dir`.
+fn nginx_args(dir: &Path) -> Vec<OsString> {
+    vec![
+        "-p".into(),
+        dir.into(),
+        "-c".into(),
+        dir.join("nginx.conf").into(),
+        "-e".into(),
+        dir.join("error.log").into(),
+    ]
+}
+
 impl Nginx {
     pub fn start(name: &str, workers: u32) -> TestServer {
         Nginx::start_with_key(name, workers, 2048)
@@ -216,6 +240,37 @@ impl Nginx {
     /// With `tls_extra` (directives) in the TLS server block. When it has `listen` lines of
     /// its own (`$port` is the TLS port), they replace the default one.
     pub fn start_with(name: &str, workers: u32, rsa_bits: u32, tls_extra: &str) -> TestServer {
+        let files = Nginx::files(name, workers, rsa_bits, tls_extra);
+        let mut cmd = Command::new("nginx");
+        cmd.args(files.args());
+        TestServer::spawn(
+            Software::Nginx,
+            files.dir,
+            files.port,
+            files.plain_port,
+            &mut cmd,
+            workers as usize,
+        )
+    }
+
+    /// Started by `wrapper`, a command that ends by exec'ing its arguments (`nginx` and
+    /// nginx's) in the same process, e.g. `unshare --mount`: that process is the master.
+    pub fn start_under(name: &str, workers: u32, wrapper: &[&str]) -> TestServer {
+        let files = Nginx::files(name, workers, 2048, "");
+        let mut cmd = Command::new(wrapper[0]);
+        cmd.args(&wrapper[1..]).arg("nginx").args(files.args());
+        TestServer::spawn(
+            Software::Nginx,
+            files.dir,
+            files.port,
+            files.plain_port,
+            &mut cmd,
+            workers as usize,
+        )
+    }
+
+    /// The files of `start_with`'s nginx, not started.
+    pub fn files(name: &str, workers: u32, rsa_bits: u32, tls_extra: &str) -> NginxFiles {
         let dir = work_dir(name);
         let (cert, key) = make_cert(&dir, rsa_bits);
         let port = free_port();
@@ -267,20 +322,11 @@ http {{
 "#
         );
         fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let mut cmd = Command::new("nginx");
-        cmd.arg("-p")
-            .arg(&dir)
-            .arg("-c")
-            .arg(dir.join("nginx.conf"));
-        cmd.arg("-e").arg(dir.join("error.log"));
-        TestServer::spawn(
-            Software::Nginx,
+        NginxFiles {
             dir,
             port,
             plain_port,
-            &mut cmd,
-            workers as usize,
-        )
+        }
     }
 }
 

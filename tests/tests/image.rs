@@ -7,7 +7,7 @@
 
 use std::{
     path::PathBuf,
-    process::{Command, Output},
+    process::Command,
     thread,
     time::{Duration, Instant},
 };
@@ -16,6 +16,7 @@ use hstrace_tests::{
     clients::{drive_mix, Mix},
     daemon::Scrape,
     http,
+    podman::{podman, podman_ok},
     servers::{Nginx, TestServer},
     util::free_port,
 };
@@ -24,25 +25,6 @@ fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!("{name} is not set: run the tests with `cargo xtask test`, which builds the image")
     })
-}
-
-/// podman with Debian's runc (crun fails on these hosts' cgroups).
-fn podman(args: &[&str]) -> Output {
-    Command::new("podman")
-        .args(["--runtime", "runc"])
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("podman {args:?}: {e}"))
-}
-
-fn podman_ok(args: &[&str]) -> String {
-    let out = podman(args);
-    assert!(
-        out.status.success(),
-        "podman {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// The mounts and namespaces of deploy/kubernetes/daemonset.yaml, in podman's words (the
@@ -233,6 +215,9 @@ fn the_daemonset_runs_this_image_with_the_capabilities_tested_here() {
         "- DAC_READ_SEARCH ",
         "path: /sys/kernel/btf",
         "path: /sys/kernel/tracing",
+        // --container-labels names pods from the kubelet's directories (docs/containers.md)
+        "\"--container-labels\"",
+        "path: /var/log/pods",
     ] {
         assert!(yaml.contains(needed), "the DaemonSet lacks {needed:?}");
     }

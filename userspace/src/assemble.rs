@@ -14,6 +14,7 @@ use std::{
 use crate::{
     abi::{self, Close, Conn, Hello},
     clock::Clock,
+    container::Containers,
     record::{build, CloseRecord, Hellos, Record},
     sink::Sink,
     stage::Kind,
@@ -91,6 +92,9 @@ pub struct Pipeline {
     swept_order: VecDeque<u64>,
     cap: usize,
     pub counts: Counts,
+    /// with `--container-labels`: each record's container, by the server's pid (the
+    /// source sets it, and forgets processes no longer traced)
+    pub containers: Option<Containers>,
 }
 
 impl Pipeline {
@@ -103,6 +107,7 @@ impl Pipeline {
             swept_order: VecDeque::new(),
             cap,
             counts: Counts::default(),
+            containers: None,
         }
     }
 
@@ -156,7 +161,10 @@ impl Pipeline {
             self.counts.duplicates += 1;
             return Ok(None);
         }
-        let rec = self.asm.conn(c, &self.clock);
+        let mut rec = self.asm.conn(c, &self.clock);
+        if let Some(k) = &mut self.containers {
+            rec.container = k.lookup(rec.pid);
+        }
         self.counts.by_kind[rec.kind as usize] += 1;
         sink.connection(&rec)?;
         // a TLS handshake that completed
@@ -171,7 +179,11 @@ impl Pipeline {
 
     pub fn close(&mut self, c: &Close, sink: &mut dyn Sink) -> io::Result<()> {
         self.counts.closes += 1;
-        sink.close(&CloseRecord::new(c, &self.clock))
+        let mut close = CloseRecord::new(c, &self.clock);
+        if let Some(k) = &mut self.containers {
+            close.container = k.lookup(close.pid);
+        }
+        sink.close(&close)
     }
 
     /// A record the sweep made.

@@ -113,6 +113,16 @@ struct SourceArgs {
     /// function name), as on a kernel without it: the tests run the fallbacks this way
     #[arg(long, value_name = "HOOK", hide = true)]
     avoid_hook: Vec<String>,
+    /// Label each connection with the container its server runs in (container_id) and,
+    /// on a Kubernetes node, its pod (k8s_pod_name, k8s_namespace_name): read once per
+    /// server process from /proc/PID/cgroup and the kubelet's pod log directories
+    #[arg(long)]
+    container_labels: bool,
+    /// With --container-labels: the node's kubelet pod log directory, whose
+    /// NAMESPACE_POD_UID subdirectories name the pods (in a container: the node's
+    /// /var/log/pods mounted read-only) [default: /var/log/pods]
+    #[arg(long, value_name = "DIR", requires = "container_labels")]
+    pods_dir: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -327,6 +337,14 @@ impl SourceArgs {
                 );
             }
         }
+        if let Some(dir) = &self.pods_dir {
+            if !dir.is_dir() {
+                bail!(
+                    "--pods-dir {}: no such directory. Give the directory where the kubelet keeps its pods' logs (/var/log/pods on the node; in a container, where the node's is mounted)",
+                    dir.display()
+                );
+            }
+        }
         Ok(Options {
             selector: Selector {
                 pids: self.pids,
@@ -343,6 +361,10 @@ impl SourceArgs {
             idle_timeout: seconds("--idle-timeout", self.idle_timeout)?,
             avoid_hooks: self.avoid_hook,
             end_when_selection_exits: true,
+            container_labels: self.container_labels,
+            pods_dir: self
+                .pods_dir
+                .unwrap_or_else(|| PathBuf::from(crate::container::PODS_DIR)),
         })
     }
 }

@@ -7,6 +7,7 @@
 //! - `preflight`: privilege and kernel-feature checks, with what to do when one fails
 //! - `targets`: which processes are traced (`sockdiag`: the host's listening sockets)
 //! - `ties`: whether a process's OpenSSL calls can be tied to its connections
+//! - `container`: which container (and Kubernetes pod) a traced process runs in
 //!
 //! One record source, many sinks:
 //! - `source`: load, attach, follow processes (forks, ties), drain, sweep, account (`Health`)
@@ -42,6 +43,7 @@ pub mod abi;
 pub mod assemble;
 pub mod cli;
 pub mod clock;
+pub mod container;
 pub mod export;
 pub mod failures;
 pub mod health;

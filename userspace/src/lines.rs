@@ -75,6 +75,16 @@ pub struct ConnectionLine {
     /// what could not be read (client_hello_missing, record_stream_desync, …)
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// with `--container-labels`: the id of the container the server runs in (64 hex
+    /// digits); absent outside a container and without the flag
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// with `--container-labels` on a Kubernetes node: the server's pod, when its
+    /// directory in the kubelet's pod log directory was found
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k8s_pod_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k8s_namespace_name: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,6 +119,13 @@ pub struct CloseLine {
     /// accept() → close; left out when the accept was not seen
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ns: Option<u64>,
+    /// with `--container-labels`: as on the connection line
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k8s_pod_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k8s_namespace_name: Option<String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -117,6 +134,8 @@ fn is_false(b: &bool) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use serde::de::DeserializeOwned;
     use serde_json::Value;
 
@@ -124,9 +143,22 @@ mod tests {
     use crate::{
         abi::{self, test_conn as conn, Close},
         clock::Clock,
+        container::{Container, Pod},
         record::{build, CloseRecord, Hellos},
         stage::{Stage, Stages},
     };
+
+    /// A container in a Kubernetes pod.
+    fn in_a_pod() -> Option<Arc<Container>> {
+        Some(Arc::new(Container {
+            id: "ab".repeat(32),
+            pod: Some(Pod {
+                name: "web-0".into(),
+                namespace: "shop".into(),
+                uid: "2f8e7a1c-5b3d-4e6f-9a0b-1c2d3e4f5a6b".into(),
+            }),
+        }))
+    }
 
     /// A line print.rs wrote reads as the type `T`, and the type writes back the same JSON:
     /// no field the writer puts is missing from the type, none is spelled differently,
@@ -157,10 +189,19 @@ mod tests {
         r.cpu_ns = Stages(vec![(Stage::ServerFlight1, 3)]);
         r.app_protocol = Some("smtp");
         r.starttls = Some("refused");
+        r.container = in_a_pod();
         let mut line = Vec::new();
         r.json(&mut line);
         let typed: ConnectionLine = same_as_the_type(&line);
         assert_eq!(typed.comm, "a\"b\\c");
+        assert_eq!(
+            (
+                typed.container_id.as_deref(),
+                typed.k8s_pod_name.as_deref(),
+                typed.k8s_namespace_name.as_deref()
+            ),
+            (Some("ab".repeat(32).as_str()), Some("web-0"), Some("shop"))
+        );
         assert_eq!(typed.kind, Kind::Failed);
         assert_eq!(
             typed.stage_classes.get("wait_client_hello"),
@@ -182,12 +223,13 @@ mod tests {
         let typed: ConnectionLine = same_as_the_type(&line);
         assert_eq!(typed.hs_done_from.as_deref(), Some("ssl"));
         assert!(typed.failure.is_none() && typed.alert.is_none());
+        assert!(typed.container_id.is_none() && typed.k8s_pod_name.is_none());
     }
 
     #[test]
     fn the_close_writer_and_the_type_agree() {
         for t_accept in [1, 0] {
-            let close = CloseRecord::new(
+            let mut close = CloseRecord::new(
                 &Close {
                     t_accept,
                     t_close: 2,
@@ -196,12 +238,20 @@ mod tests {
                 },
                 &Clock::new(),
             );
+            // every optional field present, then absent
+            if t_accept != 0 {
+                close.container = in_a_pod();
+            }
             let mut line = Vec::new();
             close.json(&mut line);
             let typed: CloseLine = same_as_the_type(&line);
             assert_eq!(
-                (typed.exchanges, typed.duration_ns.is_some()),
-                (3, t_accept != 0)
+                (
+                    typed.exchanges,
+                    typed.duration_ns.is_some(),
+                    typed.k8s_namespace_name.is_some()
+                ),
+                (3, t_accept != 0, t_accept != 0)
             );
         }
     }

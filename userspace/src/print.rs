@@ -8,6 +8,7 @@ use std::{
 };
 
 use crate::{
+    container::Container,
     health::Health,
     json::Object,
     record::{CloseRecord, Record},
@@ -157,7 +158,19 @@ impl Record {
         if !self.notes.is_empty() {
             o.strs("notes", &self.notes);
         }
+        if let Some(c) = &self.container {
+            container_json(c, &mut o);
+        }
         o.end();
+    }
+}
+
+/// `container_id`, and the pod's `k8s_pod_name` and `k8s_namespace_name` when known.
+fn container_json(c: &Container, o: &mut Object) {
+    o.str("container_id", &c.id);
+    if let Some(p) = &c.pod {
+        o.str("k8s_pod_name", &p.name)
+            .str("k8s_namespace_name", &p.namespace);
     }
 }
 
@@ -177,6 +190,9 @@ impl CloseRecord {
             .u64("bytes_out", self.bytes_out);
         if let Some(d) = self.duration_ns {
             o.u64("duration_ns", d);
+        }
+        if let Some(c) = &self.container {
+            container_json(c, &mut o);
         }
         o.end();
     }
@@ -220,6 +236,13 @@ impl Record {
         ] {
             if let Some(v) = v {
                 let _ = write!(s, " {k}={v}");
+            }
+        }
+        if let Some(c) = &self.container {
+            // the short id, as `docker ps` and `crictl ps` show it
+            let _ = write!(s, " container={}", &c.id[..c.id.len().min(12)]);
+            if let Some(p) = &c.pod {
+                let _ = write!(s, " pod={}/{}", p.namespace, p.name);
             }
         }
         if let Some(h) = self.handshake_ns {

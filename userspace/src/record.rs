@@ -2,11 +2,12 @@
 //! ServerHello and classified (version, cipher, kind, resumption, failure). This file is
 //! where a connection is classified; `stage` cuts its timeline, `print` writes it.
 
-use std::{borrow::Cow, fmt, net::Ipv6Addr};
+use std::{borrow::Cow, fmt, net::Ipv6Addr, sync::Arc};
 
 use crate::{
     abi::{self, Close, Conn},
     clock::{self, Clock},
+    container::Container,
     stage::{self, Kind, Resumption, Stage, Stages},
     tls::{self, ClientHello, ServerHello},
 };
@@ -62,6 +63,9 @@ pub struct Record {
     pub ssl_ns: u64,
     /// Parsing gaps worth knowing about (hello not captured, truncated, stream desync).
     pub notes: Vec<&'static str>,
+    /// With `--container-labels`: the container the server (`pid`) runs in, and its
+    /// Kubernetes pod when known (filled by the record source; None outside a container)
+    pub container: Option<Arc<Container>>,
 }
 
 /// The library's view of the first request and response: plaintext bytes SSL_read and
@@ -93,6 +97,8 @@ pub struct CloseRecord {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub duration_ns: Option<u64>,
+    /// With `--container-labels`: the server's container, as on its connection record
+    pub container: Option<Arc<Container>>,
 }
 
 impl CloseRecord {
@@ -110,6 +116,7 @@ impl CloseRecord {
             bytes_in: c.bytes_in,
             bytes_out: c.bytes_out,
             duration_ns: stage::span(c.t_accept, c.t_close),
+            container: None,
         }
     }
 }
@@ -170,6 +177,7 @@ impl Record {
             ssl_calls: 0,
             ssl_ns: 0,
             notes: Vec::new(),
+            container: None,
         }
     }
 }
@@ -413,6 +421,7 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         ssl_calls: c.ssl_calls,
         ssl_ns: c.ssl_ns,
         notes,
+        container: None,
     }
 }
 

@@ -6,6 +6,7 @@ use std::{
     collections::{BTreeSet, HashMap, HashSet},
     future::Future,
     io,
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
@@ -20,6 +21,7 @@ use crate::{
     abi,
     assemble::{Pipeline, Seen},
     clock,
+    container::Containers,
     health::{Health, ProbeChoice},
     preflight, probes,
     sink::Sink,
@@ -42,6 +44,11 @@ pub struct Options {
     /// End `run` when every process `--pid` selected (and every one it started) has
     /// exited (trace, export); a daemon keeps running and says so in its health.
     pub end_when_selection_exits: bool,
+    /// Label each record with the server's container and Kubernetes pod
+    /// (`--container-labels`; container.rs)
+    pub container_labels: bool,
+    /// Where the kubelet keeps its pods' log directories, which name them (`--pods-dir`)
+    pub pods_dir: PathBuf,
 }
 
 pub struct Source {
@@ -82,6 +89,10 @@ pub struct Source {
     /// ports were last looked up: the socket table (every socket on the host, TIME_WAIT
     /// ones included) is read again only when either changed
     ports_looked: Option<(BTreeSet<u32>, u64)>,
+    /// with `--container-labels`: the processes traced at the last tick, whose containers
+    /// are remembered a tick longer (records of a process come up to a drain after it
+    /// exited)
+    traced_before: HashSet<u32>,
 }
 
 /// What the source learns of the traced processes from the ring buffer.
@@ -224,7 +235,11 @@ impl Source {
             listen_ports,
             ports_marked: HashSet::new(),
             ports_looked: None,
+            traced_before: HashSet::new(),
         };
+        if s.opts.container_labels {
+            s.pipe.containers = Some(Containers::new(s.opts.pods_dir.clone()));
+        }
         s.rescan();
         // loaded and attached: keep only what following new processes needs
         match preflight::drop_capabilities(s.ssl.enabled()) {
@@ -291,6 +306,18 @@ impl Source {
             }
         }
         gone
+    }
+
+    /// Forget the containers of processes traced neither now nor at the last tick (the
+    /// sweep has reported their last connections by then).
+    fn forget_containers(&mut self) {
+        let Some(known) = self.pipe.containers.as_mut() else {
+            return;
+        };
+        let traced: HashSet<u32> = self.tgids.keys().filter_map(|k| k.ok()).collect();
+        let before = &self.traced_before;
+        known.retain(|pid| traced.contains(&pid) || before.contains(&pid));
+        self.traced_before = traced;
     }
 
     /// Hand the sink what each traced process ran since the last look (the parameters'
@@ -544,8 +571,9 @@ impl Source {
                     }
                     self.detach_untied();
                     self.feed_cpu(sink);
-                    self.sweep(&gone, sink)
-                        .and_then(|_| sink.tick(&self.health()))
+                    let swept = self.sweep(&gone, sink);
+                    self.forget_containers();
+                    swept.and_then(|_| sink.tick(&self.health()))
                 }
                 _ = &mut stop => break Ok(()),
             };

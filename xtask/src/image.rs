@@ -27,18 +27,10 @@ pub struct Image {
     pub archive: PathBuf,
 }
 
-/// The containers.conf podman and buildah are run with here: no default ulimits (this
-/// sandbox cannot raise RLIMIT_NOFILE, which podman's defaults ask for). A cluster's
-/// runtime needs nothing of it.
+/// The containers.conf podman and buildah are run with here (hstrace_tests::podman says
+/// why).
 pub fn containers_conf() -> Result<PathBuf> {
-    let path = root().join("target/package/containers.conf");
-    fs::create_dir_all(path.parent().unwrap())?;
-    fs::write(
-        &path,
-        "# written by cargo xtask image: podman's default ulimits cannot be raised here\n\
-         [containers]\ndefault_ulimits = []\n",
-    )?;
-    Ok(path)
+    hstrace_tests::podman::containers_conf().context("writing target/package/containers.conf")
 }
 
 /// Build the package's tree (for its stripped binary), then the image from it.

@@ -223,6 +223,8 @@ pub struct Vars {
     pub process: String,
     /// `server_port`
     pub port: String,
+    /// `k8s_pod_name`
+    pub pod: String,
     pub stage: String,
     /// `tls_client_server_name`
     pub sni: String,
@@ -240,6 +242,7 @@ impl Vars {
             instance: ALL.into(),
             process: ALL.into(),
             port: ALL.into(),
+            pod: ALL.into(),
             stage: ALL.into(),
             sni: ALL.into(),
         }
@@ -271,13 +274,14 @@ impl Vars {
     }
 
     /// (name, value) of every variable.
-    pub fn pairs(&self) -> [(&'static str, &str); 7] {
+    pub fn pairs(&self) -> [(&'static str, &str); 8] {
         [
             ("job", &self.job),
             ("cluster", &self.cluster),
             ("instance", &self.instance),
             ("process", &self.process),
             ("port", &self.port),
+            ("pod", &self.pod),
             ("stage", &self.stage),
             ("sni", &self.sni),
         ]
@@ -412,6 +416,7 @@ mod tests {
         let server = [
             "process_executable_name=~\"$process\"",
             "server_port=~\"$port\"",
+            "k8s_pod_name=~\"$pod\"",
         ];
         for PanelQuery { title, expr, .. } in &queries {
             assert_eq!(bare_metrics(expr), [] as [String; 0], "{title}: {expr}");

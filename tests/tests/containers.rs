@@ -14,6 +14,7 @@ use std::{
 use hstrace_tests::{
     assert::str_field,
     clients::{curl, s_client},
+    daemon::Daemon,
     hstrace::{hstrace_run, Hstrace, Traced},
     podman::{podman, podman_ok},
     servers::Nginx,
@@ -47,6 +48,33 @@ fn lines_of(traced: &Traced, port: u16) -> Vec<&Value> {
         .iter()
         .chain(&traced.closes)
         .filter(|r| r["conn_id"].as_u64().is_some_and(|id| mine.contains(&id)))
+        .collect()
+}
+
+/// `serve` of `port` with `args` while `connect` runs: the labels of its connection
+/// series (every connection counted under them).
+fn serve_labels(args: &[&str], port: u16) -> Vec<std::collections::BTreeMap<String, String>> {
+    let p = port.to_string();
+    let mut all = vec!["--port", p.as_str()];
+    all.extend(args);
+    let daemon = Daemon::start(&all);
+    let made = connect(port) as f64;
+    let mut m = daemon.scrape();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while m.sum("hstrace_connections_total", &[]) < made {
+        assert!(
+            Instant::now() < deadline,
+            "not every connection counted:\n{}",
+            m.text
+        );
+        thread::sleep(Duration::from_millis(200));
+        m = daemon.scrape();
+    }
+    daemon.stop();
+    m.samples
+        .into_iter()
+        .filter(|(n, ..)| n == "hstrace_connections_total")
+        .map(|(_, l, _)| l)
         .collect()
 }
 
@@ -147,6 +175,15 @@ fn a_podman_containers_connections_carry_its_id() {
             l.get("container_id").is_none() && l.get("k8s_pod_name").is_none(),
             "{l}"
         );
+    }
+
+    // serve's series: the same id, no pod labels; and none without the flag
+    for labels in serve_labels(&["--container-labels"], nginx.port) {
+        assert_eq!(labels.get("container_id"), Some(&id), "{labels:?}");
+        assert!(!labels.contains_key("k8s_pod_name"), "{labels:?}");
+    }
+    for labels in serve_labels(&[], nginx.port) {
+        assert!(!labels.contains_key("container_id"), "{labels:?}");
     }
 }
 
@@ -284,6 +321,18 @@ fn a_pods_connections_carry_its_name_and_namespace() {
             ),
             (Some(id.as_str()), Some(pod), Some(namespace)),
             "{l}"
+        );
+    }
+    for labels in serve_labels(&["--container-labels", "--pods-dir", &pods_dir], nginx.port) {
+        let get = |k: &str| labels.get(k).map(String::as_str);
+        assert_eq!(
+            (
+                get("container_id"),
+                get("k8s_pod_name"),
+                get("k8s_namespace_name")
+            ),
+            (Some(id.as_str()), Some(pod), Some(namespace)),
+            "{labels:?}"
         );
     }
     drop(nginx);

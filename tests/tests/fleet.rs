@@ -34,7 +34,7 @@ fn sni_flood_gives_way_to_real_names() {
         &nginx.port.to_string(),
         "--max-sni",
         "5",
-        "--sni-window",
+        "--label-window",
         "3",
     ]);
     let handshake = |name: &str| {

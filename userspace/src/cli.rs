@@ -171,9 +171,10 @@ enum Command {
         #[arg(long, default_value_t = 50, value_name = "N")]
         max_sni: usize,
         /// Every this many seconds, the SNI names with the most handshakes keep their
-        /// series and the others' are removed (a scanner's names give way to real ones)
+        /// series and the others' are removed (a scanner's names give way to real ones),
+        /// as are those of containers without connections (--container-labels)
         #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
-        sni_window: f64,
+        label_window: f64,
         /// Failed handshakes kept for /api/v1/failures (the oldest go first)
         #[arg(long, default_value_t = 100, value_name = "N")]
         recent_failures: usize,
@@ -396,7 +397,7 @@ pub fn run(cli: Cli) -> Result<()> {
             listen,
             window,
             max_sni,
-            sni_window,
+            label_window,
             recent_failures,
         } => {
             // wire only: the daemon's metrics all come from the wire, and SSL_do_handshake's
@@ -423,7 +424,7 @@ pub fn run(cli: Cli) -> Result<()> {
                     listen,
                     window: seconds("--window", window)?,
                     max_sni,
-                    sni_window: seconds("--sni-window", sni_window)?,
+                    label_window: seconds("--label-window", label_window)?,
                     recent_failures,
                 },
             )

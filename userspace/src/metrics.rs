@@ -6,8 +6,14 @@
 //! (the SNI), `network_protocol_name` and `error_type`. `kind` (full, resumed, plain,
 //! failed) is the one way a series says that a handshake resumed.
 //!
+//! With `--container-labels`, a server's series also carry its container (`container_id`)
+//! and pod (`k8s_namespace_name`, `k8s_pod_name`): at most `MAX_CONTAINERS` containers
+//! have series, the rest count under `container_id="other"`.
+//!
 //! docs/metrics.md lists every family with its labels and bounds; `series_budget` is the
-//! most series one server can have, and a test holds the exposition to it.
+//! most series one server can have, and a test holds the exposition to it. Label values
+//! that come from traffic (SNI names, containers) are kept by recent traffic: at the end of
+//! each `--label-window` those that lost their place or had no connection lose their series.
 
 use std::{
     borrow::Cow,
@@ -27,6 +33,7 @@ use prometheus_client::{
 };
 
 use crate::{
+    container::Container,
     health::Health,
     record::{CloseRecord, Record},
     sink::Sink,
@@ -46,19 +53,63 @@ fn duration_histogram() -> Histogram {
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Which server: its executable's name and listening port (OpenTelemetry's
-/// `process.executable.name` and `server.port`).
+/// `process.executable.name` and `server.port`), and with `--container-labels` its
+/// container (`container.id`, `k8s.namespace.name`, `k8s.pod.name`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct ServerLabels {
     process: String,
     port: u16,
+    container: Option<ContainerLabels>,
 }
 
+/// A container's labels: its id (or `other` past `MAX_CONTAINERS`), and its pod's
+/// namespace and name when known.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct ContainerLabels {
+    id: String,
+    pod: Option<(String, String)>,
+}
+
+impl ContainerLabels {
+    fn of(c: &Container) -> ContainerLabels {
+        ContainerLabels {
+            id: c.id.clone(),
+            pod: c
+                .pod
+                .as_ref()
+                .map(|p| (p.namespace.clone(), p.name.clone())),
+        }
+    }
+
+    fn other() -> ContainerLabels {
+        ContainerLabels {
+            id: OTHER.to_owned(),
+            pod: None,
+        }
+    }
+}
+
+/// Labels that are absent, not empty, when unknown (a process outside any container has
+/// no `container_id`, a container outside Kubernetes no `k8s_pod_name`).
 impl EncodeLabelSet for ServerLabels {
     fn encode(&self, e: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
         ("process_executable_name", self.process.as_str()).encode(e.encode_label())?;
-        ("server_port", self.port).encode(e.encode_label())
+        ("server_port", self.port).encode(e.encode_label())?;
+        if let Some(c) = &self.container {
+            ("container_id", c.id.as_str()).encode(e.encode_label())?;
+            if let Some((namespace, name)) = &c.pod {
+                ("k8s_namespace_name", namespace.as_str()).encode(e.encode_label())?;
+                ("k8s_pod_name", name.as_str()).encode(e.encode_label())?;
+            }
+        }
+        Ok(())
     }
 }
+
+/// Containers with series of their own at once (with `--container-labels`); the
+/// connections of any other count under `container_id="other"` until one of these goes a
+/// whole `--label-window` without a connection.
+pub const MAX_CONTAINERS: usize = 128;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StageLabels {
@@ -200,10 +251,12 @@ pub struct Metrics {
     accept_queue_unmeasured: Counter,
     sni_folded: Counter,
     sni_evicted: Counter,
+    containers_evicted: Counter,
+    containers_folded: Counter,
     sni: SniLabels,
-    /// when the SNI window ends, and how long the next one lasts
-    sni_window_end: Instant,
-    sni_window: Duration,
+    /// when the label window ends, and how long the next one lasts
+    window_end: Instant,
+    label_window: Duration,
     /// each server's series, looked up once
     servers: Vec<ServerSeries>,
     /// the records counter's two series
@@ -215,8 +268,9 @@ pub struct Metrics {
 
 impl Metrics {
     /// `max_sni`: SNI label values kept per daemon (the rest are `other`), re-ranked by
-    /// their connections every `sni_window`.
-    pub fn new(registry: &mut Registry, max_sni: usize, sni_window: Duration) -> Metrics {
+    /// their connections every `label_window`, when containers without connections lose
+    /// their series too.
+    pub fn new(registry: &mut Registry, max_sni: usize, label_window: Duration) -> Metrics {
         let records: Family<RecordLabels, Counter> = Family::default();
         let m = Metrics {
             stage: Family::new_with_constructor(duration_histogram),
@@ -242,9 +296,11 @@ impl Metrics {
             accept_queue_unmeasured: Counter::default(),
             sni_folded: Counter::default(),
             sni_evicted: Counter::default(),
+            containers_evicted: Counter::default(),
+            containers_folded: Counter::default(),
             sni: SniLabels::new(max_sni),
-            sni_window_end: Instant::now() + sni_window,
-            sni_window,
+            window_end: Instant::now() + label_window,
+            label_window,
             servers: Vec::new(),
             last: Health::default(),
         };
@@ -353,8 +409,18 @@ impl Metrics {
         );
         r.register(
             "sni_evicted",
-            "SNI label values whose series were removed at the end of an --sni-window: no handshakes in it, or fewer than --max-sni other names",
+            "SNI label values whose series were removed at the end of a --label-window: no handshakes in it, or fewer than --max-sni other names",
             m.sni_evicted.clone(),
+        );
+        r.register(
+            "containers_evicted",
+            "Containers whose series were removed at the end of a --label-window without a connection (--container-labels)",
+            m.containers_evicted.clone(),
+        );
+        r.register(
+            "containers_folded",
+            "Connections counted under container_id=\"other\": their container came while --container-labels' 128 containers had series",
+            m.containers_folded.clone(),
         );
         m
     }
@@ -364,22 +430,45 @@ impl Metrics {
         self.sni.admitted.len()
     }
 
-    /// The series of `r`'s server, found by comm and port without formatting its name.
+    /// The series of `r`'s server (and container), found without formatting a label.
     fn server_series(&mut self, r: &Record) -> usize {
-        if let Some(i) = self
-            .servers
-            .iter()
-            .position(|s| s.labels.port == r.local.port && s.labels.process == r.comm)
-        {
+        let container = r.container.as_deref().map(|c| c.id.as_str());
+        let found = |s: &ServerSeries, id: Option<&str>| {
+            s.labels.port == r.local.port
+                && s.labels.process == r.comm
+                && s.labels.container.as_ref().map(|c| c.id.as_str()) == id
+        };
+        if let Some(i) = self.servers.iter().position(|s| found(s, container)) {
             return i;
         }
+        let mut labels = ServerLabels {
+            process: r.comm.clone(),
+            port: r.local.port,
+            container: r.container.as_deref().map(ContainerLabels::of),
+        };
+        if container.is_some() {
+            let mut ids: Vec<&str> = self
+                .servers
+                .iter()
+                .filter_map(|s| s.labels.container.as_ref().map(|c| c.id.as_str()))
+                .filter(|id| *id != OTHER)
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            if ids.len() >= MAX_CONTAINERS {
+                self.containers_folded.inc();
+                if let Some(i) = self.servers.iter().position(|s| found(s, Some(OTHER))) {
+                    return i;
+                }
+                labels.container = Some(ContainerLabels::other());
+            }
+        }
         self.servers.push(ServerSeries {
-            labels: ServerLabels {
-                process: r.comm.clone(),
-                port: r.local.port,
-            },
+            labels,
             kinds: Default::default(),
             snis: HashMap::new(),
+            failures: Vec::new(),
+            active: false,
         });
         self.servers.len() - 1
     }
@@ -394,6 +483,7 @@ impl Metrics {
             ..
         } = self;
         let series = &mut servers[i];
+        series.active = true;
         let server = &series.labels;
         let kind = r.kind.name();
         let of_kind = &mut series.kinds[r.kind as usize];
@@ -446,13 +536,23 @@ impl Metrics {
         connections.inc();
         let server = server.clone();
         if let (Some(reason), Some(stage)) = (r.failure, r.failed_in) {
-            self.failures
-                .get_or_create(&FailureLabels {
-                    server: server.clone(),
-                    error_type: reason,
-                    stage: stage.name(),
-                })
-                .inc();
+            let cached = &mut self.servers[i].failures;
+            let counter = match cached
+                .iter()
+                .position(|(e, s, _)| *e == reason && *s == stage.name())
+            {
+                Some(j) => &cached[j].2,
+                None => {
+                    let counter = self.failures.get_or_create_owned(&FailureLabels {
+                        server: server.clone(),
+                        error_type: reason,
+                        stage: stage.name(),
+                    });
+                    cached.push((reason, stage.name(), counter));
+                    &cached.last().expect("pushed").2
+                }
+            };
+            counter.inc();
         }
         let resumed = match r.kind {
             Kind::Full => false,
@@ -496,26 +596,93 @@ impl Metrics {
             .inc();
     }
 
-    /// The SNI window ended: re-rank the names, and remove the series of those that lost
-    /// their place.
+    /// The label window ended: re-rank the SNI names and remove the series of those that
+    /// lost their place, and of the containers that had no connection in it.
+    fn end_window(&mut self) {
+        self.end_sni_window();
+        let mut i = 0;
+        while i < self.servers.len() {
+            let s = &mut self.servers[i];
+            if s.labels.container.is_some() && !s.active {
+                let gone = self.servers.swap_remove(i);
+                self.remove_server(&gone);
+                self.containers_evicted.inc();
+                continue;
+            }
+            s.active = false;
+            i += 1;
+        }
+    }
+
+    /// Remove every series of `s` from the exposition.
+    fn remove_server(&self, s: &ServerSeries) {
+        let server = &s.labels;
+        for (kind, of_kind) in Kind::ALL.iter().zip(&s.kinds) {
+            let kind = kind.name();
+            for stage in Stage::ALL {
+                if of_kind.stage[stage.index()].is_some() {
+                    self.stage.remove(&StageLabels {
+                        server: server.clone(),
+                        stage: stage.name(),
+                        stage_class: stage.class().name(),
+                        kind,
+                    });
+                }
+                if of_kind.cpu[stage.index()].is_some() {
+                    self.stage_cpu.remove(&CpuLabels {
+                        server: server.clone(),
+                        stage: stage.name(),
+                        kind,
+                    });
+                }
+            }
+            for (version, _) in &of_kind.handshake {
+                self.handshake.remove(&HandshakeLabels {
+                    server: server.clone(),
+                    kind,
+                    tls_protocol_version: version,
+                });
+            }
+            for (app, version, cipher, _) in &of_kind.connections {
+                self.connections.remove(&ConnectionLabels {
+                    server: server.clone(),
+                    kind,
+                    network_protocol_name: app,
+                    tls_protocol_version: version,
+                    tls_cipher: cipher.clone(),
+                });
+            }
+        }
+        for (error_type, stage, _) in &s.failures {
+            self.failures.remove(&FailureLabels {
+                server: server.clone(),
+                error_type,
+                stage,
+            });
+        }
+        for (sni, of_sni) in &s.snis {
+            self.remove_sni(server, sni, of_sni);
+        }
+    }
+
+    fn remove_sni(&self, server: &ServerLabels, sni: &str, of_sni: &SniSeries) {
+        for (resumed, offers) in of_sni.handshakes.iter().enumerate() {
+            for (offer, counter) in offers.iter().enumerate() {
+                if counter.is_some() {
+                    self.handshakes
+                        .remove(&sni_labels(server, sni, resumed == 1, offer));
+                }
+            }
+        }
+    }
+
+    /// Re-rank the SNI names, and remove the series of those that lost their place.
     fn end_sni_window(&mut self) {
         let evicted = self.sni.rotate();
         for name in &evicted {
-            for server in &mut self.servers {
-                let Some(of_sni) = server.snis.remove(name.as_str()) else {
-                    continue;
-                };
-                for (resumed, offers) in of_sni.handshakes.iter().enumerate() {
-                    for (offer, counter) in offers.iter().enumerate() {
-                        if counter.is_some() {
-                            self.handshakes.remove(&sni_labels(
-                                &server.labels,
-                                name,
-                                resumed == 1,
-                                offer,
-                            ));
-                        }
-                    }
+            for i in 0..self.servers.len() {
+                if let Some(of_sni) = self.servers[i].snis.remove(name.as_str()) {
+                    self.remove_sni(&self.servers[i].labels, name, &of_sni);
                 }
             }
         }
@@ -582,9 +749,9 @@ impl Sink for Metrics {
     fn tick(&mut self, health: &Health) -> std::io::Result<()> {
         self.health(health);
         let now = Instant::now();
-        if now >= self.sni_window_end {
-            self.end_sni_window();
-            self.sni_window_end = now + self.sni_window;
+        if now >= self.window_end {
+            self.end_window();
+            self.window_end = now + self.label_window;
         }
         Ok(())
     }
@@ -602,9 +769,14 @@ struct KindSeries {
     connections: Vec<(&'static str, &'static str, String, Counter)>,
 }
 
-/// A server's series (bounded by the listeners selected, not by the wire).
+/// A server's series (bounded by the listeners selected, not by the wire; with
+/// `--container-labels`, one per container of each, at most `MAX_CONTAINERS` + 1).
 struct ServerSeries {
     labels: ServerLabels,
+    /// a connection came in this label window
+    active: bool,
+    /// by error type and stage
+    failures: Vec<(&'static str, &'static str, Counter)>,
     /// by `Kind` (declaration order)
     kinds: [KindSeries; Kind::ALL.len()],
     /// by SNI label value (at most `max_sni` + 2 of them)
@@ -853,11 +1025,11 @@ mod tests {
             m.count(&with_sni("old.example"));
         }
         assert!(exposition(&reg).contains("tls_client_server_name=\"old.example\""));
-        m.end_sni_window();
+        m.end_window();
         for _ in 0..3 {
             m.count(&with_sni("new.example"));
         }
-        m.end_sni_window();
+        m.end_window();
         m.count(&with_sni("new.example"));
         let text = exposition(&reg);
         assert!(!text.contains("old.example"), "{text}");
@@ -912,6 +1084,82 @@ mod tests {
         ] {
             assert!(!text.contains(gone), "{gone}:\n{text}");
         }
+    }
+
+    fn in_container(id: usize, pod: bool) -> Record {
+        let pod = pod.then(|| crate::container::Pod {
+            name: format!("web-{id}"),
+            namespace: "shop".into(),
+            uid: format!("uid-{id}"),
+        });
+        Record {
+            container: Some(std::sync::Arc::new(Container {
+                id: format!("{id:064x}"),
+                pod,
+            })),
+            ..Record::fixture(Kind::Plain)
+        }
+    }
+
+    #[test]
+    fn container_labels_are_bounded_and_freed() {
+        let mut reg = Registry::with_prefix("hstrace");
+        let mut m = Metrics::new(&mut reg, 50, Duration::from_secs(600));
+        m.count(&Record::fixture(Kind::Plain));
+        m.count(&in_container(1, true));
+        m.count(&in_container(2, false));
+        let text = exposition(&reg);
+        let first = format!(
+            "container_id=\"{:064x}\",k8s_namespace_name=\"shop\",k8s_pod_name=\"web-1\"",
+            1
+        );
+        assert!(text.contains(&first), "{text}");
+        // outside Kubernetes: the id alone; outside a container: no container label at all
+        assert!(
+            text.contains(&format!("container_id=\"{:064x}\",kind=", 2)),
+            "{text}"
+        );
+        assert!(
+            text.contains("server_port=\"443\",kind=\"plain\",network_protocol_name"),
+            "{text}"
+        );
+        for id in 3..MAX_CONTAINERS + 10 {
+            m.count(&in_container(id, false));
+        }
+        let text = exposition(&reg);
+        let ids: std::collections::HashSet<&str> = text
+            .match_indices("container_id=\"")
+            .map(|(at, _)| &text[at + 14..at + 14 + text[at + 14..].find('"').unwrap()])
+            .collect();
+        assert_eq!(ids.len(), MAX_CONTAINERS + 1, "{} ids", ids.len());
+        assert!(ids.contains(OTHER));
+        assert!(text.contains(",container_id=\"other\""));
+        assert!(text.contains("hstrace_containers_folded_total 9"), "{text}");
+        // a window in which only container 1 and the host's server had connections: every
+        // other container's series go, and the freed places are taken again
+        m.end_window();
+        m.count(&in_container(1, true));
+        m.count(&Record::fixture(Kind::Plain));
+        m.end_window();
+        let text = exposition(&reg);
+        assert!(text.contains(&first), "{text}");
+        assert!(!text.contains(&format!("{:064x}", 2)), "{text}");
+        assert!(!text.contains(",container_id=\"other\""), "{text}");
+        assert!(
+            text.contains("server_port=\"443\",kind=\"plain\""),
+            "{text}"
+        );
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.starts_with("hstrace_containers_evicted_total"))
+                .collect::<Vec<_>>(),
+            [format!(
+                "hstrace_containers_evicted_total {}",
+                MAX_CONTAINERS
+            )]
+        );
+        m.count(&in_container(500, false));
+        assert!(exposition(&reg).contains(&format!("{:064x}", 500)));
     }
 
     #[test]

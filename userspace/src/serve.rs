@@ -39,9 +39,10 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     /// the parameters cover the last `window`
     pub window: Duration,
-    /// SNI label values kept (the rest are `other`), re-ranked every `sni_window`
+    /// SNI label values kept (the rest are `other`), re-ranked every `label_window`
     pub max_sni: usize,
-    pub sni_window: Duration,
+    /// SNI names and containers without connections in it lose their series
+    pub label_window: Duration,
     /// failed handshakes kept for /api/v1/failures
     pub recent_failures: usize,
 }
@@ -53,7 +54,7 @@ impl Default for ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 9725)),
             window: Duration::from_secs(60),
             max_sni: 50,
-            sni_window: Duration::from_secs(600),
+            label_window: Duration::from_secs(600),
             recent_failures: 100,
         }
     }
@@ -73,7 +74,7 @@ pub struct Daemon {
 impl Daemon {
     pub fn new(opts: &ServeOptions) -> Arc<Daemon> {
         let mut registry = Registry::with_prefix("hstrace");
-        let metrics = Metrics::new(&mut registry, opts.max_sni, opts.sni_window);
+        let metrics = Metrics::new(&mut registry, opts.max_sni, opts.label_window);
         Arc::new(Daemon {
             registry,
             metrics: Mutex::new(metrics),

@@ -6,6 +6,8 @@
 
 /// Assertions on what hstrace printed: stages, the accounting, JSON readers.
 pub mod assert;
+/// Debian's headless Chromium: a page's DOM, a screenshot, a server that records requests.
+pub mod chromium;
 /// openssl s_client and s_time, curl, raw exchanges, the mix of every kind.
 pub mod clients;
 /// A real `hstrace serve` and its metrics.

@@ -49,6 +49,10 @@ pub const TEST_PACKAGES: &[&str] = &[
     "dovecot-pop3d",
 ];
 
+/// What checks a page as a browser sees it (tests/tests/report.rs, `cargo xtask
+/// report-screenshot`): Debian's Chromium, run headless.
+pub const BROWSER_PACKAGES: &[&str] = &["chromium"];
+
 /// What building the container image and running it needs (`cargo xtask image`, and the
 /// test suite, which does both): buildah builds it, podman runs it with Debian's runc.
 pub const IMAGE_PACKAGES: &[&str] = &["podman", "buildah", "runc"];

@@ -11,14 +11,16 @@ use anyhow::{bail, Context, Result};
 
 use crate::{
     image, package,
-    setup::{install_runtimes, setup_test_machine, IMAGE_PACKAGES, TEST_PACKAGES},
+    setup::{
+        install_runtimes, setup_test_machine, BROWSER_PACKAGES, IMAGE_PACKAGES, TEST_PACKAGES,
+    },
     util::{build, root},
 };
 
 /// `extra`: cargo test's arguments (`--test accuracy`, a test's name), and after a `--`
 /// the test binaries' own.
 pub fn test(extra: &[String]) -> Result<()> {
-    setup_test_machine(&[TEST_PACKAGES, IMAGE_PACKAGES].concat())?;
+    setup_test_machine(&[TEST_PACKAGES, IMAGE_PACKAGES, BROWSER_PACKAGES].concat())?;
     install_runtimes()?;
     let bin = build()?;
     // the packages and the image as an operator installs them (tests/tests/package.rs,

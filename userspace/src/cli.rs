@@ -9,6 +9,7 @@ use crate::{
     model::{self, knobs, network::Discipline, ModelFormat, ModelOptions},
     print::Format,
     probes::Uprobes,
+    report,
     serve::{self, ServeOptions},
     source::Options,
     targets::Selector,
@@ -198,6 +199,40 @@ enum Command {
         /// json (hstrace.parameters/v1), csv (a row per server, class and stage), table
         #[arg(long, value_enum, default_value = "json")]
         format: ExportFormatArg,
+    },
+    /// Write one self-contained HTML page of where a server's handshakes spend their time
+    ///
+    /// A stage waterfall per kind of connection (TLS 1.2 / 1.3, full / resumed / failed,
+    /// plain), each stage's distribution, the session cache, the failures, the measured
+    /// parameters, the model's forecast and the tracer's own accounting: traced for
+    /// --duration, or read from a running `hstrace serve`. No script, nothing fetched:
+    /// open it anywhere, print it, attach it to a ticket.
+    #[command(after_help = "Examples:\n  \
+        hstrace report --duration 60 --comm nginx -o report.html\n  \
+        hstrace report --from http://127.0.0.1:9725 --duration 60 -o report.html\n  \
+        hstrace report --from http://127.0.0.1:9725   (the daemon's totals since it started)")]
+    Report {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Trace this many seconds (with --from: read the daemon's counters over them)
+        #[arg(long, value_name = "SECONDS")]
+        duration: Option<f64>,
+        /// Read the `hstrace serve` at this address instead of tracing
+        /// (e.g. http://127.0.0.1:9725)
+        #[arg(long, value_name = "URL")]
+        from: Option<String>,
+        /// The server to report (`comm:port`, e.g. nginx:443; default: the one with the
+        /// most connections)
+        #[arg(long, value_name = "SERVER")]
+        server: Option<String>,
+        /// Where to write the page
+        #[arg(
+            short = 'o',
+            long,
+            value_name = "FILE",
+            default_value = "hstrace-report.html"
+        )]
+        output: PathBuf,
     },
     /// Forecast throughput and response time for N users from measured stage parameters
     ///
@@ -449,6 +484,25 @@ pub fn run(cli: Cli) -> Result<()> {
                 }
                 (None, None) => bail!(
                     "say where the parameters come from: --duration SECONDS (trace now) or --from http://HOST:PORT (a running hstrace serve)"
+                ),
+            }
+        }
+        Command::Report {
+            source,
+            duration,
+            from,
+            server,
+            output,
+        } => {
+            let duration = duration.map(|d| seconds("--duration", d)).transpose()?;
+            match (from, duration) {
+                (Some(url), d) => report::from_daemon(&url, d, server.as_deref(), &output),
+                (None, Some(d)) => {
+                    let opts = source.options(Uprobes::Handshake)?;
+                    runtime()?.block_on(report::traced(opts, d, server.as_deref(), &output))
+                }
+                (None, None) => bail!(
+                    "say what to report: --duration SECONDS (trace now) or --from http://HOST:PORT (a running hstrace serve)"
                 ),
             }
         }

@@ -28,7 +28,7 @@ pub async fn traced(opts: Options, duration: Duration, format: ExportFormat) -> 
         "hstrace: measuring for {:.0} s; Ctrl-C stops early",
         duration.as_secs_f64()
     );
-    let mut estimator = Estimator::new(duration, MAX_SERVERS);
+    let mut estimator = Estimator::for_run(duration, MAX_SERVERS);
     let health: Health = source
         .run(&mut estimator, stop_signal(Some(duration)))
         .await?;

@@ -33,6 +33,7 @@
 //! - `metrics`: `serve`'s Prometheus metrics (every name, label and bound)
 //! - `failures`: `serve`'s last failed handshakes (`/api/v1/failures`)
 //! - `params`: the parameter estimator (a sink) and the parameters' CSV and table
+//! - `report`: `hstrace report`, one HTML page of a window (its own sink, `report::gather`)
 //! - `trace`, `serve`, `export`: the commands (`serve::Daemon`: the daemon's sink and
 //!   state); `cli`: the command line that wires them
 //! - `signal`: when a command stops; `http_client`: GET from a daemon or a Prometheus
@@ -58,6 +59,7 @@ pub mod preflight;
 pub mod print;
 pub mod probes;
 pub mod record;
+pub mod report;
 pub mod serve;
 pub mod signal;
 pub mod sink;

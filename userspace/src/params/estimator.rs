@@ -201,6 +201,13 @@ impl Estimator {
         }
     }
 
+    /// An estimator of a whole run of `duration` (`export --duration`, `report`): its
+    /// window twice the run, so that stopping a moment after `duration` does not push the
+    /// run's first slot out of the window.
+    pub fn for_run(duration: Duration, max_servers: usize) -> Estimator {
+        Estimator::new(duration * 2, max_servers)
+    }
+
     fn slot_len(&self) -> Duration {
         self.window / SLOTS as u32
     }
@@ -444,6 +451,26 @@ mod tests {
             cpu: &[],
             resumption_offered: offered,
         }
+    }
+
+    /// A run's parameters, read a moment after the run's end, still hold its first
+    /// connections (a window of exactly the run's length would have dropped its first
+    /// twelfth).
+    #[test]
+    fn a_run_keeps_its_first_slot() {
+        let run = Duration::from_secs(60);
+        let stages = [(Stage::ServerFlight1, 1_000_000)];
+        let count = |mut e: Estimator| {
+            let t0 = e.start;
+            e.add(
+                t0 + Duration::from_secs(1),
+                &sample("nginx:443", Kind::Full, &stages, false),
+            );
+            let p = e.parameters(t0 + run + Duration::from_millis(300), UNIX_EPOCH);
+            p.servers.first().map_or(0, |s| s.connections)
+        };
+        assert_eq!(count(Estimator::new(run, 8)), 0);
+        assert_eq!(count(Estimator::for_run(run, 8)), 1);
     }
 
     #[test]

@@ -247,6 +247,7 @@ pub fn view(base: &str, duration: Option<Duration>, want: Option<&str>) -> Resul
                     mean_s: sum / c,
                     p90_s: quantile(&cumulative(Some(kind.name()), &k[1]), 0.9),
                     cpu_s: cpu.get(k).map(|x| x / c),
+                    count: *c as u64,
                 })
             })
             .collect();

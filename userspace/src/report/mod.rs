@@ -201,6 +201,7 @@ fn traced_view(
                     mean_s: acc.mean_s(),
                     p90_s: acc.hist.quantile_s(0.9),
                     cpu_s: acc.cpu_mean_s(),
+                    count: acc.count,
                 })
                 .collect(),
         })

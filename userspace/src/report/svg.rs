@@ -103,6 +103,8 @@ pub struct Segment {
     pub p90_s: f64,
     /// on-CPU time of the server thread in this stage (service stages), mean
     pub cpu_s: Option<f64>,
+    /// connections of the row that had this stage (its mean is over them)
+    pub count: u64,
 }
 
 /// One kind of connection (e.g. "TLS 1.3 full"), its stages in wire order, and how many
@@ -588,7 +590,8 @@ fn footnote(out: &mut String, x: f64, y: f64, notes: &[String]) {
 /// skipped.
 ///
 /// Each stage's `<rect>` carries `data-row`, `data-stage`, `data-class`, `data-mean-s`,
-/// `data-p90-s`, `data-cpu-s` (when given), `data-connections`; the values are the inputs
+/// `data-p90-s`, `data-cpu-s` (when given), `data-count` (connections with the stage),
+/// `data-connections` (the row's); the values are the inputs
 /// as drawn (negative or non-finite ones as 0) in the shortest `{:e}` form that reads back
 /// to the same f64. Its `<title>` is the hover text.
 pub fn waterfall(id: &str, rows: &[Row]) -> String {
@@ -763,6 +766,7 @@ pub fn waterfall(id: &str, rows: &[Row]) -> String {
             if let Some(c) = cpu {
                 w!(out, r#" data-cpu-s="{}""#, Exact(c));
             }
+            w!(out, r#" data-count="{}""#, s.count);
             w!(
                 out,
                 r#" data-connections="{}"><title>{stage} ({}): mean {}, p90 {}"#,
@@ -1706,6 +1710,7 @@ mod tests {
             mean_s,
             p90_s,
             cpu_s,
+            count: 3,
         }
     }
 

@@ -58,6 +58,10 @@ pub struct ConnectionLine {
     /// on-CPU time of the server thread in each service stage
     #[serde(default, skip_serializing_if = "Ordered::is_empty")]
     pub cpu_ns: Ordered<u64>,
+    /// on-CPU time of the server thread across each wait for the client between two
+    /// service stages, keyed by the wait's delay stage
+    #[serde(default, skip_serializing_if = "Ordered::is_empty")]
+    pub wait_cpu_ns: Ordered<u64>,
     /// with `--uprobes all`: what SSL_read/SSL_write saw of the first exchange
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub library: Option<LibraryLine>,
@@ -187,6 +191,7 @@ mod tests {
         r.early_data = true;
         r.handshake_ns = Some(5);
         r.cpu_ns = Stages(vec![(Stage::ServerFlight1, 3)]);
+        r.wait_cpu_ns = Stages(vec![(Stage::WaitClientFlight2, 4)]);
         r.app_protocol = Some("smtp");
         r.starttls = Some("refused");
         r.container = in_a_pod();

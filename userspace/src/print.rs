@@ -125,6 +125,9 @@ impl Record {
         if !self.cpu_ns.is_empty() {
             o.object("cpu_ns", |m| stages_json(&self.cpu_ns, m));
         }
+        if !self.wait_cpu_ns.is_empty() {
+            o.object("wait_cpu_ns", |m| stages_json(&self.wait_cpu_ns, m));
+        }
         if let Some(l) = &self.library {
             o.object("library", |m| {
                 m.u64("request_bytes", l.request_bytes)

@@ -52,6 +52,9 @@ pub struct Record {
     /// on-CPU time of the server thread during each service stage (the rest of the stage
     /// it was runnable, blocked or serving other connections)
     pub cpu_ns: Stages,
+    /// on-CPU time of the server thread across each wait for the client between two
+    /// service stages (`stage::wait_cpu`), keyed by the wait's delay stage
+    pub wait_cpu_ns: Stages,
     /// with --uprobes all: what SSL_read/SSL_write saw of the first request and response
     pub library: Option<Library>,
     pub failure: Option<&'static str>,
@@ -169,6 +172,7 @@ impl Record {
                     .map(|s| (*s, 500))
                     .collect(),
             ),
+            wait_cpu_ns: Stages(Vec::new()),
             library: None,
             failure: None,
             failed_in: None,
@@ -395,6 +399,7 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
             .then(|| stage::span(stage::tls_start(c), c.t_hs_done))
             .flatten(),
         cpu_ns: stage::cpu(c, &stages_ns),
+        wait_cpu_ns: stage::wait_cpu(c, &stages_ns),
         stages_ns,
         library: (c.lib_req_ns > 0 || c.lib_resp_ns > 0).then_some(Library {
             request_bytes: c.lib_req_bytes,

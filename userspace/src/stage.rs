@@ -402,6 +402,39 @@ pub fn cpu(c: &Conn, wall: &Stages) -> Stages {
     Stages(out)
 }
 
+/// On-CPU time of the server thread across each of the connection's waits for its client
+/// between two service stages, keyed by the wait's delay stage: from the end of one
+/// service stage (its last write) to the start of the next (its first read), through the
+/// delay and queue stages between. An event loop's own work is there: going back to its
+/// loop and to sleep, waking, dispatching the event; under load, other connections' work
+/// too. A wait whose readings are missing, or were taken on different threads (a
+/// reading that goes backwards), is left out.
+pub fn wait_cpu(c: &Conn, wall: &Stages) -> Stages {
+    let mut out = Vec::with_capacity(3);
+    let sent_s1 = if done_at_first_flight(c) && c.t_hs_done != c.t_last[FL_S1] {
+        c.cpu_hs_done
+    } else {
+        c.cpu_last[FL_S1]
+    };
+    for (stage, a, b) in [
+        (
+            Stage::WaitClientHello2,
+            c.cpu_retry_sent,
+            c.cpu_first[FL_C1],
+        ),
+        (Stage::WaitClientFlight2, sent_s1, c.cpu_first[FL_C2]),
+        (Stage::WaitRequest, c.cpu_hs_done, c.cpu_req_read),
+    ] {
+        if wall.get(stage).is_none() {
+            continue;
+        }
+        if let Some(v) = span(a, b) {
+            out.push((stage, v));
+        }
+    }
+    Stages(out)
+}
+
 /// The stage a failed connection was in when it ended, from the flight in progress: a
 /// server that answered with an alert failed in its own flight; one that sent a flight
 /// and heard nothing back was waiting for the client.

@@ -48,6 +48,8 @@ pub struct Sample<'a> {
     pub stages: &'a [(Stage, u64)],
     /// on-CPU ns of service stages (may be empty)
     pub cpu: &'a [(Stage, u64)],
+    /// on-CPU ns across the waits between service stages (may be empty)
+    pub wait_cpu: &'a [(Stage, u64)],
     /// the client offered resumption
     pub resumption_offered: bool,
 }
@@ -93,6 +95,9 @@ struct ServerAcc {
     failed: u64,
     offered: u64,
     classes: [u64; 3],
+    /// the waits between service stages with their CPU read, and that CPU
+    waits: u64,
+    wait_ns: u128,
     /// by class, then stage (`Stage::index`)
     stages: [[Option<Box<StageAcc>>; Stage::ALL.len()]; 3],
 }
@@ -101,6 +106,12 @@ impl ServerAcc {
     fn add(&mut self, s: &Sample) {
         self.connections += 1;
         *self.by_pid.entry(s.pid).or_default() += 1;
+        self.waits += s.wait_cpu.len() as u64;
+        self.wait_ns += s
+            .wait_cpu
+            .iter()
+            .map(|(_, ns)| u128::from(*ns))
+            .sum::<u128>();
         let Some(class) = s.kind.class() else {
             self.failed += 1;
             return;
@@ -133,6 +144,8 @@ impl ServerAcc {
         }
         self.failed += o.failed;
         self.offered += o.offered;
+        self.waits += o.waits;
+        self.wait_ns += o.wait_ns;
         for c in 0..3 {
             self.classes[c] += o.classes[c];
             for (mine, theirs) in self.stages[c].iter_mut().zip(&o.stages[c]) {
@@ -299,7 +312,7 @@ impl Estimator {
             servers: merged
                 .into_iter()
                 .map(|(name, acc)| {
-                    let cpu = server_cpu(&acc, &procs);
+                    let cpu = with_waits(server_cpu(&acc, &procs), &acc);
                     server_params(name, &acc, seconds, cpu)
                 })
                 .collect(),
@@ -336,6 +349,18 @@ fn server_cpu(acc: &ServerAcc, procs: &BTreeMap<u32, ProcAcc>) -> Cpu {
     Cpu {
         per_connection_s: Some(whole / n as f64),
         outside_stages_s: Some(outside / n as f64),
+        ..unknown
+    }
+}
+
+/// `cpu` with the server's waits between service stages: their mean CPU, and how many a
+/// connection has (null without any).
+fn with_waits(cpu: Cpu, acc: &ServerAcc) -> Cpu {
+    Cpu {
+        per_wait_s: (acc.waits > 0).then(|| acc.wait_ns as f64 / acc.waits as f64 * 1e-9),
+        waits_per_connection: (acc.waits > 0 && acc.connections > 0)
+            .then(|| acc.waits as f64 / acc.connections as f64),
+        ..cpu
     }
 }
 
@@ -417,6 +442,7 @@ impl Sink for Estimator {
                 kind: r.kind,
                 stages: &r.stages_ns.0,
                 cpu: &r.cpu_ns.0,
+                wait_cpu: &r.wait_cpu_ns.0,
                 resumption_offered: r.resumption_offered,
             },
         );
@@ -449,8 +475,35 @@ mod tests {
             kind,
             stages,
             cpu: &[],
+            wait_cpu: &[],
             resumption_offered: offered,
         }
+    }
+
+    /// The CPU across the waits between service stages: its mean per wait, and the waits
+    /// per connection.
+    #[test]
+    fn waits_between_service_stages() {
+        let mut e = Estimator::new(Duration::from_secs(60), 8);
+        let now = e.start + Duration::from_secs(1);
+        let stages = [(Stage::ServerFlight1, 1_000_000)];
+        let waits = [
+            (Stage::WaitClientFlight2, 30_000),
+            (Stage::WaitRequest, 10_000),
+        ];
+        for _ in 0..2 {
+            e.add(
+                now,
+                &Sample {
+                    wait_cpu: &waits,
+                    ..sample("nginx:443", Kind::Full, &stages, false)
+                },
+            );
+        }
+        e.add(now, &sample("nginx:443", Kind::Full, &stages, false));
+        let cpu = e.parameters(now, UNIX_EPOCH).servers[0].cpu;
+        assert!((cpu.per_wait_s.unwrap() - 20e-6).abs() < 1e-15, "{cpu:?}");
+        assert!((cpu.waits_per_connection.unwrap() - 4.0 / 3.0).abs() < 1e-12);
     }
 
     /// A run's parameters, read a moment after the run's end, still hold its first

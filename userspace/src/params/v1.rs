@@ -73,6 +73,15 @@ pub struct Cpu {
     /// the same less the connections' service stages: accepting, closing, logging, the
     /// event loop's own work
     pub outside_stages_s: Option<f64>,
+    /// the server thread's mean on-CPU time across one of a connection's waits for its
+    /// client between two service stages (the trace lines' `wait_cpu_ns`): at low load, an
+    /// event loop's cost of going to sleep and waking once. Part of `outside_stages_s`.
+    /// Absent when no wait was read (and in documents written before it)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_wait_s: Option<f64>,
+    /// such waits per connection (their CPU is `per_wait_s` × this); absent likewise
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waits_per_connection: Option<f64>,
 }
 
 /// The three request classes, each always present.

@@ -35,7 +35,7 @@ fn client(port: u16, dir: &Path, args: &[&str]) -> Result<()> {
 
 /// The demo's client mix: TLS 1.2 and 1.3, full and resumed (session id, ticket, PSK),
 /// plain HTTP, and one handshake that fails.
-fn drive_demo_mix(port: u16, plain_port: u16, dir: &Path) -> Result<()> {
+pub fn drive_demo_mix(port: u16, plain_port: u16, dir: &Path) -> Result<()> {
     for _ in 0..2 {
         client(port, dir, &["-tls1_2", "-no_ticket", "-sess_out", "id12"])?;
         client(port, dir, &["-tls1_2", "-no_ticket", "-sess_in", "id12"])?;

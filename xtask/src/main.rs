@@ -13,6 +13,7 @@ mod fuzz;
 mod image;
 mod nginx;
 mod package;
+mod report_screenshot;
 mod setup;
 mod soak;
 mod template;
@@ -55,6 +56,10 @@ enum Job {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         cargo_test_args: Vec<String>,
     },
+    /// docs/report.png: the top of an `hstrace report` page of the demo nginx under the
+    /// demo's client mix, drawn by headless Chromium (installs nginx, openssl, curl,
+    /// chromium: a test machine)
+    ReportScreenshot,
     /// The Debian packages in target/package/
     Package,
     /// The container image localhost/hstrace:<version> (buildah), and its OCI archive in
@@ -152,6 +157,7 @@ fn run(job: Job) -> Result<()> {
         Job::Setup => setup::setup(),
         Job::Demo { serve, trace_args } => demo::demo(serve, &trace_args),
         Job::Test { cargo_test_args } => test::test(&cargo_test_args),
+        Job::ReportScreenshot => report_screenshot::report_screenshot(),
         Job::Package => {
             setup::setup()?;
             package::package().map(drop)
@@ -272,7 +278,7 @@ mod tests {
             Job::FuzzParsers { runs: 10_000_000 }
         ));
         assert!(matches!(parse("soak --minutes 10"), Job::Soak { minutes } if minutes == 10.0));
-        for line in ["setup", "package", "image", "vmlinux"] {
+        for line in ["setup", "package", "image", "vmlinux", "report-screenshot"] {
             parse(line);
         }
         // a mode at a time, and their options only with them

@@ -90,7 +90,12 @@ impl LogHist {
         for (i, c) in self.counts.iter().enumerate() {
             seen += u64::from(*c);
             if seen >= want {
-                return 2f64.powf((i + 1) as f64 / PER_OCTAVE) * 1e-9;
+                // bucket 0 holds the stages that took no time (0 or 1 ns)
+                return if i == 0 {
+                    0.0
+                } else {
+                    2f64.powf((i + 1) as f64 / PER_OCTAVE) * 1e-9
+                };
             }
         }
         2f64.powf(LOG_BUCKETS as f64 / PER_OCTAVE) * 1e-9
@@ -387,6 +392,9 @@ mod tests {
                 "q{q}: {got} vs {exact}"
             );
         }
+        let mut zero = LogHist::default();
+        zero.add(0);
+        assert_eq!(zero.quantile_s(0.9), 0.0);
         h.add(0);
         h.add(u64::MAX);
         assert!(h.quantile_s(1.0).is_finite());

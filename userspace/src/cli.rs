@@ -315,20 +315,22 @@ enum Command {
         #[arg(long, default_value_t = 1, value_name = "SEED")]
         seed: u32,
         /// With event-loop-sim: the worker's CPU per request that no stage measures
-        /// (accepting, closing, logging, epoll), shared among each request's handler
-        /// calls [default: the parameters' measured cpu.outside_stages_s, else 0]
+        /// (accepting, closing, logging), shared among each request's handler calls
+        /// [default: the parameters' cpu.outside_stages_s less what its sleeps cost, else 0]
         #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
         overhead: Option<String>,
+        /// With event-loop-sim: the worker's CPU each time it goes to sleep in epoll_wait
+        /// and is woken, paid by a handler call that finds it asleep (every one at low
+        /// load, few under load) [default: the parameters' measured cpu.per_wait_s, else 0]
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        sleep_cpu: Option<String>,
         /// With event-loop-sim: how long a worker asleep in epoll_wait takes to run after
         /// an event (its CPU waking up): one TIME, or by how long it slept, IDLE=TIME,...
         /// (e.g. 1ms=50us,200ms=300us; interpolated on log(idle) between them)
-        #[arg(
-            long,
-            default_value = "0",
-            value_name = "TIME|IDLE=TIME,...",
-            allow_hyphen_values = true
-        )]
-        wakeup: String,
+        /// [default: with event-loop-sim, measured: the parameters' queue waits at low load
+        /// less --sleep-cpu; else 0]
+        #[arg(long, value_name = "TIME|IDLE=TIME,...", allow_hyphen_values = true)]
+        wakeup: Option<String>,
         /// text (a table), json (hstrace.model/v1), csv (a row per curve, N and class)
         #[arg(long, value_enum, default_value = "text")]
         format: ModelFormatArg,
@@ -522,6 +524,7 @@ pub fn run(cli: Cli) -> Result<()> {
             discipline,
             seed,
             overhead,
+            sleep_cpu,
             wakeup,
             format,
             plot,
@@ -567,7 +570,14 @@ pub fn run(cli: Cli) -> Result<()> {
                     .transpose()?
                     .unwrap_or(0.0),
                 overhead_given: overhead.is_some(),
-                wakeup: knobs::parse_wakeup(&wakeup)?,
+                wakeup: knobs::parse_wakeup(wakeup.as_deref().unwrap_or("0"))?,
+                wakeup_given: wakeup.is_some(),
+                sleep_cpu_s: sleep_cpu
+                    .as_deref()
+                    .map(|o| knobs::parse_seconds("--sleep-cpu", o))
+                    .transpose()?
+                    .unwrap_or(0.0),
+                sleep_cpu_given: sleep_cpu.is_some(),
             };
             model::run(ModelOptions {
                 source,

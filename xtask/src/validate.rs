@@ -492,7 +492,8 @@ fn predict(
         Some(one) => {
             let mix_of = |c: &str| f(&answer["mix"][c]);
             let tls = mix_of("tls_full") + mix_of("tls_resumed");
-            let mut args = loop_of(&one.params);
+            // hstrace's own measurements only: no harness wake-up curve
+            let mut args = with(&one.params, SIMULATED);
             args.extend(["--secure-fraction".into(), tls.to_string()]);
             if tls > 0.0 {
                 args.extend([

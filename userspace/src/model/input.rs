@@ -52,6 +52,12 @@ pub struct ServerInput {
     /// the server's processes' CPU per connection outside its service stages, seconds
     /// (`cpu.outside_stages_s`; None where the parameters do not have it)
     pub outside_stages_s: Option<f64>,
+    /// the server thread's CPU across one wait between service stages (`cpu.per_wait_s`):
+    /// at low load, what one sleep of an event loop costs
+    pub per_wait_s: Option<f64>,
+    /// the share of the window the server's processes were on CPU (its connections' rate
+    /// × their CPU per connection; None without them)
+    pub busy: Option<f64>,
 }
 
 /// The servers of a `hstrace.parameters/v1` document; `origin` names it in errors. What
@@ -112,6 +118,13 @@ fn server_input(s: &v1::ServerParams, origin: &str) -> Result<ServerInput> {
     if let Some(x) = outside_stages_s.filter(|x| *x < 0.0) {
         bail!("{origin}: {server}'s cpu.outside_stages_s {x} is negative");
     }
+    let per_wait_s = s.cpu.per_wait_s.filter(|x| x.is_finite() && *x >= 0.0);
+    let rate: f64 = s.classes.iter().map(|(_, c)| c.rate_per_s).sum();
+    let busy = s
+        .cpu
+        .per_connection_s
+        .filter(|_| rate > 0.0)
+        .map(|per| (per * rate).clamp(0.0, 1.0));
     Ok(ServerInput {
         server: server.clone(),
         // the shares are of the classified connections: without the failed ones
@@ -122,6 +135,8 @@ fn server_input(s: &v1::ServerParams, origin: &str) -> Result<ServerInput> {
             class(RequestClass::Plain)?,
         ],
         outside_stages_s,
+        per_wait_s,
+        busy,
     })
 }
 
@@ -236,11 +251,23 @@ pub fn merge(parts: Vec<ServerInput>, origin: &str) -> Result<ServerInput> {
         .map(|p| p.outside_stages_s.map(|o| o * p.connections))
         .sum::<Option<f64>>()
         .map(|sum| sum / connections);
+    // one loop's cost of a sleep, from the ports that measured it (a plain port's
+    // connections have no wait between two service stages); the ports' CPU adds up
+    let measured: Vec<(f64, f64)> = parts
+        .iter()
+        .filter_map(|p| Some((p.per_wait_s?, p.connections)))
+        .collect();
+    let weight: f64 = measured.iter().map(|(_, n)| n).sum();
+    let per_wait_s =
+        (weight > 0.0).then(|| measured.iter().map(|(w, n)| w * n).sum::<f64>() / weight);
+    let busy = parts.iter().map(|p| p.busy).sum::<Option<f64>>();
     Ok(ServerInput {
         server,
         connections,
         classes,
         outside_stages_s,
+        per_wait_s,
+        busy,
     })
 }
 
@@ -484,6 +511,8 @@ fn prom_server(base: &str, server: String, w: &str) -> Result<ServerInput> {
         }),
         // the daemons export no per-process CPU series
         outside_stages_s: None,
+        per_wait_s: None,
+        busy: None,
     })
 }
 

@@ -41,6 +41,14 @@ pub struct Knobs {
     pub overhead_given: bool,
     /// `--wakeup`: how long an idle worker takes to run after an event, by how long it slept
     pub wakeup: Wakeup,
+    /// `--wakeup` was given; otherwise event-loop-sim takes it from the parameters' queue
+    /// stages, when they were measured at low load
+    pub wakeup_given: bool,
+    /// `--sleep-cpu`: the worker's CPU each time it goes to sleep and wakes, seconds
+    pub sleep_cpu_s: f64,
+    /// `--sleep-cpu` was given; otherwise event-loop-sim takes the parameters' measured
+    /// CPU across a wait (`ServerInput::per_wait_s`)
+    pub sleep_cpu_given: bool,
 }
 
 impl Default for Knobs {
@@ -56,6 +64,9 @@ impl Default for Knobs {
             overhead_s: 0.0,
             overhead_given: false,
             wakeup: Wakeup::default(),
+            wakeup_given: false,
+            sleep_cpu_s: 0.0,
+            sleep_cpu_given: false,
         }
     }
 }
@@ -442,11 +453,12 @@ pub fn network(
         seed: knobs.seed,
         overhead_s: knobs.overhead_s,
         wakeup: knobs.wakeup.clone(),
+        sleep_cpu_s: knobs.sleep_cpu_s,
     };
     if knobs.discipline != Discipline::EventLoopSim
-        && (knobs.overhead_s > 0.0 || !knobs.wakeup.is_zero())
+        && (knobs.overhead_s > 0.0 || !knobs.wakeup.is_zero() || knobs.sleep_cpu_s > 0.0)
     {
-        bail!("--overhead and --wakeup are parts of the simulated event loop: give --discipline event-loop-sim");
+        bail!("--overhead, --wakeup and --sleep-cpu are parts of the simulated event loop: give --discipline event-loop-sim");
     }
     if knobs.discipline.is_event_loop() && knobs.servers > 1 {
         bail!("--discipline {} models one event loop: give --servers 1 (for several workers, model one with its share of the users)", knobs.discipline.name().replace('_', "-"));

@@ -158,16 +158,77 @@ pub fn build(
     })
 }
 
-/// `hstrace model`: read, solve, print (and draw).
-/// The knobs a run uses: the simulated event loop takes the server's measured CPU outside
-/// its stages (`cpu.outside_stages_s` of the parameters) unless `--overhead` was given.
+/// The knobs a run uses. The simulated event loop takes what the parameters measured of
+/// the worker's CPU outside its stages, unless `--overhead` / `--sleep-cpu` say otherwise:
+/// its CPU per sleep (`cpu.per_wait_s`), paid each time a handler call finds the worker
+/// asleep, and the rest of `cpu.outside_stages_s` per request. The measured window's
+/// sleeps per request are its handler calls (an accept and each visit) times the chance
+/// the worker was idle (1 − its busy share): with one user every call sleeps, under load
+/// few do, which is why the CPU outside the stages falls with load.
 /// The other disciplines are seed 002's network of the stages alone.
 fn effective_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
     let mut k = knobs.clone();
-    if k.discipline == Discipline::EventLoopSim && !k.overhead_given {
-        k.overhead_s = server.outside_stages_s.unwrap_or(0.0);
+    if k.discipline != Discipline::EventLoopSim {
+        return k;
+    }
+    if !k.sleep_cpu_given {
+        k.sleep_cpu_s = server.per_wait_s.unwrap_or(0.0);
+    }
+    if !k.overhead_given {
+        let outside = server.outside_stages_s.unwrap_or(0.0);
+        k.overhead_s = (outside - k.sleep_cpu_s * measured_sleeps(server, &k)).max(0.0);
+    }
+    if !k.wakeup_given {
+        if let Some(q) = low_load_queue(server, &k) {
+            k.wakeup = network::Wakeup::constant((q - k.sleep_cpu_s).max(0.0));
+        }
     }
     k
+}
+
+/// Busy at most this share of the window, a server's queue stages are its worker waking
+/// up, not requests waiting for each other.
+const LOW_LOAD: f64 = 0.25;
+
+/// The mean wait of a message for an idle worker, measured: the queue stage before each
+/// visit of the routes (not the accept's, nor a continuation's), weighted by the classes'
+/// shares, when the window was at low load; each is the worker waking (the CPU's, then the
+/// loop's) up to the read. None at higher load or without the CPU to tell.
+fn low_load_queue(server: &ServerInput, k: &Knobs) -> Option<f64> {
+    if server.busy? > LOW_LOAD {
+        return None;
+    }
+    let (mut sum, mut n) = (0.0, 0.0);
+    for c in &server.classes {
+        for step in knobs::route(c, k) {
+            if let network::Step::Visit { queue: Some(q), .. } = step {
+                if let Some(m) = c.stages.iter().find(|m| m.name == q) {
+                    sum += c.share * m.mean_s;
+                    n += c.share;
+                }
+            }
+        }
+    }
+    (n > 0.0).then(|| sum / n)
+}
+
+/// The sleeps per request of the measured window: each class's handler calls (an accept
+/// and each visit of its route), weighted by the measured shares, times the chance the
+/// worker was idle when one came.
+fn measured_sleeps(server: &ServerInput, k: &Knobs) -> f64 {
+    let calls: f64 = server
+        .classes
+        .iter()
+        .map(|c| {
+            let steps = knobs::route(c, k);
+            c.share
+                * steps
+                    .iter()
+                    .filter(|s| !matches!(s, network::Step::Delay { .. }))
+                    .count() as f64
+        })
+        .sum();
+    calls * (1.0 - server.busy.unwrap_or(0.0))
 }
 
 pub fn run(opts: ModelOptions) -> Result<()> {

@@ -157,6 +157,7 @@ mod tests {
             seed: 1,
             overhead_s: 0.0,
             wakeup: Wakeup::default(),
+            sleep_cpu_s: 0.0,
         }
     }
 
@@ -211,6 +212,7 @@ mod tests {
             seed: 1,
             overhead_s: 0.0,
             wakeup: Wakeup::default(),
+            sleep_cpu_s: 0.0,
         };
         let ps = Network {
             discipline: Discipline::ProcessorSharing,

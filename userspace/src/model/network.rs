@@ -62,6 +62,10 @@ pub struct Network {
     /// `EventLoopSim`: how long a worker asleep in `epoll_wait` takes to run after an
     /// event, by how long it slept
     pub wakeup: Wakeup,
+    /// `EventLoopSim`: the worker's CPU each time it sleeps and is woken (back to its
+    /// loop, into `epoll_wait`, out of it, the event dispatched), paid when a handler call
+    /// finds it asleep: at low load every call, under load almost none
+    pub sleep_cpu_s: f64,
 }
 
 /// 95 % confidence half-widths of a simulated solution.

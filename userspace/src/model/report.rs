@@ -128,6 +128,7 @@ impl Report {
                 "scale_stage": self.knobs.scale_stages.iter()
                     .map(|(s, k)| (s.clone(), json!(k))).collect::<Map<_, _>>(),
                 "overhead_s": self.knobs.overhead_s,
+                "sleep_cpu_s": self.knobs.sleep_cpu_s,
                 "wakeup_s": self.knobs.wakeup.longest(),
                 "wakeup_after_idle": self.knobs.wakeup.points().iter()
                     .map(|&(idle, wake)| json!({"idle_s": idle, "wakeup_s": wake}))
@@ -233,6 +234,12 @@ impl Report {
             what_if.push(format!(
                 "{} ms of CPU a request outside the stages",
                 ms(k.overhead_s)
+            ));
+        }
+        if k.sleep_cpu_s > 0.0 {
+            what_if.push(format!(
+                "{} ms of CPU each time the worker sleeps and wakes",
+                ms(k.sleep_cpu_s)
             ));
         }
         match k.wakeup.points() {

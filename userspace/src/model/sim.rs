@@ -231,6 +231,8 @@ struct Sim<'a> {
     unmeasured_s: [f64; 3],
     /// an asleep worker's time to run after an event, by how long it slept
     wakeup: &'a Wakeup,
+    /// its CPU for each sleep, paid on waking
+    sleep_cpu_s: f64,
     /// when the worker last fell asleep in `epoll_wait`
     asleep_since: f64,
     completed: u64,
@@ -448,7 +450,7 @@ impl<'a> Sim<'a> {
         match self.worker {
             Worker::Running => self.work(),
             Worker::Asleep if !self.ready.is_empty() => {
-                let wake = self.wakeup.after(self.now - self.asleep_since);
+                let wake = self.wakeup.after(self.now - self.asleep_since) + self.sleep_cpu_s;
                 if wake > 0.0 {
                     self.worker = Worker::Waking;
                     self.schedule(self.now + wake, None);
@@ -565,6 +567,7 @@ impl<'a> Sim<'a> {
                 }
             }),
             wakeup: &net.wakeup,
+            sleep_cpu_s: net.sleep_cpu_s,
             asleep_since: 0.0,
             completed: 0,
             measuring_from: None,
@@ -723,6 +726,7 @@ mod tests {
             seed: 7,
             overhead_s: 0.0,
             wakeup: Wakeup::default(),
+            sleep_cpu_s: 0.0,
         }
     }
 

@@ -73,7 +73,7 @@ pub struct Cpu {
     /// the same less the connections' service stages: accepting, closing, logging, the
     /// event loop's own work
     pub outside_stages_s: Option<f64>,
-    /// the server thread's mean on-CPU time across one of a connection's waits for its
+    /// the server thread's median on-CPU time across one of a connection's waits for its
     /// client between two service stages (the trace lines' `wait_cpu_ns`): at low load, an
     /// event loop's cost of going to sleep and waking once. Part of `outside_stages_s`.
     /// Absent when no wait was read (and in documents written before it)

@@ -376,7 +376,7 @@ fn with_waits(cpu: Cpu, acc: &ServerAcc) -> Cpu {
         per_wait_s: acc
             .wait_cpu
             .as_ref()
-            .filter(|h| h.len() > 0)
+            .filter(|h| !h.is_empty())
             .map(|h| h.value_at_quantile(0.5) as f64 * 1e-6),
         waits_per_connection: (acc.waits > 0 && acc.connections > 0)
             .then(|| acc.waits as f64 / acc.connections as f64),

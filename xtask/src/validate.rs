@@ -480,7 +480,17 @@ fn predict(
     let params_only = point(&answer);
     let live_answer = model(bin, &loop_of(file))?;
     let live = point(&live_answer);
-    let overhead_s = f(&live_answer["knobs"]["overhead_s"]);
+    // the daemon's own reading, its ports weighted by their connections (the model splits
+    // it into a part per sleep and a part per request)
+    let (mut outside, mut conns) = (0.0, 0.0);
+    for s in params["servers"].as_array().into_iter().flatten() {
+        if let Some(o) = s["cpu"]["outside_stages_s"].as_f64() {
+            let n = f(&s["connections"]);
+            outside += o * n;
+            conns += n;
+        }
+    }
+    let overhead_s = if conns > 0.0 { outside / conns } else { 0.0 };
     // the same from /proc beside it: the worker's CPU a request (the service demand law,
     // D = U / X), less the stages'
     let stages_s = f(&params_only["utilisation"]) / f(&params_only["throughput_per_s"]);

@@ -171,8 +171,11 @@ fn effective_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
     if k.discipline != Discipline::EventLoopSim {
         return k;
     }
+    // a wait's CPU is a sleep's only where the worker was mostly idle: under load it
+    // holds other connections' work too, and few calls find the worker asleep
+    let low_load = server.busy.is_some_and(|b| b <= LOW_LOAD);
     if !k.sleep_cpu_given {
-        k.sleep_cpu_s = server.per_wait_s.unwrap_or(0.0);
+        k.sleep_cpu_s = server.per_wait_s.filter(|_| low_load).unwrap_or(0.0);
     }
     if !k.overhead_given {
         let outside = server.outside_stages_s.unwrap_or(0.0);

@@ -243,14 +243,7 @@ impl Nginx {
         let files = Nginx::files(name, workers, rsa_bits, tls_extra);
         let mut cmd = Command::new("nginx");
         cmd.args(files.args());
-        TestServer::spawn(
-            Software::Nginx,
-            files.dir,
-            files.port,
-            files.plain_port,
-            &mut cmd,
-            workers as usize,
-        )
+        Nginx::spawn(files, &mut cmd, workers)
     }
 
     /// Started by `wrapper`, a command that ends by exec'ing its arguments (`nginx` and
@@ -259,12 +252,17 @@ impl Nginx {
         let files = Nginx::files(name, workers, 2048, "");
         let mut cmd = Command::new(wrapper[0]);
         cmd.args(&wrapper[1..]).arg("nginx").args(files.args());
+        Nginx::spawn(files, &mut cmd, workers)
+    }
+
+    /// `cmd` (which runs nginx with `files`' arguments) started as a test server.
+    fn spawn(files: NginxFiles, cmd: &mut Command, workers: u32) -> TestServer {
         TestServer::spawn(
             Software::Nginx,
             files.dir,
             files.port,
             files.plain_port,
-            &mut cmd,
+            cmd,
             workers as usize,
         )
     }

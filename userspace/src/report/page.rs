@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{
     forecast,
-    svg::{self, Bars, Class, LineChart, Series},
+    svg::{self, esc, Bars, Class, LineChart, Series},
     View,
 };
 
@@ -444,19 +444,4 @@ fn accounting(o: &mut String, v: &View) {
         },
     ));
     o.push_str("</section>\n");
-}
-
-/// Text for HTML: & < > " escaped.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    out
 }

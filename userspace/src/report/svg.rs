@@ -205,8 +205,8 @@ impl fmt::Display for Exact {
     }
 }
 
-/// XML-escape `s` for text and attribute values alike.
-fn esc(s: &str) -> String {
+/// XML-escape `s` for text and attribute values alike (the page's HTML uses it too).
+pub fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

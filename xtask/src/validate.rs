@@ -132,6 +132,9 @@ struct Point {
     /// the same from this harness's own reading of the worker's CPU (/proc) over the
     /// measured window, less the stages' demand: a check of the daemon's figure
     overhead_proc_s: f64,
+    /// the worker's whole CPU per request as the daemon measured it (cpu.per_connection_s):
+    /// the stages' part of it falls with load too, as the worker runs warmer
+    cpu_per_request_s: f64,
     /// `hstrace model --discipline event-loop-sim` from this point's own parameters (the
     /// CPU outside the stages among them) and the wake-up (the `hstrace.model/v1` point):
     /// what the criterion is checked on
@@ -482,15 +485,17 @@ fn predict(
     let live = point(&live_answer);
     // the daemon's own reading, its ports weighted by their connections (the model splits
     // it into a part per sleep and a part per request)
-    let (mut outside, mut conns) = (0.0, 0.0);
+    let (mut outside, mut whole, mut conns) = (0.0, 0.0, 0.0);
     for s in params["servers"].as_array().into_iter().flatten() {
         if let Some(o) = s["cpu"]["outside_stages_s"].as_f64() {
             let n = f(&s["connections"]);
             outside += o * n;
+            whole += f(&s["cpu"]["per_connection_s"]) * n;
             conns += n;
         }
     }
-    let overhead_s = if conns > 0.0 { outside / conns } else { 0.0 };
+    let per_conn = |x: f64| if conns > 0.0 { x / conns } else { 0.0 };
+    let (overhead_s, cpu_per_request_s) = (per_conn(outside), per_conn(whole));
     // the same from /proc beside it: the worker's CPU a request (the service demand law,
     // D = U / X), less the stages'
     let stages_s = f(&params_only["utilisation"]) / f(&params_only["throughput_per_s"]);
@@ -522,6 +527,7 @@ fn predict(
         params,
         overhead_s,
         overhead_proc_s,
+        cpu_per_request_s,
         live,
         params_only,
         approx,
@@ -679,10 +685,11 @@ fn report(
             );
             let _ = writeln!(
                 rows,
-                "| {} | {:.1} % | {:.1} % | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {one} | {one_err} | {} | {} | {} | {} | {verdict} |",
+                "| {} | {:.1} % | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {one} | {one_err} | {} | {} | {} | {} | {verdict} |",
                 p.users,
                 p.cpu_busy * 100.0,
                 utilisation * 100.0,
+                p.cpu_per_request_s * 1e6,
                 p.overhead_s * 1e6,
                 p.overhead_proc_s * 1e6,
                 f(&p.load["throughput_per_s"]),

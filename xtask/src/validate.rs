@@ -761,18 +761,18 @@ fn report(
     Ok((doc, misses))
 }
 
-/// The user count whose parameters draw the curve of the picture: below the knee, where
-/// both the model and the measurement are steady.
-const PLOT_FROM_USERS: u32 = 16;
+/// The user count whose parameters draw the curve of the picture: one user, the forecast
+/// (the *from N=1* column's model).
+const PLOT_FROM_USERS: u32 = 1;
 
-/// One mix's picture: the simulated event loop's R against N per class from the parameters
-/// measured at `PLOT_FROM_USERS` users, every measured point (overall and per class) on it.
+/// One mix's picture: the forecast, the simulated event loop's R against N per class from
+/// the parameters measured at `PLOT_FROM_USERS` users and hstrace's measurements alone (no
+/// wake-up curve from this harness), every measured point (overall and per class) on it.
 fn plot(
     bin: &Path,
     dir: &Path,
     index: usize,
     plan: &Plan,
-    platform: &Platform,
     points: &[Point],
     svg: &Path,
 ) -> Result<()> {
@@ -813,8 +813,6 @@ fn plot(
             &think.to_string(),
             "--discipline",
             SIMULATED,
-            "--wakeup",
-            &platform.wakeup_arg(),
         ])
         .arg("--plot")
         .arg(svg)
@@ -889,7 +887,7 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, write_doc: bool
     if write_doc {
         for (i, (_, points)) in mixes.iter().enumerate() {
             let svg = root.join(format!("docs/model-validation-mix{}.svg", i + 1));
-            plot(bin, &dir, i, plan, &rig.platform, points, &svg)?;
+            plot(bin, &dir, i, plan, points, &svg)?;
         }
         fs::write(root.join("docs/model-validation.md"), &doc)?;
         eprintln!("xtask: wrote docs/model-validation.md");

@@ -23,12 +23,7 @@ use std::{
 
 use prometheus_client::{
     encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder},
-    metrics::{
-        counter::Counter,
-        family::Family,
-        gauge::Gauge,
-        histogram::{exponential_buckets, Histogram},
-    },
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::{Registry, Unit},
 };
 
@@ -40,14 +35,22 @@ use crate::{
     stage::{Kind, Resumption, Stage},
 };
 
-/// Stage buckets: 10 µs · 2^k up to ~42 s (23 buckets), resolving microseconds.
-const BUCKET_FLOOR_S: f64 = 10e-6;
-const BUCKETS: u16 = 23;
+/// The duration histograms' bucket bounds: 10 µs · 2^k up to ~42 s (23 buckets),
+/// resolving microseconds (the report's distributions use them too).
+pub const DURATION_BUCKETS_S: [f64; 23] = {
+    let mut b = [0.0; 23];
+    let mut k = 0;
+    while k < b.len() {
+        b[k] = 10e-6 * (1u32 << k) as f64;
+        k += 1;
+    }
+    b
+};
 /// The series of one histogram: its buckets, +Inf, _sum and _count.
-const HISTOGRAM_SERIES: usize = BUCKETS as usize + 3;
+const HISTOGRAM_SERIES: usize = DURATION_BUCKETS_S.len() + 3;
 
 fn duration_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(BUCKET_FLOOR_S, 2.0, BUCKETS))
+    Histogram::new(DURATION_BUCKETS_S)
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;

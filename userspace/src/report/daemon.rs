@@ -9,7 +9,7 @@ use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
 use super::{
-    gather::{bucket_edges_s, class_of, mechanism_index_of, CACHE_STEPS},
+    gather::{bucket_edges_s, mechanism_index_of, CACHE_STEPS},
     kind_label, pick,
     svg::{Distribution, Row, Segment},
     wire_order, CacheView, View,
@@ -243,7 +243,7 @@ pub fn view(base: &str, duration: Option<Duration>, want: Option<&str>) -> Resul
                 let sum = sums.get(k).copied().unwrap_or(0.0);
                 Some(Segment {
                     stage: k[1].clone(),
-                    class: class_of(stage.class()),
+                    class: stage.class().into(),
                     mean_s: sum / c,
                     p90_s: quantile(&cumulative(Some(kind.name()), &k[1]), 0.9),
                     cpu_s: cpu.get(k).map(|x| x / c),
@@ -277,7 +277,7 @@ pub fn view(base: &str, duration: Option<Duration>, want: Option<&str>) -> Resul
             }
             Some(Distribution {
                 title: st.clone(),
-                class: class_of(stage.class()),
+                class: stage.class().into(),
                 edges_s: edges.clone(),
                 counts,
                 markers: vec![

@@ -9,14 +9,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::svg::Class;
 use crate::{
     failures::RecentFailures,
     health::Health,
+    metrics::DURATION_BUCKETS_S,
     params::Estimator,
     record::{CloseRecord, Record},
     sink::Sink,
-    stage::{Kind, Resumption, Stage, StageClass},
+    stage::{Kind, Resumption, Stage},
 };
 
 /// Servers a traced report keeps apart (more are folded into "other").
@@ -26,18 +26,9 @@ pub const EXAMPLES: usize = 5;
 /// Steps of the session cache's chart over the window.
 pub const CACHE_STEPS: usize = 30;
 
-/// The distributions' buckets, as the metrics': 10 µs · 2^k, 23 of them, and the rest.
+/// The distributions' buckets, the metrics' (10 µs · 2^k, 23 of them), and the rest.
 pub fn bucket_edges_s() -> Vec<f64> {
-    (0..23).map(|k| 10e-6 * f64::from(1u32 << k)).collect()
-}
-
-/// The class a stage is drawn in.
-pub fn class_of(c: StageClass) -> Class {
-    match c {
-        StageClass::Service => Class::Service,
-        StageClass::Queue => Class::Queue,
-        StageClass::Delay => Class::Delay,
-    }
+    DURATION_BUCKETS_S.to_vec()
 }
 
 /// A latency histogram on a log scale fine enough for percentiles: bucket i holds
@@ -199,7 +190,7 @@ impl ServerAcc {
             let (b, h) = self
                 .by_stage
                 .entry(stage)
-                .or_insert_with(|| (vec![0; 24], LogHist::default()));
+                .or_insert_with(|| (vec![0; DURATION_BUCKETS_S.len() + 1], LogHist::default()));
             for (m, t) in b.iter_mut().zip(&buckets) {
                 *m += t;
             }
@@ -297,12 +288,12 @@ impl Gather {
             let (buckets, hist) = s
                 .by_stage
                 .entry(*stage)
-                .or_insert_with(|| (vec![0; 24], LogHist::default()));
+                .or_insert_with(|| (vec![0; DURATION_BUCKETS_S.len() + 1], LogHist::default()));
             let secs = *ns as f64 * 1e-9;
-            let b = bucket_edges_s()
+            let b = DURATION_BUCKETS_S
                 .iter()
                 .position(|e| secs <= *e)
-                .unwrap_or(23);
+                .unwrap_or(DURATION_BUCKETS_S.len());
             buckets[b] += 1;
             hist.add(*ns);
         }

@@ -30,7 +30,7 @@ use crate::{
 };
 
 use self::{
-    gather::{bucket_edges_s, class_of, Gather, ServerAcc, CACHE_STEPS},
+    gather::{bucket_edges_s, Gather, ServerAcc, CACHE_STEPS},
     svg::{Distribution, Row, Segment},
 };
 
@@ -197,7 +197,7 @@ fn traced_view(
                 .iter()
                 .map(|(stage, acc)| Segment {
                     stage: stage.name().to_owned(),
-                    class: class_of(stage.class()),
+                    class: stage.class().into(),
                     mean_s: acc.mean_s(),
                     p90_s: acc.hist.quantile_s(0.9),
                     cpu_s: acc.cpu_mean_s(),
@@ -211,7 +211,7 @@ fn traced_view(
         .iter()
         .map(|(stage, (counts, hist))| Distribution {
             title: stage.name().to_owned(),
-            class: class_of(stage.class()),
+            class: stage.class().into(),
             edges_s: bucket_edges_s(),
             counts: counts.clone(),
             markers: vec![

@@ -203,12 +203,7 @@ const ERROR_TYPES: usize = 8;
 const OFFERED: [&str; 4] = ["none", "session_id", "ticket", "psk"];
 
 fn offered_index(offer: Option<Resumption>) -> usize {
-    match offer {
-        None => 0,
-        Some(Resumption::SessionId) => 1,
-        Some(Resumption::Ticket) => 2,
-        Some(Resumption::Psk) => 3,
-    }
+    offer.map_or(0, |r| r.index() + 1)
 }
 
 /// The most series one server can have in the families labelled by server, with

@@ -199,6 +199,19 @@ pub enum Resumption {
 }
 
 impl Resumption {
+    /// Every mechanism, in declaration order (`index`).
+    pub const ALL: [Resumption; 3] = [Resumption::SessionId, Resumption::Ticket, Resumption::Psk];
+
+    /// Position in `ALL` (for per-mechanism arrays).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The mechanism named `name` (`name()`'s spelling).
+    pub fn from_name(name: &str) -> Option<Resumption> {
+        Resumption::ALL.into_iter().find(|r| r.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Resumption::SessionId => "session_id",

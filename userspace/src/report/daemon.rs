@@ -9,7 +9,7 @@ use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
 use super::{
-    gather::{bucket_edges_s, mechanism_index_of, CACHE_STEPS},
+    gather::{bucket_edges_s, CACHE_STEPS},
     kind_label, pick,
     svg::{Distribution, Row, Segment},
     wire_order, CacheView, View,
@@ -17,7 +17,7 @@ use super::{
 use crate::{
     http_client::{self, Server},
     params::v1::Parameters,
-    stage::{Kind, Stage},
+    stage::{Kind, Resumption, Stage},
 };
 
 /// One scrape: (metric name, labels) → value.
@@ -304,7 +304,7 @@ pub fn view(base: &str, duration: Option<Duration>, want: Option<&str>) -> Resul
         resumed_s: None,
     };
     for (k, v) in hs(&scrape) {
-        if let Some(m) = mechanism_index_of(&k[1]) {
+        if let Some(m) = Resumption::from_name(&k[1]).map(Resumption::index) {
             cache.offered[m] += v as u64;
             if k[0] == "resumed" {
                 cache.accepted[m] += v as u64;

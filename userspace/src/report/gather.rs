@@ -16,7 +16,7 @@ use crate::{
     params::Estimator,
     record::{CloseRecord, Record},
     sink::Sink,
-    stage::{Kind, Resumption, Stage},
+    stage::{Kind, Stage},
 };
 
 /// Servers a traced report keeps apart (more are folded into "other").
@@ -153,7 +153,7 @@ pub struct RowAcc {
 /// The session cache over the window.
 #[derive(Clone, Default)]
 pub struct CacheAcc {
-    /// by mechanism (session_id, ticket, psk)
+    /// by mechanism (`Resumption::index`)
     pub offered: [u64; 3],
     pub accepted: [u64; 3],
     /// by step of the window: (offered, accepted)
@@ -216,21 +216,6 @@ impl ServerAcc {
         for (k, n) in o.failures {
             *self.failures.entry(k).or_default() += n;
         }
-    }
-}
-
-/// The index of a `tls_resumption_offered` value ("none": None).
-pub fn mechanism_index_of(name: &str) -> Option<usize> {
-    ["session_id", "ticket", "psk"]
-        .iter()
-        .position(|m| *m == name)
-}
-
-pub fn mechanism_index(r: Resumption) -> usize {
-    match r {
-        Resumption::SessionId => 0,
-        Resumption::Ticket => 1,
-        Resumption::Psk => 2,
     }
 }
 
@@ -308,15 +293,15 @@ impl Gather {
             cache.steps = vec![(0, 0); CACHE_STEPS];
         }
         if let Some(offer) = r.offered {
-            cache.offered[mechanism_index(offer)] += 1;
+            cache.offered[offer.index()] += 1;
             cache.steps[step].0 += 1;
         }
         if r.kind == Kind::Resumed {
             // a resumed session was offered, even when its ClientHello was not seen
             if let Some(how) = r.resumption.or(r.offered) {
-                cache.accepted[mechanism_index(how)] += 1;
+                cache.accepted[how.index()] += 1;
                 if r.offered.is_none() {
-                    cache.offered[mechanism_index(how)] += 1;
+                    cache.offered[how.index()] += 1;
                     cache.steps[step].0 += 1;
                 }
             }
@@ -368,6 +353,7 @@ impl Sink for Gather {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stage::Resumption;
 
     #[test]
     fn log_histogram_quantiles_are_within_their_bucket() {

@@ -6,13 +6,13 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
+use crate::stage::Resumption;
+
 use super::{
     forecast,
     svg::{self, esc, Bars, Class, LineChart, Series},
     View,
 };
-
-const MECHANISMS: [&str; 3] = ["session_id", "ticket", "psk"];
 
 const STYLE: &str = "body{font-family:sans-serif;max-width:1180px;margin:1.5em auto;padding:0 1em;color:#222}\
 h1{font-size:1.5em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ccc}\
@@ -132,12 +132,12 @@ fn cache(o: &mut String, v: &View) {
             title: "Resumption offered and accepted, by mechanism".into(),
             y_label: "handshakes".into(),
             members: vec!["offered".into(), "accepted".into()],
-            groups: MECHANISMS
+            groups: Resumption::ALL
                 .iter()
-                .enumerate()
-                .map(|(i, m)| {
+                .map(|m| {
+                    let i = m.index();
                     (
-                        (*m).to_owned(),
+                        m.name().to_owned(),
                         vec![c.offered[i] as f64, c.accepted[i] as f64],
                     )
                 })

@@ -64,11 +64,15 @@ struct StageAcc {
     cpu_sum_ns: u128,
 }
 
+/// An empty histogram of whole microseconds, as every one here is.
+fn us_histogram() -> Histogram<u32> {
+    Histogram::new_with_bounds(1, HIST_MAX_US, HIST_DIGITS).expect("valid histogram bounds")
+}
+
 impl StageAcc {
     fn new() -> StageAcc {
         StageAcc {
-            hist: Histogram::new_with_bounds(1, HIST_MAX_US, HIST_DIGITS)
-                .expect("valid histogram bounds"),
+            hist: us_histogram(),
             count: 0,
             sum_ns: 0,
             cpu_count: 0,
@@ -107,12 +111,9 @@ impl ServerAcc {
         self.connections += 1;
         *self.by_pid.entry(s.pid).or_default() += 1;
         if !s.wait_cpu.is_empty() {
-            let h = self.wait_cpu.get_or_insert_with(|| {
-                Box::new(
-                    Histogram::new_with_bounds(1, HIST_MAX_US, HIST_DIGITS)
-                        .expect("valid histogram bounds"),
-                )
-            });
+            let h = self
+                .wait_cpu
+                .get_or_insert_with(|| Box::new(us_histogram()));
             for (_, ns) in s.wait_cpu {
                 h.saturating_record(ns / 1000);
                 self.waits += 1;

@@ -368,20 +368,14 @@ pub fn view(base: &str, duration: Option<Duration>, want: Option<&str>) -> Resul
         None => health_after,
         Some(_) => increase(&health_before, &health_after),
     };
-    let now = crate::clock::rfc3339_utc(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i128),
-    );
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    let now = crate::clock::rfc3339_utc(now_ns);
     let (window, origin) = match seconds {
         Some(t) => (
             (
-                crate::clock::rfc3339_utc(
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_nanos() as i128)
-                        - (t * 1e9) as i128,
-                ),
+                crate::clock::rfc3339_utc(now_ns - (t * 1e9) as i128),
                 now,
                 t,
             ),

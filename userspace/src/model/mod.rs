@@ -4,6 +4,7 @@
 //!
 //! - `input`: the parameters (a `hstrace.parameters/v1` file, a daemon, Prometheus)
 //! - `knobs`: the what-if knobs and the network they make
+//! - `keys`: `--key-change`'s keys, and what a signature costs (`openssl speed`)
 //! - `network`: the network every solver solves, its solution, the bounds and N*
 //! - `mva`: exact MVA (processor sharing, one processor or c) and the event-loop
 //!   approximation
@@ -23,6 +24,7 @@
 //! an input: queueing is what the model predicts.
 
 pub mod input;
+pub mod keys;
 pub mod knobs;
 pub mod mva;
 pub mod network;
@@ -293,6 +295,7 @@ mod tests {
             ("sim.rs", include_str!("sim.rs")),
             ("ctmc.rs", include_str!("ctmc.rs")),
             ("knobs.rs", include_str!("knobs.rs")),
+            ("keys.rs", include_str!("keys.rs")),
             ("input.rs", include_str!("input.rs")),
             ("report.rs", include_str!("report.rs")),
             ("plot.rs", include_str!("plot.rs")),

@@ -6,7 +6,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use crate::{
     export::{self, ExportFormat},
-    model::{self, knobs, network::Discipline, ModelFormat, ModelOptions},
+    model::{self, keys, knobs, network::Discipline, ModelFormat, ModelOptions},
     print::Format,
     probes::Uprobes,
     report,
@@ -238,11 +238,12 @@ enum Command {
     ///
     /// A closed queueing network of the server: each request's service stages are demand
     /// on its CPU, its waits for the client a delay; solved by mean value analysis or
-    /// simulated, with what-if knobs (hit ratio, CPU speed, a costlier stage).
+    /// simulated, with what-if knobs (hit ratio, CPU speed, a costlier stage, another
+    /// certificate key).
     #[command(after_help = "Examples:\n  \
         hstrace model --from http://127.0.0.1:9725 --users 1..400\n  \
         hstrace model --params params.json --hit-ratio 0.9 --plot forecast.svg\n  \
-        hstrace model --params params.json --scale-stage server_flight_1=4   (a costlier key)\n\n\
+        hstrace model --params params.json --key-change rsa2048:ecdsap256   (another certificate)\n\n\
         The model and its validation against a loaded nginx: docs/model.md.")]
     Model {
         /// A hstrace.parameters/v1 file (`hstrace export`'s JSON, or written by hand)
@@ -299,6 +300,18 @@ enum Command {
         /// costlier key); repeatable
         #[arg(long, value_name = "STAGE=K", allow_hyphen_values = true)]
         scale_stage: Vec<String>,
+        /// Predict the curve with another certificate key: the key is FROM today (the one
+        /// the parameters were measured with), TO the one to try, e.g. rsa2048:rsa4096 or
+        /// rsa2048:ecdsap256 (rsa2048, rsa3072, rsa4096, ecdsap256, ecdsap384, ecdsap521,
+        /// ed25519, ed448). Each full handshake pays one signature more or less: what one
+        /// costs with each key is measured by running `openssl speed` here, about 2 s a key,
+        /// so run it on the server's host (or one with the same CPU)
+        #[arg(long, value_name = "FROM:TO")]
+        key_change: Option<String>,
+        /// With --key-change: each key's CPU per signature, measured elsewhere, instead of
+        /// running openssl speed here (e.g. rsa2048=0.24ms,rsa4096=1.7ms)
+        #[arg(long, value_name = "KEY=TIME,...")]
+        sign_cost: Option<String>,
         /// Processors of the web server (a c-server processor-sharing station)
         #[arg(
             long,
@@ -520,6 +533,8 @@ pub fn run(cli: Cli) -> Result<()> {
             hit_ratio,
             cpu_speedup,
             scale_stage,
+            key_change,
+            sign_cost,
             servers,
             discipline,
             seed,
@@ -578,6 +593,8 @@ pub fn run(cli: Cli) -> Result<()> {
                     .transpose()?
                     .unwrap_or(0.0),
                 sleep_cpu_given: sleep_cpu.is_some(),
+                // measured by model::run, once the parameters are read
+                key_change: None,
             };
             model::run(ModelOptions {
                 source,
@@ -588,6 +605,11 @@ pub fn run(cli: Cli) -> Result<()> {
                     None => Vec::new(),
                 },
                 knobs,
+                key_change: key_change.map(|k| keys::parse_key_change(&k)).transpose()?,
+                sign_costs: match sign_cost {
+                    Some(s) => keys::parse_sign_costs(&s)?,
+                    None => Vec::new(),
+                },
                 format: match format {
                     ModelFormatArg::Text => ModelFormat::Text,
                     ModelFormatArg::Json => ModelFormat::Json,

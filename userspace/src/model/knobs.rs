@@ -2,10 +2,13 @@
 //! server's measured parameters. Also the parsing of the model's option values, each bad
 //! one refused with one line saying what to give.
 
+use std::borrow::Cow;
+
 use anyhow::{anyhow, bail, Result};
 
 use super::{
     input::{ClassInput, ServerInput, StageMean},
+    keys::KeyChange,
     network::{Discipline, Network, Step, Wakeup},
 };
 use crate::stage::{RequestClass, Stage, StageClass};
@@ -49,6 +52,8 @@ pub struct Knobs {
     /// `--sleep-cpu` was given; otherwise event-loop-sim takes the parameters' measured
     /// CPU across a wait (`ServerInput::per_wait_s`)
     pub sleep_cpu_given: bool,
+    /// `--key-change`: another certificate key, and what a signature costs with each
+    pub key_change: Option<KeyChange>,
 }
 
 impl Default for Knobs {
@@ -67,6 +72,7 @@ impl Default for Knobs {
             wakeup_given: false,
             sleep_cpu_s: 0.0,
             sleep_cpu_given: false,
+            key_change: None,
         }
     }
 }
@@ -432,12 +438,62 @@ pub fn mix(server: &ServerInput, knobs: &Knobs, secure_fraction: Option<f64>) ->
     Ok(mix)
 }
 
+/// The stage a certificate's key signs in: the server's first flight of a full handshake
+/// (TLS 1.3 CertificateVerify, TLS 1.2 ECDHE ServerKeyExchange). A resumed handshake and a
+/// plain request sign nothing.
+const SIGNING: (RequestClass, Stage) = (RequestClass::TlsFull, Stage::ServerFlight1);
+
+/// The signing stage's measured mean, or why `--key-change` has nothing to change.
+pub fn signing_stage_s(server: &ServerInput) -> Result<f64> {
+    let (class, stage) = SIGNING;
+    server.classes[class.index()]
+        .stages
+        .iter()
+        .find(|m| m.name == stage.name())
+        .map(|m| m.mean_s)
+        .ok_or_else(|| {
+            anyhow!(
+                "--key-change: server {} has no {} measured for {} handshakes, the stage the key signs in: measure full TLS handshakes first (or model another --server)",
+                server.server,
+                stage.name(),
+                class.name()
+            )
+        })
+}
+
+/// `--key-change`: the signing stage's mean (measured, and with the new key): one
+/// signature's difference added, not a factor (the rest of the flight, the key exchange and
+/// the records, does not change with the certificate's key), never below zero.
+pub fn key_changed_s(server: &ServerInput, k: &KeyChange) -> Result<(f64, f64)> {
+    let measured = signing_stage_s(server)?;
+    Ok((measured, (measured + k.added_s()).max(0.0)))
+}
+
+/// The server's input as measured with `--key-change`'s new key: the signing stage's mean
+/// changed, nothing else. What every discipline's network is made of.
+pub fn with_key_change<'a>(server: &'a ServerInput, knobs: &Knobs) -> Result<Cow<'a, ServerInput>> {
+    let Some(k) = &knobs.key_change else {
+        return Ok(Cow::Borrowed(server));
+    };
+    let (_, with_key) = key_changed_s(server, k)?;
+    let (class, stage) = SIGNING;
+    let mut changed = server.clone();
+    for m in &mut changed.classes[class.index()].stages {
+        if m.name == stage.name() {
+            m.mean_s = with_key;
+        }
+    }
+    Ok(Cow::Owned(changed))
+}
+
 /// The network for one curve.
 pub fn network(
     server: &ServerInput,
     knobs: &Knobs,
     secure_fraction: Option<f64>,
 ) -> Result<Network> {
+    // --key-change changes the input itself: every knob and every solver sees the new key
+    let server = &*with_key_change(server, knobs)?;
     let (service_s, delay_s) = demands(server, knobs)?;
     let visits = server.classes.each_ref().map(|c| visits(c, knobs));
     let net = Network {
@@ -731,6 +787,143 @@ mod tests {
                 ..other
             },
             base
+        );
+    }
+
+    /// --key-change: one signature's difference added to the full handshake's first
+    /// flight, and nothing else, in every discipline's network; never below zero.
+    #[test]
+    fn key_change_adds_the_signatures_difference_to_full_handshakes_first_flight_only() {
+        use crate::model::{
+            input,
+            keys::{CostSource, Key},
+        };
+        let text = include_str!("../../../examples/parameters.json");
+        let servers = input::parse_parameters(text, "t").unwrap();
+        let s = input::pick(servers.clone(), Some("nginx:28443,nginx:28080"), "t").unwrap();
+        let with = |from_sign_s: f64, to_sign_s: f64, base: &Knobs| Knobs {
+            key_change: Some(KeyChange {
+                from: Key::Rsa2048,
+                to: Key::Rsa4096,
+                from_sign_s,
+                to_sign_s,
+                source: CostSource::Given,
+            }),
+            ..base.clone()
+        };
+        let [full, resumed, plain] = RequestClass::ALL.map(RequestClass::index);
+        let flight_1 = |s: &ServerInput, c: usize| {
+            s.classes[c]
+                .stages
+                .iter()
+                .find(|m| m.name == "server_flight_1")
+                .map(|m| m.mean_s)
+        };
+        // every class measured, the resumed ones with a first flight of their own
+        assert!(s.classes.iter().all(|c| c.measured()));
+        let measured = flight_1(&s, full).unwrap();
+        assert!(flight_1(&s, resumed).is_some());
+        assert_eq!(signing_stage_s(&s).unwrap(), measured);
+
+        // the input: that one mean, plus the difference; the rest as measured
+        let k = with(0.25e-3, 1.75e-3, &Knobs::default());
+        let changed = with_key_change(&s, &k).unwrap().into_owned();
+        assert!((flight_1(&changed, full).unwrap() - (measured + 1.5e-3)).abs() < 1e-15);
+        let mut want = changed.clone();
+        want.classes[full]
+            .stages
+            .iter_mut()
+            .find(|m| m.name == "server_flight_1")
+            .unwrap()
+            .mean_s = measured;
+        assert_eq!(
+            want, s,
+            "--key-change changed more than tls_full's server_flight_1"
+        );
+        assert_eq!(
+            key_changed_s(&s, k.key_change.as_ref().unwrap()).unwrap(),
+            (measured, flight_1(&changed, full).unwrap())
+        );
+        // no --key-change: the input itself
+        assert!(matches!(
+            with_key_change(&s, &Knobs::default()).unwrap(),
+            Cow::Borrowed(_)
+        ));
+
+        // every discipline's network: the full class's service demand, and its first
+        // flight's visit, rise by the difference; the other classes and delays do not move
+        for discipline in [
+            Discipline::ProcessorSharing,
+            Discipline::EventLoop,
+            Discipline::EventLoopSim,
+        ] {
+            let plain_knobs = Knobs {
+                discipline,
+                ..Knobs::default()
+            };
+            let base = network(&s, &plain_knobs, None).unwrap();
+            let new = network(&s, &with(0.25e-3, 1.75e-3, &plain_knobs), None).unwrap();
+            assert!((new.service_s[full] - base.service_s[full] - 1.5e-3).abs() < 1e-15);
+            for c in [resumed, plain] {
+                assert_eq!(new.service_s[c], base.service_s[c], "{discipline:?}");
+                assert_eq!(new.routes[c], base.routes[c], "{discipline:?}");
+                assert_eq!(new.visit_sq_s[c], base.visit_sq_s[c], "{discipline:?}");
+            }
+            assert_eq!(
+                (&new.delay_s, &new.mix, &new.visits),
+                (&base.delay_s, &base.mix, &base.visits)
+            );
+            let services = |n: &Network| -> Vec<f64> {
+                n.routes[full]
+                    .iter()
+                    .filter_map(|st| match st {
+                        Step::Visit { service_s, .. } => Some(*service_s),
+                        _ => None,
+                    })
+                    .collect()
+            };
+            let moved: Vec<f64> = services(&new)
+                .iter()
+                .zip(services(&base))
+                .map(|(a, b)| a - b)
+                .filter(|d| *d != 0.0)
+                .collect();
+            assert!(
+                moved.len() == 1 && (moved[0] - 1.5e-3).abs() < 1e-15,
+                "{discipline:?}: {moved:?}"
+            );
+            assert!(new.visit_sq_s[full] > base.visit_sq_s[full]);
+        }
+        // other knobs act on the stage as the new key would have it measured: a twice
+        // faster CPU signs twice as fast too
+        let fast = Knobs {
+            cpu_speedup: 2.0,
+            ..Knobs::default()
+        };
+        let base = network(&s, &fast, None).unwrap();
+        let new = network(&s, &with(0.25e-3, 1.75e-3, &fast), None).unwrap();
+        assert!((new.service_s[full] - base.service_s[full] - 0.75e-3).abs() < 1e-15);
+
+        // a cheaper key than the whole measured flight: floored at zero, not below
+        let k = with(5.0, 1e-5, &Knobs::default());
+        let cheap = with_key_change(&s, &k).unwrap();
+        assert_eq!(flight_1(&cheap, full), Some(0.0));
+        assert_eq!(
+            key_changed_s(&s, k.key_change.as_ref().unwrap()).unwrap(),
+            (measured, 0.0)
+        );
+        let base = network(&s, &Knobs::default(), None).unwrap();
+        let new = network(&s, &k, None).unwrap();
+        assert!((base.service_s[full] - new.service_s[full] - measured).abs() < 1e-15);
+
+        // a server with no full handshakes measured: nothing to change, and why
+        let plain_only = input::pick(servers, Some("nginx:28080"), "t").unwrap();
+        let e = network(&plain_only, &k, None).unwrap_err().to_string();
+        assert!(
+            e.contains("--key-change")
+                && e.contains("no server_flight_1 measured for tls_full")
+                && e.contains("nginx:28080"),
+            "{e}"
         );
     }
 

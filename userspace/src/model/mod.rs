@@ -41,6 +41,7 @@ use anyhow::{bail, Result};
 
 use self::{
     input::ServerInput,
+    keys::Key,
     knobs::Knobs,
     network::{Discipline, Network, Solution},
     report::{Curve, Report},
@@ -88,6 +89,10 @@ pub struct ModelOptions {
     /// one curve per value; empty: one curve with the measured mix
     pub secure_fractions: Vec<f64>,
     pub knobs: Knobs,
+    /// `--key-change FROM:TO`: the certificate's key today, and the one to predict
+    pub key_change: Option<(Key, Key)>,
+    /// `--sign-cost`: each key's CPU per signature, instead of measuring it
+    pub sign_costs: Vec<(Key, f64)>,
     pub format: ModelFormat,
     pub plot: Option<PathBuf>,
     pub measured: Option<PathBuf>,
@@ -154,6 +159,11 @@ pub fn build(
         server: server.server.clone(),
         source,
         knobs: knobs.clone(),
+        key_change_s: knobs
+            .key_change
+            .as_ref()
+            .map(|k| knobs::key_changed_s(server, k))
+            .transpose()?,
         measured: server.classes.each_ref().map(|c| c.measured()),
         base,
         curves,
@@ -256,7 +266,16 @@ pub fn run(opts: ModelOptions) -> Result<()> {
             format!("{url}, last {window_s} s"),
         ),
     };
-    let knobs = effective_knobs(&opts.knobs, &server);
+    let mut knobs = opts.knobs.clone();
+    if opts.key_change.is_none() && !opts.sign_costs.is_empty() {
+        bail!("--sign-cost is what a signature costs with --key-change's keys: give --key-change FROM:TO too");
+    }
+    if let Some((from, to)) = opts.key_change {
+        // a server with nothing to change is told before openssl runs for seconds
+        knobs::signing_stage_s(&server)?;
+        knobs.key_change = Some(keys::key_change(from, to, &opts.sign_costs)?);
+    }
+    let knobs = effective_knobs(&knobs, &server);
     let report = build(
         &server,
         source,
@@ -264,6 +283,9 @@ pub fn run(opts: ModelOptions) -> Result<()> {
         &opts.secure_fractions,
         opts.users.as_deref(),
     )?;
+    if let Some(line) = report.key_change_line() {
+        eprintln!("hstrace: {line}");
+    }
     if let Some(path) = &opts.plot {
         plot::draw(&report, &measured, path)?;
     }
@@ -498,6 +520,64 @@ mod tests {
         let csv = r.to_csv();
         assert_eq!(csv.lines().count(), 1 + 2 * 4);
         assert!(csv.lines().nth(1).unwrap().starts_with(",1,all,1,"));
+    }
+
+    /// --key-change: the knobs say which keys, what each signs in, and what the full
+    /// handshake's first flight became; the demand the rest of the JSON shows has it.
+    #[test]
+    fn json_says_what_the_key_change_did() {
+        use keys::{CostSource, KeyChange};
+        let plain = build(&seed(), "seed".into(), &Knobs::default(), &[], Some(&[1])).unwrap();
+        let v: Value = serde_json::from_str(&plain.to_json()).unwrap();
+        assert_eq!(v["knobs"]["key_change"], Value::Null);
+        assert_eq!(plain.key_change_line(), None);
+        let k = Knobs {
+            key_change: Some(KeyChange {
+                from: Key::Rsa2048,
+                to: Key::Rsa4096,
+                from_sign_s: 0.25e-3,
+                to_sign_s: 1.75e-3,
+                source: CostSource::Given,
+            }),
+            ..Knobs::default()
+        };
+        let r = build(&seed(), "seed".into(), &k, &[], Some(&[1])).unwrap();
+        let v: Value = serde_json::from_str(&r.to_json()).unwrap();
+        let kc = &v["knobs"]["key_change"];
+        assert_eq!(
+            (&kc["from"], &kc["to"]),
+            (&"rsa2048".into(), &"rsa4096".into())
+        );
+        assert_eq!(kc["sign_s"]["rsa2048"], 0.25e-3);
+        assert_eq!(kc["sign_s"]["rsa4096"], 1.75e-3);
+        assert_eq!(kc["measured_by"], "--sign-cost");
+        // the seed's server_flight_1: 0.480 ms
+        assert_eq!(kc["server_flight_1_s"]["measured"], 0.48e-3);
+        let added = kc["server_flight_1_added_s"].as_f64().unwrap();
+        assert!((added - 1.5e-3).abs() < 1e-15, "{kc}");
+        let demand = |v: &Value, c: &str| v["demand_s"][c]["service"].as_f64().unwrap();
+        let before: Value = serde_json::from_str(&plain.to_json()).unwrap();
+        assert!((demand(&v, "tls_full") - demand(&before, "tls_full") - added).abs() < 1e-15);
+        assert_eq!(demand(&v, "plain"), demand(&before, "plain"));
+        assert_eq!(
+            r.key_change_line().unwrap(),
+            "--sign-cost: rsa2048 signs in 0.250 ms, rsa4096 in 1.750 ms: a full handshake's server_flight_1 +1.500 ms (0.480 → 1.980 ms)"
+        );
+        assert!(r.text().contains(
+            "key rsa2048 → rsa4096 (a full handshake's server_flight_1 0.480 → 1.980 ms)"
+        ));
+        // floored: the line says so
+        let mut cheap = k.clone();
+        let kc = cheap.key_change.as_mut().unwrap();
+        (kc.from_sign_s, kc.to_sign_s) = (1e-3, 0.0);
+        let r = build(&seed(), "seed".into(), &cheap, &[], Some(&[1])).unwrap();
+        let line = r.key_change_line().unwrap();
+        assert!(
+            line.ends_with(
+                "-0.480 ms (0.480 → 0.000 ms: floored at 0, the signatures differ by 1.000 ms)"
+            ),
+            "{line}"
+        );
     }
 
     #[test]

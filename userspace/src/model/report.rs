@@ -28,6 +28,9 @@ pub struct Report {
     /// where the parameters came from (a file, a URL)
     pub source: String,
     pub knobs: Knobs,
+    /// `--key-change`: the full handshake's `server_flight_1` mean, measured and with the
+    /// new key
+    pub key_change_s: Option<(f64, f64)>,
     /// which classes have stages measured (the others have no response time)
     pub measured: [bool; 3],
     /// the network of the measured mix (after `--hit-ratio`)
@@ -57,7 +60,38 @@ fn queue_stages(s: &Solution, c: RequestClass) -> Value {
     )
 }
 
+/// Milliseconds for people, to the microsecond.
+fn ms(v: f64) -> String {
+    format!("{:.3}", v * 1e3)
+}
+
 impl Report {
+    /// What `--key-change` measured and did, in one line (for stderr): the keys' signature
+    /// costs, and the stage they change.
+    pub fn key_change_line(&self) -> Option<String> {
+        let (k, (measured, with_key)) = (self.knobs.key_change.as_ref()?, self.key_change_s?);
+        let floored = if measured + k.added_s() < 0.0 {
+            format!(
+                ": floored at 0, the signatures differ by {} ms",
+                ms(k.added_s().abs())
+            )
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "{}: {} signs in {} ms, {} in {} ms: a full handshake's server_flight_1 {}{} ms ({} → {} ms{floored})",
+            k.source.name(),
+            k.from.name(),
+            ms(k.from_sign_s),
+            k.to.name(),
+            ms(k.to_sign_s),
+            if with_key >= measured { "+" } else { "-" },
+            ms((with_key - measured).abs()),
+            ms(measured),
+            ms(with_key),
+        ))
+    }
+
     fn class_response(&self, s: &Solution, c: RequestClass) -> Option<f64> {
         self.measured[c.index()].then(|| s.class_response_s[c.index()])
     }
@@ -133,6 +167,15 @@ impl Report {
                 "wakeup_after_idle": self.knobs.wakeup.points().iter()
                     .map(|&(idle, wake)| json!({"idle_s": idle, "wakeup_s": wake}))
                     .collect::<Vec<_>>(),
+                "key_change": self.knobs.key_change.as_ref().zip(self.key_change_s)
+                    .map(|(k, (measured, with_key))| json!({
+                        "from": k.from.name(),
+                        "to": k.to.name(),
+                        "sign_s": {k.from.name(): k.from_sign_s, k.to.name(): k.to_sign_s},
+                        "measured_by": k.source.name(),
+                        "server_flight_1_added_s": with_key - measured,
+                        "server_flight_1_s": {"measured": measured, "with_key": with_key},
+                    })),
             },
             "mix": mix(&self.base),
             "measured": classes(&|c| json!(self.measured[c.index()])),
@@ -211,7 +254,6 @@ impl Report {
     }
 
     pub fn text(&self) -> String {
-        let ms = |v: f64| format!("{:.3}", v * 1e3);
         let k = &self.knobs;
         let mut s = format!(
             "server {} ({})\nthink time {}; web server: {}\n",
@@ -229,6 +271,15 @@ impl Report {
         }
         for (st, f) in &k.scale_stages {
             what_if.push(format!("{st} x{f}"));
+        }
+        if let (Some(kc), Some((measured, with_key))) = (&k.key_change, self.key_change_s) {
+            what_if.push(format!(
+                "key {} → {} (a full handshake's server_flight_1 {} → {} ms)",
+                kc.from.name(),
+                kc.to.name(),
+                ms(measured),
+                ms(with_key)
+            ));
         }
         if k.overhead_s > 0.0 {
             what_if.push(format!(

@@ -300,8 +300,9 @@ enum Command {
         /// costlier key); repeatable
         #[arg(long, value_name = "STAGE=K", allow_hyphen_values = true)]
         scale_stage: Vec<String>,
-        /// Predict the curve with another certificate key: the key is FROM today (the one
-        /// the parameters were measured with), TO the one to try, e.g. rsa2048:rsa4096 or
+        /// Predict response times if the server's certificate had another key: FROM is its
+        /// key today (the one the parameters were measured with), TO the one to try, e.g.
+        /// rsa2048:rsa4096 or
         /// rsa2048:ecdsap256 (rsa2048, rsa3072, rsa4096, ecdsap256, ecdsap384, ecdsap521,
         /// ed25519, ed448). Each full handshake pays one signature more or less: what one
         /// costs with each key is measured by running `openssl speed` here, about 2 s a key,

@@ -82,8 +82,12 @@ impl Knobs {
     pub fn web_server(&self) -> String {
         match (self.discipline, self.servers) {
             (Discipline::EventLoop, _) => "one event loop, each flight answered in turn".into(),
-            (Discipline::EventLoopSim, _) => format!(
+            (Discipline::EventLoopSim, 1) => format!(
                 "one event loop (nginx's: gated passes, one accept per pass), simulated, seed {}",
+                self.seed
+            ),
+            (Discipline::EventLoopSim, c) => format!(
+                "{c} event loops sharing the listeners (nginx's workers: gated passes, one accept per pass), simulated, seed {}",
                 self.seed
             ),
             (_, 1) => "1 processor shared by all requests".into(),
@@ -460,8 +464,8 @@ pub fn network(
     {
         bail!("--overhead, --wakeup and --sleep-cpu are parts of the simulated event loop: give --discipline event-loop-sim");
     }
-    if knobs.discipline.is_event_loop() && knobs.servers > 1 {
-        bail!("--discipline {} models one event loop: give --servers 1 (for several workers, model one with its share of the users)", knobs.discipline.name().replace('_', "-"));
+    if knobs.discipline == Discipline::EventLoop && knobs.servers > 1 {
+        bail!("--discipline event-loop (the approximation) models one event loop: give --discipline event-loop-sim for {} workers, or --servers 1", knobs.servers);
     }
     if net.service_demand() <= 0.0 {
         bail!(
@@ -771,15 +775,21 @@ mod tests {
             assert!(e.contains("--discipline event-loop-sim"), "{e}");
         }
         let k = Knobs {
-            discipline: Discipline::EventLoopSim,
+            discipline: Discipline::EventLoop,
             servers: 2,
             ..Knobs::default()
         };
         let e = network(&s, &k, None).unwrap_err().to_string();
         assert!(
-            e.contains("event-loop-sim") && e.contains("--servers 1"),
+            e.contains("event-loop-sim for 2 workers") && e.contains("--servers 1"),
             "{e}"
         );
+        // several simulated loops are nginx's workers
+        let k = Knobs {
+            discipline: Discipline::EventLoopSim,
+            ..k
+        };
+        assert_eq!(network(&s, &k, None).unwrap().servers, 2);
         let k = |stage: &str| Knobs {
             scale_stages: vec![(stage.into(), 2.0)],
             ..Knobs::default()

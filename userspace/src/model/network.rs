@@ -28,7 +28,7 @@ impl Discipline {
         }
     }
 
-    /// One event loop (one processor), however solved.
+    /// An event loop (one per processor), however solved.
     pub fn is_event_loop(self) -> bool {
         matches!(self, Discipline::EventLoop | Discipline::EventLoopSim)
     }

@@ -7,6 +7,7 @@ use anyhow::{anyhow, bail, Result};
 use super::{
     input::{ClassInput, ServerInput, StageMean},
     network::{Discipline, Network, Step, Wakeup},
+    pick::DisciplineFrom,
 };
 use crate::stage::{RequestClass, Stage, StageClass};
 
@@ -24,6 +25,8 @@ pub struct Knobs {
     pub think_s: f64,
     /// c
     pub servers: u32,
+    /// `--servers` was given; otherwise `pick` takes them from the measured architecture
+    pub servers_given: bool,
     /// the share of TLS requests that resume (the TLS share unchanged)
     pub hit_ratio: Option<f64>,
     /// divides every service demand
@@ -32,6 +35,12 @@ pub struct Knobs {
     pub scale_stages: Vec<(String, f64)>,
     /// how the web server shares its processor
     pub discipline: Discipline,
+    /// `--discipline` was given; otherwise `pick` takes it from the measured architecture
+    pub discipline_given: bool,
+    /// where the discipline and servers came from (`pick`)
+    pub discipline_from: DisciplineFrom,
+    /// why, in one line (`pick`; empty before it)
+    pub because: String,
     /// the seed of `--discipline event-loop-sim`
     pub seed: u64,
     /// `--overhead`: the web server's CPU per request that no stage measures, seconds
@@ -56,10 +65,14 @@ impl Default for Knobs {
         Knobs {
             think_s: 2.0,
             servers: 1,
+            servers_given: false,
             hit_ratio: None,
             cpu_speedup: 1.0,
             scale_stages: Vec::new(),
             discipline: Discipline::ProcessorSharing,
+            discipline_given: false,
+            discipline_from: DisciplineFrom::Default,
+            because: String::new(),
             seed: 1,
             overhead_s: 0.0,
             overhead_given: false,

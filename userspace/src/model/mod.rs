@@ -26,6 +26,7 @@ pub mod input;
 pub mod knobs;
 pub mod mva;
 pub mod network;
+pub mod pick;
 pub mod plot;
 pub mod report;
 pub mod sim;
@@ -173,7 +174,7 @@ fn effective_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
     }
     // a wait's CPU is a sleep's only where the worker was mostly idle: under load it
     // holds other connections' work too, and few calls find the worker asleep
-    let low_load = server.busy.is_some_and(|b| b <= LOW_LOAD);
+    let low_load = busy_per_process(server).is_some_and(|b| b <= LOW_LOAD);
     if !k.sleep_cpu_given {
         k.sleep_cpu_s = server.per_wait_s.filter(|_| low_load).unwrap_or(0.0);
     }
@@ -189,6 +190,13 @@ fn effective_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
     k
 }
 
+/// The share of the window one of the server's processes was on CPU: the server's, over
+/// the processes the architecture counted (each an event loop on its own CPU).
+fn busy_per_process(server: &ServerInput) -> Option<f64> {
+    let processes = server.architecture.map_or(1, |a| a.processes.max(1));
+    server.busy.map(|b| b / f64::from(processes))
+}
+
 /// Busy at most this share of the window, a server's queue stages are its worker waking
 /// up, not requests waiting for each other.
 const LOW_LOAD: f64 = 0.25;
@@ -198,7 +206,7 @@ const LOW_LOAD: f64 = 0.25;
 /// shares, when the window was at low load; each is the worker waking (the CPU's, then the
 /// loop's) up to the read. None at higher load or without the CPU to tell.
 fn low_load_queue(server: &ServerInput, k: &Knobs) -> Option<f64> {
-    if server.busy? > LOW_LOAD {
+    if busy_per_process(server)? > LOW_LOAD {
         return None;
     }
     let (mut sum, mut n) = (0.0, 0.0);
@@ -231,7 +239,7 @@ fn measured_sleeps(server: &ServerInput, k: &Knobs) -> f64 {
                     .count() as f64
         })
         .sum();
-    calls * (1.0 - server.busy.unwrap_or(0.0))
+    calls * (1.0 - busy_per_process(server).unwrap_or(0.0))
 }
 
 pub fn run(opts: ModelOptions) -> Result<()> {
@@ -254,7 +262,11 @@ pub fn run(opts: ModelOptions) -> Result<()> {
             format!("{url}, last {window_s} s"),
         ),
     };
-    let knobs = effective_knobs(&opts.knobs, &server);
+    let knobs = effective_knobs(&pick::pick(&opts.knobs, &server), &server);
+    // the text's reader is told on stderr; JSON says it in `discipline_from` and `because`
+    if opts.format == ModelFormat::Text {
+        eprintln!("hstrace: {}", knobs.because);
+    }
     let report = build(
         &server,
         source,
@@ -293,6 +305,7 @@ mod tests {
             ("sim.rs", include_str!("sim.rs")),
             ("ctmc.rs", include_str!("ctmc.rs")),
             ("knobs.rs", include_str!("knobs.rs")),
+            ("pick.rs", include_str!("pick.rs")),
             ("input.rs", include_str!("input.rs")),
             ("report.rs", include_str!("report.rs")),
             ("plot.rs", include_str!("plot.rs")),

@@ -4,10 +4,11 @@
 //!
 //! - `input`: the parameters (a `hstrace.parameters/v1` file, a daemon, Prometheus)
 //! - `knobs`: the what-if knobs and the network they make
+//! - `pick`: the discipline and servers from the measured architecture, unless given
 //! - `network`: the network every solver solves, its solution, the bounds and N*
 //! - `mva`: exact MVA (processor sharing, one processor or c) and the event-loop
 //!   approximation
-//! - `sim`: one event loop (an nginx worker) by discrete-event simulation
+//! - `sim`: nginx's event loops (one per worker) by discrete-event simulation
 //! - `ctmc` (tests only): the exact Markov chain, the check where product form holds
 //! - `report`: the table, JSON (`hstrace.model/v1`) and CSV
 //! - `plot`: the SVG picture, measured points overlaid
@@ -15,8 +16,9 @@
 //! The model: a user thinks (mean Z), then makes a request of class tls_full, tls_resumed
 //! or plain with the measured shares. Its service stages (`server_flight_1`,
 //! `server_flight_2`, `response`: the server working) are demand at a processor-sharing
-//! web server (or, `--discipline`, one event loop: approximate MVA, or the loop nginx
-//! runs, simulated); its delay stages (waiting for the client and the network) at an
+//! web server (or, `--discipline`, one event loop: approximate MVA, or the loops nginx's
+//! workers run, simulated; by default as the server's measured architecture says); its
+//! delay stages (waiting for the client and the network) at an
 //! infinite-server delay centre. Each stage's wall-clock `mean_s` is its demand, as seed
 //! 002 measured its stages with one user on an idle server: measure at low load, or the
 //! service stages carry time the thread spent on other connections. Queue stages are never

@@ -649,6 +649,17 @@ fn bad_command_lines_get_one_clear_line() {
             vec!["--servers 0 is not a number of processors", "1 to 1024"],
         ),
         (
+            vec![
+                "--params",
+                seed,
+                "--discipline",
+                "event-loop",
+                "--servers",
+                "2",
+            ],
+            vec!["models one event loop", "event-loop-sim for 2 workers"],
+        ),
+        (
             vec!["--params", seed, "--hit-ratio", "nan"],
             vec!["--hit-ratio NaN is not a fraction"],
         ),

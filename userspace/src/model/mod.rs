@@ -265,10 +265,6 @@ pub fn run(opts: ModelOptions) -> Result<()> {
         ),
     };
     let knobs = effective_knobs(&pick::pick(&opts.knobs, &server), &server);
-    // the text's reader is told on stderr; JSON says it in `discipline_from` and `because`
-    if opts.format == ModelFormat::Text {
-        eprintln!("hstrace: {}", knobs.because);
-    }
     let report = build(
         &server,
         source,
@@ -278,6 +274,11 @@ pub fn run(opts: ModelOptions) -> Result<()> {
     )?;
     if let Some(path) = &opts.plot {
         plot::draw(&report, &measured, path)?;
+    }
+    // the text's reader is told on stderr (an error stays one line); JSON says it in
+    // `discipline_from` and `because`
+    if opts.format == ModelFormat::Text {
+        eprintln!("hstrace: {}", knobs.because);
     }
     print!(
         "{}",

@@ -9,16 +9,17 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs,
+    io::Write,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use hstrace_tests::{
     assert::without_rates,
-    clients::{curl, drive_mix, s_client, Mix},
+    clients::{curl, drive_mix, s_client, s_client_child, Mix},
     daemon::{Daemon, Scrape},
     hstrace::{hstrace_bin, hstrace_output},
     prometheus::Prometheus,
-    servers::{Nginx, TestServer},
+    servers::{Apache, Nginx, TestServer},
     util::{free_port, wait_for, work_dir, workspace},
 };
 use serde_json::Value;
@@ -395,9 +396,12 @@ fn daemon_and_prometheus_give_the_model_the_daemons_numbers() {
     // 1. --from the daemon: its parameters read just before and just after the model;
     // the same numbers (no traffic, nothing leaving the window), so the model read them
     let params: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
-    let merged = model_json(&["--from", &url, "--server", &both]);
-    let single = model_json(&["--from", &url, "--server", &tls]);
-    let default = model_json(&["--from", &url]);
+    // (processor sharing given: the exact solution, whatever architecture the window
+    // shows of one worker)
+    let ps = ["--discipline", "processor-sharing"];
+    let merged = model_json(&[&["--from", &url, "--server", &both][..], &ps].concat());
+    let single = model_json(&[&["--from", &url, "--server", &tls][..], &ps].concat());
+    let default = model_json(&[&["--from", &url][..], &ps].concat());
     let again: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
     assert_eq!(
         without_rates(params["servers"].clone()),
@@ -542,6 +546,17 @@ fn daemon_and_prometheus_give_the_model_the_daemons_numbers() {
         })
         .expect("a window that starts while the daemon was idle, in 5 tries");
     eprintln!("--window {window}: {exp_main:?}, share tolerance {share_tol}");
+    // Prometheus carries no architecture: seed 002's one processor, and it says so
+    assert_eq!(from_prom["discipline_from"], "default");
+    assert_eq!(from_prom["discipline"], "processor_sharing");
+    assert!(
+        from_prom["because"]
+            .as_str()
+            .unwrap()
+            .starts_with("Prometheus carries no architecture"),
+        "{}",
+        from_prom["because"]
+    );
     check_input(&from_prom, &both, &exp_main, share_tol);
     // the --server a Prometheus does not know: the message lists those it does
     let (code, _, err) = model(&[
@@ -633,6 +648,17 @@ fn bad_command_lines_get_one_clear_line() {
         (
             vec!["--params", seed, "--servers", "0"],
             vec!["--servers 0 is not a number of processors", "1 to 1024"],
+        ),
+        (
+            vec![
+                "--params",
+                seed,
+                "--discipline",
+                "event-loop",
+                "--servers",
+                "2",
+            ],
+            vec!["models one event loop", "event-loop-sim for 2 workers"],
         ),
         (
             vec!["--params", seed, "--hit-ratio", "nan"],
@@ -976,4 +1002,158 @@ fn key_change_takes_the_signatures_openssl_measures() {
             && err.contains("install the openssl command-line tool, or give --sign-cost"),
         "{err}"
     );
+}
+
+/// `n` TLS connections open at once: `openssl s_client`s started together, each holding
+/// its connection after the handshake until all have been open for a while, then each
+/// sending its request. Every connection's accept → response spans the others'.
+fn overlapping(server: &TestServer, n: usize) {
+    let mut clients: Vec<_> = (0..n)
+        .map(|_| s_client_child(server.port, &["-tls1_2"]))
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    for c in &mut clients {
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(b"GET / HTTP/1.0\r\nHost: demo.test\r\n\r\n")
+            .unwrap();
+    }
+    for c in clients {
+        let out = c.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("HTTP/1.1 "), "no answer: {text}");
+    }
+}
+
+/// The architecture the daemon measured of `server`, once it counted `n` connections.
+fn measured_architecture(daemon: &Daemon, server: &str, n: u64) -> Value {
+    let mut params = Value::Null;
+    wait_for(
+        &format!("the daemon to count {n} connections of {server}"),
+        Duration::from_secs(30),
+        || {
+            params = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
+            params["servers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["server"] == server && s["connections"].as_u64() >= Some(n))
+        },
+    );
+    server_of(&params, server)["architecture"].clone()
+}
+
+/// The CPUs online, as `getconf` counts them.
+fn online_cpus() -> u64 {
+    let out = std::process::Command::new("getconf")
+        .arg("_NPROCESSORS_ONLN")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// nginx with 2 workers and Apache prefork with 4 children, each holding a dozen TLS
+/// connections at once: the daemon tells an event loop of 2 single-threaded processes
+/// from one connection per process, and the model, given no --discipline or --servers,
+/// simulates nginx's 2 loops and shares the host's CPUs for Apache, and says so.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn the_model_picks_the_discipline_from_the_measured_architecture() {
+    let nginx = Nginx::start("model-arch-nginx", 2);
+    let apache = Apache::start_prefork("model-arch-prefork", 4);
+    let daemon = Daemon::start(&[
+        "--pid",
+        &nginx.master_pid().to_string(),
+        "--pid",
+        &apache.master_pid().to_string(),
+        "--window",
+        "3600",
+    ]);
+    let cpus = online_cpus();
+    let nginx_name = format!("nginx:{}", nginx.port);
+    let apache_name = format!("apache2:{}", apache.port);
+
+    // nginx: rounds of 12 at once until both workers have accepted some (the kernel
+    // wakes the first sleeping worker for each new connection: one may take a round)
+    let mut total = 0;
+    let mut arch = Value::Null;
+    for _ in 0..5 {
+        overlapping(&nginx, 12);
+        total += 12;
+        arch = measured_architecture(&daemon, &nginx_name, total);
+        if arch["processes"] == 2 {
+            break;
+        }
+    }
+    eprintln!("nginx, 2 workers: {arch}");
+    assert_eq!(arch["kind"], "event_loop", "{arch}");
+    assert_eq!(arch["processes"], 2, "{arch}");
+    assert!(arch["most_at_once"].as_u64().unwrap() >= 2, "{arch}");
+    assert_eq!(arch["threads"], 1, "{arch}");
+
+    overlapping(&apache, 12);
+    let arch = measured_architecture(&daemon, &apache_name, 12);
+    eprintln!("Apache prefork, 4 children: {arch}");
+    assert_eq!(arch["kind"], "process_per_connection", "{arch}");
+    assert_eq!(arch["processes"], 4, "{arch}");
+    assert_eq!(arch["most_at_once"], 1, "{arch}");
+
+    let params: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
+    assert_eq!(params["host"]["cpus"], cpus, "{}", params["host"]);
+    let file = work_dir("model-arch").join("parameters.json");
+    fs::write(&file, params.to_string()).unwrap();
+    let file = file.to_str().unwrap();
+
+    for (server, discipline, servers, says) in [
+        (
+            &nginx_name,
+            "event_loop_sim",
+            2,
+            "is an event loop (2 single-threaded processes, up to".to_string(),
+        ),
+        (
+            &apache_name,
+            "processor_sharing",
+            cpus,
+            format!("serves one connection per process (4 processes, never two connections at once in one): processor sharing on the host's {cpus} CPU"),
+        ),
+    ] {
+        let m = model_json(&["--params", file, "--server", server]);
+        assert_eq!(m["discipline"], discipline, "{server}: {}", m["because"]);
+        assert_eq!(m["servers"], servers, "{server}: {}", m["because"]);
+        assert_eq!(m["discipline_from"], "measured");
+        let because = m["because"].as_str().unwrap();
+        assert!(because.contains(&says), "{server}: {because}");
+        // the text's reader is told on stderr, in one line
+        let flags = format!(
+            "--discipline {} --servers {servers}",
+            discipline.replace('_', "-")
+        );
+        let (code, out, err) = model(&["--params", file, "--server", server, "--users", "1,10"]);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(out.contains(server.as_str()), "{out}");
+        assert_eq!(
+            err.trim_end(),
+            format!("hstrace: {because}"),
+            "{server}: {err}"
+        );
+        assert!(err.trim_end().ends_with(&flags), "{server}: {err}");
+        // what is given wins
+        let m = model_json(&[
+            "--params",
+            file,
+            "--server",
+            server,
+            "--discipline",
+            "processor-sharing",
+            "--servers",
+            "3",
+        ]);
+        assert_eq!(
+            (&m["discipline"], &m["servers"], &m["discipline_from"]),
+            (&"processor_sharing".into(), &3.into(), &"given".into())
+        );
+    }
+    daemon.stop();
 }

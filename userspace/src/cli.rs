@@ -68,10 +68,11 @@ enum DisciplineArg {
     /// requests share the processor (threads or processes: Apache, most servers)
     ProcessorSharing,
     /// one event loop (an nginx worker): each flight is answered to completion, in turn
-    /// (approximate MVA)
+    /// (approximate MVA; one loop only)
     EventLoop,
-    /// the same event loop as nginx runs it (gated passes over the ready list, one accept
-    /// per pass), by discrete-event simulation (--seed)
+    /// the event loops as nginx runs them (gated passes over the ready list, one accept
+    /// per pass; --servers workers sharing the listeners), by discrete-event simulation
+    /// (--seed)
     EventLoopSim,
 }
 
@@ -126,6 +127,8 @@ struct SourceArgs {
     pods_dir: Option<PathBuf>,
 }
 
+// one value, parsed once per process: its largest variant (`model`'s knobs) costs nothing
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Print one line per connection of the selected servers, live
@@ -313,18 +316,19 @@ enum Command {
         /// running openssl speed here (e.g. rsa2048=0.24ms,rsa4096=1.7ms)
         #[arg(long, value_name = "KEY=TIME,...")]
         sign_cost: Option<String>,
-        /// Processors of the web server (a c-server processor-sharing station)
-        #[arg(
-            long,
-            default_value_t = 1,
-            value_name = "C",
-            allow_negative_numbers = true
-        )]
-        servers: i64,
-        /// How the web server shares its processor (event-loop: approximate MVA, one
-        /// processor; event-loop-sim: simulated, with a 95 % confidence half-width)
-        #[arg(long, value_enum, default_value = "processor-sharing")]
-        discipline: DisciplineArg,
+        /// Processors of the web server: CPUs shared by all requests (processor-sharing),
+        /// or nginx workers, each an event loop on its own CPU (event-loop-sim)
+        /// [default: as measured: an event loop's worker processes (at most the host's
+        /// CPUs), the host's CPUs for processes or threads per connection, else 1]
+        #[arg(long, value_name = "C", allow_negative_numbers = true)]
+        servers: Option<i64>,
+        /// How the web server shares its CPUs (event-loop: approximate MVA, one loop;
+        /// event-loop-sim: simulated, with a 95 % confidence half-width) [default: as
+        /// measured: event-loop-sim for an event loop (nginx, HAProxy), processor-sharing
+        /// for processes or threads per connection (Apache) and when the parameters cannot
+        /// tell (or come from Prometheus); said on stderr, and in the JSON's because]
+        #[arg(long, value_enum)]
+        discipline: Option<DisciplineArg>,
         /// The seed of --discipline event-loop-sim (the same seed, the same answer)
         #[arg(long, default_value_t = 1, value_name = "SEED")]
         seed: u32,
@@ -557,7 +561,9 @@ pub fn run(cli: Cli) -> Result<()> {
                     "give exactly one of --params FILE, --from http://HOST:PORT (a running hstrace serve) or --from-prometheus http://HOST:PORT"
                 ),
             };
-            if !(1..=i64::from(knobs::MAX_SERVERS)).contains(&servers) {
+            if let Some(servers) =
+                servers.filter(|s| !(1..=i64::from(knobs::MAX_SERVERS)).contains(s))
+            {
                 bail!(
                     "--servers {servers} is not a number of processors: give 1 to {}",
                     knobs::MAX_SERVERS
@@ -565,7 +571,8 @@ pub fn run(cli: Cli) -> Result<()> {
             }
             let knobs = knobs::Knobs {
                 think_s: knobs::parse_seconds("--think-time", &think_time)?,
-                servers: servers as u32,
+                servers: servers.map_or(1, |s| s as u32),
+                servers_given: servers.is_some(),
                 hit_ratio: hit_ratio
                     .map(|r| knobs::check_fraction("--hit-ratio", r))
                     .transpose()?,
@@ -575,10 +582,13 @@ pub fn run(cli: Cli) -> Result<()> {
                     .map(|s| knobs::parse_scale(s))
                     .collect::<Result<_>>()?,
                 discipline: match discipline {
-                    DisciplineArg::ProcessorSharing => Discipline::ProcessorSharing,
-                    DisciplineArg::EventLoop => Discipline::EventLoop,
-                    DisciplineArg::EventLoopSim => Discipline::EventLoopSim,
+                    None | Some(DisciplineArg::ProcessorSharing) => Discipline::ProcessorSharing,
+                    Some(DisciplineArg::EventLoop) => Discipline::EventLoop,
+                    Some(DisciplineArg::EventLoopSim) => Discipline::EventLoopSim,
                 },
+                discipline_given: discipline.is_some(),
+                discipline_from: Default::default(),
+                because: String::new(),
                 seed: u64::from(seed),
                 overhead_s: overhead
                     .as_deref()

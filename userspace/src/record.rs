@@ -48,6 +48,9 @@ pub struct Record {
     /// what the client offered, when it did (a ticket, a PSK, or a session id)
     pub offered: Option<Resumption>,
     pub handshake_ns: Option<u64>,
+    /// from the accept to when the record was made (`wall_ns`): how long the process held
+    /// the connection so far (not printed; the parameters' architecture counts overlaps)
+    pub held_ns: Option<u64>,
     pub stages_ns: Stages,
     /// on-CPU time of the server thread during each service stage (the rest of the stage
     /// it was runnable, blocked or serving other connections)
@@ -164,6 +167,7 @@ impl Record {
             early_data: false,
             offered: None,
             handshake_ns: Some(1_000_000),
+            held_ns: Some(5_000_000),
             stages_ns: Stages(Stage::ALL.iter().map(|s| (*s, 1_000)).collect()),
             cpu_ns: Stages(
                 Stage::ALL
@@ -398,6 +402,7 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         handshake_ns: done
             .then(|| stage::span(stage::tls_start(c), c.t_hs_done))
             .flatten(),
+        held_ns: stage::span(c.t_accept, c.t_end),
         cpu_ns: stage::cpu(c, &stages_ns),
         wait_cpu_ns: stage::wait_cpu(c, &stages_ns),
         stages_ns,

@@ -58,6 +58,12 @@ pub struct ServerInput {
     /// the share of the window the server's processes were on CPU (its connections' rate
     /// × their CPU per connection; None without them)
     pub busy: Option<f64>,
+    /// how the server holds its connections (None where the parameters do not say)
+    pub architecture: Option<v1::Architecture>,
+    /// the host's CPUs online (the document's `host.cpus`)
+    pub cpus: Option<u32>,
+    /// read from Prometheus, which carries neither
+    pub from_prometheus: bool,
 }
 
 /// The servers of a `hstrace.parameters/v1` document; `origin` names it in errors. What
@@ -65,9 +71,15 @@ pub struct ServerInput {
 /// negative, and each stage hstrace knows in the class its stage table gives it.
 pub fn parse_parameters(text: &str, origin: &str) -> Result<Vec<ServerInput>> {
     let doc = Parameters::from_json(text, origin)?;
+    let cpus = doc.host.map(|h| h.cpus).filter(|&c| c > 0);
     doc.servers
         .iter()
-        .map(|s| server_input(s, origin))
+        .map(|s| {
+            Ok(ServerInput {
+                cpus,
+                ..server_input(s, origin)?
+            })
+        })
         .collect()
 }
 
@@ -137,6 +149,9 @@ fn server_input(s: &v1::ServerParams, origin: &str) -> Result<ServerInput> {
         outside_stages_s,
         per_wait_s,
         busy,
+        architecture: s.architecture,
+        cpus: None,
+        from_prometheus: false,
     })
 }
 
@@ -268,6 +283,30 @@ pub fn merge(parts: Vec<ServerInput>, origin: &str) -> Result<ServerInput> {
         outside_stages_s,
         per_wait_s,
         busy,
+        architecture: merged_architecture(&parts),
+        cpus: parts.iter().find_map(|p| p.cpus),
+        from_prometheus: parts.iter().any(|p| p.from_prometheus),
+    })
+}
+
+/// The ports of one server: one architecture when every port measured the same kind (their
+/// processes are mostly the same: the larger count, the most at once, the most threads);
+/// unknown when they disagree; None when a port has none.
+fn merged_architecture(parts: &[ServerInput]) -> Option<v1::Architecture> {
+    let all: Vec<v1::Architecture> = parts
+        .iter()
+        .map(|p| p.architecture)
+        .collect::<Option<_>>()?;
+    let first = *all.first()?;
+    Some(v1::Architecture {
+        kind: if all.iter().all(|a| a.kind == first.kind) {
+            first.kind
+        } else {
+            v1::ArchitectureKind::Unknown
+        },
+        processes: all.iter().map(|a| a.processes).max().unwrap_or(0),
+        most_at_once: all.iter().map(|a| a.most_at_once).max().unwrap_or(0),
+        threads: all.iter().filter_map(|a| a.threads).max(),
     })
 }
 
@@ -509,10 +548,13 @@ fn prom_server(base: &str, server: String, w: &str) -> Result<ServerInput> {
             share: n / total,
             stages,
         }),
-        // the daemons export no per-process CPU series
+        // the daemons export no per-process CPU series, nor the architecture
         outside_stages_s: None,
         per_wait_s: None,
         busy: None,
+        architecture: None,
+        cpus: None,
+        from_prometheus: true,
     })
 }
 

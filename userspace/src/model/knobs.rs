@@ -10,6 +10,7 @@ use super::{
     input::{ClassInput, ServerInput, StageMean},
     keys::KeyChange,
     network::{Discipline, Network, Step, Wakeup},
+    pick::DisciplineFrom,
 };
 use crate::stage::{RequestClass, Stage, StageClass};
 
@@ -27,6 +28,8 @@ pub struct Knobs {
     pub think_s: f64,
     /// c
     pub servers: u32,
+    /// `--servers` was given; otherwise `pick` takes them from the measured architecture
+    pub servers_given: bool,
     /// the share of TLS requests that resume (the TLS share unchanged)
     pub hit_ratio: Option<f64>,
     /// divides every service demand
@@ -35,6 +38,12 @@ pub struct Knobs {
     pub scale_stages: Vec<(String, f64)>,
     /// how the web server shares its processor
     pub discipline: Discipline,
+    /// `--discipline` was given; otherwise `pick` takes it from the measured architecture
+    pub discipline_given: bool,
+    /// where the discipline and servers came from (`pick`)
+    pub discipline_from: DisciplineFrom,
+    /// why, in one line (`pick`; empty before it)
+    pub because: String,
     /// the seed of `--discipline event-loop-sim`
     pub seed: u64,
     /// `--overhead`: the web server's CPU per request that no stage measures, seconds
@@ -61,10 +70,14 @@ impl Default for Knobs {
         Knobs {
             think_s: 2.0,
             servers: 1,
+            servers_given: false,
             hit_ratio: None,
             cpu_speedup: 1.0,
             scale_stages: Vec::new(),
             discipline: Discipline::ProcessorSharing,
+            discipline_given: false,
+            discipline_from: DisciplineFrom::Default,
+            because: String::new(),
             seed: 1,
             overhead_s: 0.0,
             overhead_given: false,
@@ -88,8 +101,12 @@ impl Knobs {
     pub fn web_server(&self) -> String {
         match (self.discipline, self.servers) {
             (Discipline::EventLoop, _) => "one event loop, each flight answered in turn".into(),
-            (Discipline::EventLoopSim, _) => format!(
+            (Discipline::EventLoopSim, 1) => format!(
                 "one event loop (nginx's: gated passes, one accept per pass), simulated, seed {}",
+                self.seed
+            ),
+            (Discipline::EventLoopSim, c) => format!(
+                "{c} event loops sharing the listeners (nginx's workers: gated passes, one accept per pass), simulated, seed {}",
                 self.seed
             ),
             (_, 1) => "1 processor shared by all requests".into(),
@@ -516,8 +533,8 @@ pub fn network(
     {
         bail!("--overhead, --wakeup and --sleep-cpu are parts of the simulated event loop: give --discipline event-loop-sim");
     }
-    if knobs.discipline.is_event_loop() && knobs.servers > 1 {
-        bail!("--discipline {} models one event loop: give --servers 1 (for several workers, model one with its share of the users)", knobs.discipline.name().replace('_', "-"));
+    if knobs.discipline == Discipline::EventLoop && knobs.servers > 1 {
+        bail!("--discipline event-loop (the approximation) models one event loop: give --discipline event-loop-sim for {} workers, or --servers 1", knobs.servers);
     }
     if net.service_demand() <= 0.0 {
         bail!(
@@ -964,15 +981,21 @@ mod tests {
             assert!(e.contains("--discipline event-loop-sim"), "{e}");
         }
         let k = Knobs {
-            discipline: Discipline::EventLoopSim,
+            discipline: Discipline::EventLoop,
             servers: 2,
             ..Knobs::default()
         };
         let e = network(&s, &k, None).unwrap_err().to_string();
         assert!(
-            e.contains("event-loop-sim") && e.contains("--servers 1"),
+            e.contains("event-loop-sim for 2 workers") && e.contains("--servers 1"),
             "{e}"
         );
+        // several simulated loops are nginx's workers
+        let k = Knobs {
+            discipline: Discipline::EventLoopSim,
+            ..k
+        };
+        assert_eq!(network(&s, &k, None).unwrap().servers, 2);
         let k = |stage: &str| Knobs {
             scale_stages: vec![(stage.into(), 2.0)],
             ..Knobs::default()

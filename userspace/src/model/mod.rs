@@ -5,10 +5,11 @@
 //! - `input`: the parameters (a `hstrace.parameters/v1` file, a daemon, Prometheus)
 //! - `knobs`: the what-if knobs and the network they make
 //! - `keys`: `--key-change`'s keys, and what a signature costs (`openssl speed`)
+//! - `pick`: the discipline and servers from the measured architecture, unless given
 //! - `network`: the network every solver solves, its solution, the bounds and N*
 //! - `mva`: exact MVA (processor sharing, one processor or c) and the event-loop
 //!   approximation
-//! - `sim`: one event loop (an nginx worker) by discrete-event simulation
+//! - `sim`: nginx's event loops (one per worker) by discrete-event simulation
 //! - `ctmc` (tests only): the exact Markov chain, the check where product form holds
 //! - `report`: the table, JSON (`hstrace.model/v1`) and CSV
 //! - `plot`: the SVG picture, measured points overlaid
@@ -16,8 +17,9 @@
 //! The model: a user thinks (mean Z), then makes a request of class tls_full, tls_resumed
 //! or plain with the measured shares. Its service stages (`server_flight_1`,
 //! `server_flight_2`, `response`: the server working) are demand at a processor-sharing
-//! web server (or, `--discipline`, one event loop: approximate MVA, or the loop nginx
-//! runs, simulated); its delay stages (waiting for the client and the network) at an
+//! web server (or, `--discipline`, one event loop: approximate MVA, or the loops nginx's
+//! workers run, simulated; by default as the server's measured architecture says); its
+//! delay stages (waiting for the client and the network) at an
 //! infinite-server delay centre. Each stage's wall-clock `mean_s` is its demand, as seed
 //! 002 measured its stages with one user on an idle server: measure at low load, or the
 //! service stages carry time the thread spent on other connections. Queue stages are never
@@ -28,6 +30,7 @@ pub mod keys;
 pub mod knobs;
 pub mod mva;
 pub mod network;
+pub mod pick;
 pub mod plot;
 pub mod report;
 pub mod sim;
@@ -185,7 +188,7 @@ fn effective_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
     }
     // a wait's CPU is a sleep's only where the worker was mostly idle: under load it
     // holds other connections' work too, and few calls find the worker asleep
-    let low_load = server.busy.is_some_and(|b| b <= LOW_LOAD);
+    let low_load = busy_per_process(server).is_some_and(|b| b <= LOW_LOAD);
     if !k.sleep_cpu_given {
         k.sleep_cpu_s = server.per_wait_s.filter(|_| low_load).unwrap_or(0.0);
     }
@@ -201,6 +204,13 @@ fn effective_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
     k
 }
 
+/// The share of the window one of the server's processes was on CPU: the server's, over
+/// the processes the architecture counted (each an event loop on its own CPU).
+fn busy_per_process(server: &ServerInput) -> Option<f64> {
+    let processes = server.architecture.map_or(1, |a| a.processes.max(1));
+    server.busy.map(|b| b / f64::from(processes))
+}
+
 /// Busy at most this share of the window, a server's queue stages are its worker waking
 /// up, not requests waiting for each other.
 const LOW_LOAD: f64 = 0.25;
@@ -210,7 +220,7 @@ const LOW_LOAD: f64 = 0.25;
 /// shares, when the window was at low load; each is the worker waking (the CPU's, then the
 /// loop's) up to the read. None at higher load or without the CPU to tell.
 fn low_load_queue(server: &ServerInput, k: &Knobs) -> Option<f64> {
-    if server.busy? > LOW_LOAD {
+    if busy_per_process(server)? > LOW_LOAD {
         return None;
     }
     let (mut sum, mut n) = (0.0, 0.0);
@@ -243,7 +253,7 @@ fn measured_sleeps(server: &ServerInput, k: &Knobs) -> f64 {
                     .count() as f64
         })
         .sum();
-    calls * (1.0 - server.busy.unwrap_or(0.0))
+    calls * (1.0 - busy_per_process(server).unwrap_or(0.0))
 }
 
 pub fn run(opts: ModelOptions) -> Result<()> {
@@ -275,7 +285,7 @@ pub fn run(opts: ModelOptions) -> Result<()> {
         knobs::signing_stage_s(&server)?;
         knobs.key_change = Some(keys::key_change(from, to, &opts.sign_costs)?);
     }
-    let knobs = effective_knobs(&knobs, &server);
+    let knobs = effective_knobs(&pick::pick(&knobs, &server), &server);
     let report = build(
         &server,
         source,
@@ -288,6 +298,11 @@ pub fn run(opts: ModelOptions) -> Result<()> {
     }
     if let Some(path) = &opts.plot {
         plot::draw(&report, &measured, path)?;
+    }
+    // the text's reader is told on stderr (an error stays one line); JSON says it in
+    // `discipline_from` and `because`
+    if opts.format == ModelFormat::Text {
+        eprintln!("hstrace: {}", knobs.because);
     }
     print!(
         "{}",
@@ -318,6 +333,7 @@ mod tests {
             ("ctmc.rs", include_str!("ctmc.rs")),
             ("knobs.rs", include_str!("knobs.rs")),
             ("keys.rs", include_str!("keys.rs")),
+            ("pick.rs", include_str!("pick.rs")),
             ("input.rs", include_str!("input.rs")),
             ("report.rs", include_str!("report.rs")),
             ("plot.rs", include_str!("plot.rs")),

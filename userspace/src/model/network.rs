@@ -28,7 +28,16 @@ impl Discipline {
         }
     }
 
-    /// One event loop (one processor), however solved.
+    /// The command line's name (`--discipline event-loop-sim`).
+    pub fn flag(self) -> &'static str {
+        match self {
+            Discipline::ProcessorSharing => "processor-sharing",
+            Discipline::EventLoop => "event-loop",
+            Discipline::EventLoopSim => "event-loop-sim",
+        }
+    }
+
+    /// An event loop (one per processor), however solved.
     pub fn is_event_loop(self) -> bool {
         matches!(self, Discipline::EventLoop | Discipline::EventLoopSim)
     }

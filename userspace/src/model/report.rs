@@ -155,6 +155,8 @@ impl Report {
             "think_time_s": self.knobs.think_s,
             "servers": self.knobs.servers,
             "discipline": self.knobs.discipline.name(),
+            "discipline_from": self.knobs.discipline_from.name(),
+            "because": self.knobs.because,
             "seed": (self.knobs.discipline == Discipline::EventLoopSim).then_some(self.knobs.seed),
             "knobs": {
                 "hit_ratio": self.knobs.hit_ratio,

@@ -1,9 +1,10 @@
 //! `--discipline event-loop-sim`: seed 002's closed network (N users, exponential think
 //! time, a request of each class with the measured shares, its stages in wire order) with
-//! the web server as what an nginx worker is, one event loop, solved by discrete-event
-//! simulation of that loop.
+//! the web server as what nginx is, one event loop per worker, solved by discrete-event
+//! simulation of those loops.
 //!
-//! The loop, as nginx runs it on Linux (one worker, `multi_accept off`, no accept mutex):
+//! The loop, as nginx runs it on Linux (`multi_accept off`, no accept mutex), in each of
+//! `servers` workers (`worker_processes`), each on its own CPU with its own ready list:
 //!
 //! - `epoll_wait` hands the worker every event on the epoll ready list (at most
 //!   `EPOLL_EVENTS`), in the order they became ready; the worker calls each one's handler
@@ -18,7 +19,11 @@
 //!   at once if the ClientHello (or plain request) is in, else when it comes: it is read
 //!   in a later pass.
 //! - A connection's later messages come after delays (the client's work, the network)
-//!   and put it at the end of the ready list.
+//!   and put it at the end of the ready list of the worker that accepted it.
+//! - Several workers share each listening socket, each with it in its own epoll set
+//!   (EPOLLEXCLUSIVE): a new connection makes the listener ready in each worker's set in
+//!   turn up to the first worker asleep in `epoll_wait`, which is woken; the first worker
+//!   whose pass comes to the listener accepts it, the others find the queue empty.
 //!
 //! Service times are constant (each stage's measured mean: the same signature, the same key
 //! schedule every time), delays exponential with the measured means (only means are
@@ -122,14 +127,22 @@ impl Rng {
     }
 }
 
-/// A timer: a user's think time or delay ends, or the visit in service does.
+/// Whose timer it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timer {
+    /// a user's think time or delay ends
+    User(u32),
+    /// what worker `w` is doing ends (a visit, its unmeasured part, its waking up)
+    Worker(usize),
+}
+
+/// A timer: a user's think time or delay ends, or a worker's visit in service does.
 #[derive(Debug, Clone, Copy)]
 struct Event {
     at: f64,
     /// ties broken by scheduling order: deterministic
     seq: u64,
-    /// the user whose timer it is; None: the worker's visit ends
-    user: Option<u32>,
+    timer: Timer,
 }
 
 impl PartialEq for Event {
@@ -176,6 +189,8 @@ enum Item {
 struct User {
     /// a request under way (else thinking)
     active: bool,
+    /// the worker that accepted its connection (whose ready list it goes on)
+    worker: usize,
     class: usize,
     /// the next step of the route
     step: usize,
@@ -191,10 +206,36 @@ struct User {
     linked: bool,
 }
 
+/// A listening socket every worker has in its epoll set; one accept queue.
 #[derive(Debug, Clone, Default)]
 struct Listener {
     queue: VecDeque<u32>,
-    linked: bool,
+    /// on each worker's ready list
+    linked: Vec<bool>,
+}
+
+/// One worker (an nginx worker process on its own CPU): its epoll ready list, the pass it
+/// is in, what it is doing.
+#[derive(Debug, Clone)]
+struct Loop {
+    /// the epoll ready list
+    ready: VecDeque<Item>,
+    /// this pass's events, not yet handled
+    pass: VecDeque<Item>,
+    state: Worker,
+    /// when it last fell asleep in `epoll_wait`
+    asleep_since: f64,
+}
+
+impl Loop {
+    fn new() -> Loop {
+        Loop {
+            ready: VecDeque::new(),
+            pass: VecDeque::new(),
+            state: Worker::Asleep,
+            asleep_since: 0.0,
+        }
+    }
 }
 
 /// Sums over one batch.
@@ -222,19 +263,14 @@ struct Sim<'a> {
     timers: BinaryHeap<Event>,
     users: Vec<User>,
     listeners: Vec<Listener>,
-    /// the epoll ready list
-    ready: VecDeque<Item>,
-    /// this pass's events, not yet handled
-    pass: VecDeque<Item>,
-    worker: Worker,
+    /// the workers, each an event loop on its own CPU
+    loops: Vec<Loop>,
     /// per class, the worker's time after each handler call that no stage measures
     unmeasured_s: [f64; 3],
     /// an asleep worker's time to run after an event, by how long it slept
     wakeup: &'a Wakeup,
     /// its CPU for each sleep, paid on waking
     sleep_cpu_s: f64,
-    /// when the worker last fell asleep in `epoll_wait`
-    asleep_since: f64,
     completed: u64,
     /// when measuring began (the warm-up's last completion)
     measuring_from: Option<f64>,
@@ -245,23 +281,51 @@ struct Sim<'a> {
 }
 
 impl<'a> Sim<'a> {
-    fn schedule(&mut self, at: f64, user: Option<u32>) {
+    fn schedule(&mut self, at: f64, timer: Timer) {
         self.seq += 1;
         self.timers.push(Event {
             at,
             seq: self.seq,
-            user,
+            timer,
         });
     }
 
-    fn link(&mut self, item: Item) {
+    /// `item` ready on worker `w`'s list (once).
+    fn link(&mut self, w: usize, item: Item) {
         let linked = match item {
             Item::Conn(u) => &mut self.users[u as usize].linked,
-            Item::Listener(l) => &mut self.listeners[l].linked,
+            Item::Listener(l) => &mut self.listeners[l].linked[w],
         };
         if !*linked {
             *linked = true;
-            self.ready.push_back(item);
+            self.loops[w].ready.push_back(item);
+        }
+    }
+
+    /// A connection came into listener `l`'s accept queue. Every worker has the listener
+    /// in its epoll set with EPOLLEXCLUSIVE: the kernel makes it ready in each worker's set
+    /// in turn, and stops at the first worker asleep in `epoll_wait`, which it wakes (a
+    /// woken worker is no longer waiting: the next connection goes on to the next one). A
+    /// busy worker finds it in its next pass; whichever worker comes to it first accepts.
+    fn listener_ready(&mut self, l: usize) {
+        for w in 0..self.loops.len() {
+            self.link(w, Item::Listener(l));
+            if self.loops[w].state == Worker::Asleep {
+                self.wake(w);
+                break;
+            }
+        }
+    }
+
+    /// Worker `w`, asleep, is woken: it runs once its CPU has woken (`resume` runs it).
+    fn wake(&mut self, w: usize) {
+        let lp = &mut self.loops[w];
+        let wake = self.wakeup.after(self.now - lp.asleep_since) + self.sleep_cpu_s;
+        if wake > 0.0 {
+            lp.state = Worker::Waking;
+            self.schedule(self.now + wake, Timer::Worker(w));
+        } else {
+            lp.state = Worker::Running;
         }
     }
 
@@ -292,28 +356,30 @@ impl<'a> Sim<'a> {
                     user.step += 1;
                     user.delayed += d;
                     if d > 0.0 {
-                        self.schedule(self.now + d, Some(u));
+                        self.schedule(self.now + d, Timer::User(u));
                         return;
                     }
                 }
                 Step::Accept { listener } => {
                     self.users[u as usize].since = self.now;
                     self.listeners[listener].queue.push_back(u);
-                    self.link(Item::Listener(listener));
+                    self.listener_ready(listener);
                     return;
                 }
                 Step::Visit { .. } => {
                     let user = &mut self.users[u as usize];
                     user.since = self.now;
                     user.data = true;
-                    self.link(Item::Conn(u));
+                    let w = user.worker;
+                    self.link(w, Item::Conn(u));
                     return;
                 }
             }
         }
     }
 
-    /// A new request: its class drawn from the mix.
+    /// A new request: its class drawn from the mix. A route without an accept (a
+    /// hand-written file's) is served by the worker of the user's number, round robin.
     fn begin(&mut self, u: u32) {
         let x = self.rng.uniform();
         let class = self
@@ -324,6 +390,7 @@ impl<'a> Sim<'a> {
             .min(self.last_class);
         self.users[u as usize] = User {
             active: true,
+            worker: u as usize % self.loops.len(),
             class,
             start: self.now,
             ..User::default()
@@ -356,21 +423,22 @@ impl<'a> Sim<'a> {
             self.current.start = self.now;
         }
         let think = self.rng.draw(self.think_s, self.set.think);
-        self.schedule(self.now + think, Some(u));
+        self.schedule(self.now + think, Timer::User(u));
     }
 
-    /// `epoll_wait` with events ready: they become this pass; a listener with connections
-    /// left goes back on the (now empty) ready list, ahead of what comes in meanwhile.
-    fn harvest(&mut self) {
-        let take = self.ready.len().min(EPOLL_EVENTS);
+    /// Worker `w`'s `epoll_wait` with events ready: they become its pass; a listener with
+    /// connections left goes back on its (now empty) ready list, ahead of what comes in
+    /// meanwhile (level-triggered: on this worker's list only, no one is woken).
+    fn harvest(&mut self, w: usize) {
+        let take = self.loops[w].ready.len().min(EPOLL_EVENTS);
         let mut rearm = Vec::new();
         for _ in 0..take {
-            let item = self.ready.pop_front().expect("counted");
+            let item = self.loops[w].ready.pop_front().expect("counted");
             match item {
                 Item::Listener(l) => {
-                    self.listeners[l].linked = false;
+                    self.listeners[l].linked[w] = false;
                     if !self.listeners[l].queue.is_empty() {
-                        self.pass.push_back(item);
+                        self.loops[w].pass.push_back(item);
                         rearm.push(l);
                     }
                 }
@@ -378,49 +446,56 @@ impl<'a> Sim<'a> {
                     let user = &mut self.users[u as usize];
                     debug_assert!(user.data, "only a message puts a connection on the list");
                     user.linked = false;
-                    self.pass.push_back(item);
+                    self.loops[w].pass.push_back(item);
                 }
             }
         }
         for l in rearm {
-            self.link(Item::Listener(l));
+            self.link(w, Item::Listener(l));
         }
     }
 
-    /// After a handler call for a connection of `class`: the worker's time no stage
+    /// After worker `w`'s handler call for a connection of `class`: its time no stage
     /// measures (the connection has what it needs: its flight is out).
-    fn unmeasured(&mut self, class: usize) {
+    fn unmeasured(&mut self, w: usize, class: usize) {
         let t = self.unmeasured_s[class];
         if t > 0.0 {
-            self.worker = Worker::Unmeasured;
-            self.schedule(self.now + t, None);
+            self.loops[w].state = Worker::Unmeasured;
+            self.schedule(self.now + t, Timer::Worker(w));
         }
     }
 
-    /// The worker, running: handles this pass's events in turn, and passes after it while
-    /// events are ready, until a handler takes time or nothing is ready (it sleeps in
-    /// `epoll_wait`).
-    fn work(&mut self) {
+    /// Worker `w`, running: handles its pass's events in turn (a new pass if none is
+    /// left: the events ready, or, with none, it sleeps in `epoll_wait`), until a handler
+    /// takes time or the pass is done. Workers take turns pass by pass at one instant
+    /// (`resume`): each runs on its own CPU.
+    fn work(&mut self, w: usize) {
         let routes = self.routes;
-        while self.worker == Worker::Running {
-            let Some(item) = self.pass.pop_front() else {
-                if self.ready.is_empty() {
-                    self.worker = Worker::Asleep;
-                    self.asleep_since = self.now;
-                    return;
-                }
-                self.harvest();
-                continue;
+        if self.loops[w].pass.is_empty() {
+            let lp = &mut self.loops[w];
+            if lp.ready.is_empty() {
+                lp.state = Worker::Asleep;
+                lp.asleep_since = self.now;
+                return;
+            }
+            self.harvest(w);
+        }
+        while self.loops[w].state == Worker::Running {
+            let Some(item) = self.loops[w].pass.pop_front() else {
+                return;
             };
             match item {
                 Item::Listener(l) => {
+                    // another worker may have taken it first
                     let Some(u) = self.listeners[l].queue.pop_front() else {
                         continue;
                     };
                     self.wait_done(u);
-                    self.users[u as usize].step += 1;
+                    let user = &mut self.users[u as usize];
+                    user.step += 1;
+                    user.worker = w;
                     self.advance(u);
-                    self.unmeasured(self.users[u as usize].class);
+                    self.unmeasured(w, self.users[u as usize].class);
                 }
                 Item::Conn(u) => {
                     self.wait_done(u);
@@ -434,53 +509,58 @@ impl<'a> Sim<'a> {
                     user.step += 1;
                     let s = self.rng.draw(service, self.set.service);
                     if s > 0.0 {
-                        self.worker = Worker::Serving(u);
-                        self.schedule(self.now + s, None);
+                        self.loops[w].state = Worker::Serving(u);
+                        self.schedule(self.now + s, Timer::Worker(w));
                     } else {
                         self.advance(u);
-                        self.unmeasured(class);
+                        self.unmeasured(w, class);
                     }
                 }
             }
         }
     }
 
-    /// The worker after a timer: going on, or woken by what became ready.
+    /// Each worker after a timer, in turn: going on, or woken by what became ready; again
+    /// until none is left running.
     fn resume(&mut self) {
-        match self.worker {
-            Worker::Running => self.work(),
-            Worker::Asleep if !self.ready.is_empty() => {
-                let wake = self.wakeup.after(self.now - self.asleep_since) + self.sleep_cpu_s;
-                if wake > 0.0 {
-                    self.worker = Worker::Waking;
-                    self.schedule(self.now + wake, None);
-                } else {
-                    self.worker = Worker::Running;
-                    self.work();
+        loop {
+            let mut ran = false;
+            for w in 0..self.loops.len() {
+                let lp = &self.loops[w];
+                if lp.state == Worker::Asleep && !lp.ready.is_empty() {
+                    self.wake(w);
+                }
+                if self.loops[w].state == Worker::Running {
+                    self.work(w);
+                    ran = true;
                 }
             }
-            _ => {}
+            if !ran {
+                return;
+            }
         }
     }
 
-    /// The next timer, and what the worker does then.
+    /// The next timer, and what its worker or user does then.
     fn step(&mut self) {
         let ev = self
             .timers
             .pop()
             .expect("users always have a timer or a place");
         self.now = ev.at;
-        match ev.user {
-            None => match std::mem::replace(&mut self.worker, Worker::Running) {
-                Worker::Serving(u) => {
-                    self.advance(u);
-                    self.unmeasured(self.users[u as usize].class);
+        match ev.timer {
+            Timer::Worker(w) => {
+                match std::mem::replace(&mut self.loops[w].state, Worker::Running) {
+                    Worker::Serving(u) => {
+                        self.advance(u);
+                        self.unmeasured(w, self.users[u as usize].class);
+                    }
+                    Worker::Waking | Worker::Unmeasured => {}
+                    s => unreachable!("worker {w} has no timer while {s:?}"),
                 }
-                Worker::Waking | Worker::Unmeasured => {}
-                w => unreachable!("the worker has no timer while {w:?}"),
-            },
-            Some(u) if self.users[u as usize].active => self.advance(u),
-            Some(u) => self.begin(u),
+            }
+            Timer::User(u) if self.users[u as usize].active => self.advance(u),
+            Timer::User(u) => self.begin(u),
         }
         self.resume();
     }
@@ -488,7 +568,7 @@ impl<'a> Sim<'a> {
     fn run(&mut self, users: u32) {
         for u in 0..users {
             let think = self.rng.draw(self.think_s, self.set.think);
-            self.schedule(think, Some(u));
+            self.schedule(think, Timer::User(u));
         }
         if self.set.warmup == 0 {
             self.measuring_from = Some(0.0);
@@ -534,6 +614,7 @@ pub fn simulate(net: &Network, users: u32, set: Settings) -> Solution {
 
 impl<'a> Sim<'a> {
     fn new(net: &'a Network, users: u32, set: Settings) -> Sim<'a> {
+        let workers = net.servers.max(1) as usize;
         let mut cum = [0.0; 3];
         let mut acc = 0.0;
         for (c, m) in net.mix.iter().enumerate() {
@@ -551,10 +632,14 @@ impl<'a> Sim<'a> {
             seq: 0,
             timers: BinaryHeap::with_capacity(users as usize + 2),
             users: vec![User::default(); users as usize],
-            listeners: vec![Listener::default(); listeners(net)],
-            ready: VecDeque::new(),
-            pass: VecDeque::new(),
-            worker: Worker::Asleep,
+            listeners: vec![
+                Listener {
+                    queue: VecDeque::new(),
+                    linked: vec![false; workers],
+                };
+                listeners(net)
+            ],
+            loops: vec![Loop::new(); workers],
             unmeasured_s: std::array::from_fn(|c| {
                 let calls = net.routes[c]
                     .iter()
@@ -568,7 +653,6 @@ impl<'a> Sim<'a> {
             }),
             wakeup: &net.wakeup,
             sleep_cpu_s: net.sleep_cpu_s,
-            asleep_since: 0.0,
             completed: 0,
             measuring_from: None,
             batches: Vec::with_capacity(BATCHES),
@@ -639,7 +723,7 @@ impl<'a> Sim<'a> {
             response_s: mixed(class_response_s),
             class_response_s,
             class_web_server_s,
-            utilisation: x * net.service_demand(),
+            utilisation: x * net.service_demand() / f64::from(net.servers.max(1)),
             web_server_users: x * mixed(class_web_server_s),
             ci95: Some(Ci95 {
                 response_s: response_ci,
@@ -928,6 +1012,93 @@ mod tests {
         assert!((visit_wait - 2e-3).abs() < 1e-12, "{visit_wait}");
         assert!((sim.now - 3e-3).abs() < 1e-12);
         assert!((sim.current.class_response[0] - 6e-3).abs() < 1e-12);
+    }
+
+    /// Two workers, two connections at once, each then 1 ms of work: the first wakes
+    /// worker 0, the second (worker 0 no longer waiting) worker 1; each accepts its own and
+    /// serves it in its next pass, side by side.
+    #[test]
+    fn a_second_connection_wakes_the_second_worker() {
+        let net = Network {
+            servers: 2,
+            ..network(
+                1.0,
+                [1.0, 0.0, 0.0],
+                [vec![accept(), visit("request_queue", 1.0)], vec![], vec![]],
+            )
+        };
+        let set = Settings {
+            warmup: 0,
+            batch: 1_000,
+            ..Settings::for_users(1, 2)
+        };
+        let mut sim = Sim::new(&net, 2, set);
+        sim.measuring_from = Some(0.0);
+        for u in 0..2 {
+            sim.begin(u);
+        }
+        sim.resume();
+        while sim.completed < 2 {
+            sim.step();
+        }
+        assert_eq!(sim.users[0].worker, 0);
+        assert_eq!(sim.users[1].worker, 1);
+        assert_eq!(sim.waits[0][0], (0.0, 2));
+        assert!((sim.now - 1e-3).abs() < 1e-12, "{}", sim.now);
+        assert!((sim.current.class_response[0] - 2e-3).abs() < 1e-12);
+    }
+
+    /// c workers: alone, a request meets nobody, as with one; under load they serve c
+    /// times what one can at most, and in between more than one and at most c times it.
+    #[test]
+    fn several_workers_share_the_load() {
+        let one = tls(0.2);
+        let two = Network {
+            servers: 2,
+            ..tls(0.2)
+        };
+        // very light load: the same R within the estimates' error
+        let (a, b) = (&solve_at(&one, &[1])[0], &solve_at(&two, &[1])[0]);
+        let ci = a.ci95.unwrap().response_s + b.ci95.unwrap().response_s;
+        assert!(
+            (a.response_s - b.response_s).abs() <= 2.0 * ci,
+            "{a:?} {b:?}"
+        );
+        within(b.response_s, b.ci95.unwrap().response_s, two.demand(), "R");
+        // and with a few users who seldom meet, within 1 %
+        let slow = |servers| Network {
+            servers,
+            ..tls(2.0)
+        };
+        let (a, b) = (&solve_at(&slow(1), &[3])[0], &solve_at(&slow(2), &[3])[0]);
+        assert!(
+            (a.response_s / b.response_s - 1.0).abs() < 0.01,
+            "{a:?} {b:?}"
+        );
+        // mid load: more than one loop, at most twice it
+        for n in [40, 70] {
+            let (a, b) = (&solve_at(&one, &[n])[0], &solve_at(&two, &[n])[0]);
+            assert!(
+                b.throughput_per_s > a.throughput_per_s
+                    && b.throughput_per_s <= 2.0 * a.throughput_per_s,
+                "N={n}: {a:?} {b:?}"
+            );
+            assert!(b.response_s < a.response_s, "N={n}");
+        }
+        // far past N*: X → 2 / D_ws, both CPUs busy
+        let top = (3.0 * two.n_star()).ceil() as u32;
+        let s = simulate(&two, top, Settings::for_users(1, top));
+        let x_max = 2.0 / one.service_demand();
+        assert!(
+            (s.throughput_per_s / x_max - 1.0).abs() < 0.01,
+            "{s:?} vs {x_max}"
+        );
+        assert!((s.utilisation - 1.0).abs() < 0.01, "{s:?}");
+        // the same seed, the same answer
+        assert_eq!(
+            format!("{:?}", solve_at(&two, &[30])[0]),
+            format!("{:?}", solve_at(&two, &[30])[0])
+        );
     }
 
     /// An idle worker's CPU takes `wakeup_s` to run it: with one user every handler call

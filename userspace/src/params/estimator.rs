@@ -5,7 +5,9 @@
 //! Percentiles come from HDR histograms of 2 significant digits (≤ 1 % relative error)
 //! over 1 µs … 1000 s; means from exact sums. Memory is bounded: at most `max_servers`
 //! servers × 3 classes × 10 stages, each with `SLOTS` histograms of ~6 KiB, allocated
-//! only for what is seen.
+//! only for what is seen; and, to tell the servers' architecture, each process's last
+//! `architecture::HELD_RECENT` connections (accept, end), dropped when it has none in the
+//! window.
 
 use std::{
     collections::BTreeMap,
@@ -15,8 +17,12 @@ use std::{
 
 use hdrhistogram::Histogram;
 
-use super::v1::{
-    Cache, ClassParams, Classes, Cpu, Demand, Parameters, ServerParams, StageParams, Window, SCHEMA,
+use super::{
+    architecture::{self, Held},
+    v1::{
+        Architecture, Cache, ClassParams, Classes, Cpu, Demand, Host, Parameters, ServerParams,
+        StageParams, Window, SCHEMA,
+    },
 };
 use crate::{
     clock::rfc3339_utc,
@@ -52,6 +58,9 @@ pub struct Sample<'a> {
     pub wait_cpu: &'a [(Stage, u64)],
     /// the client offered resumption
     pub resumption_offered: bool,
+    /// when the process accepted the connection and when its record was made (ns, one
+    /// clock); None when the accept was not seen
+    pub held: Option<(i128, i128)>,
 }
 
 /// One stage's samples in one slot.
@@ -195,6 +204,8 @@ struct ProcAcc {
     without_cpu: u64,
     /// the process's whole CPU time (`Estimator::add_cpu`)
     cpu_ns: u128,
+    /// the most connections it held at once, as its records came in this slot
+    most_at_once: u32,
 }
 
 impl ProcAcc {
@@ -203,7 +214,32 @@ impl ProcAcc {
         self.stage_cpu_ns += o.stage_cpu_ns;
         self.without_cpu += o.without_cpu;
         self.cpu_ns += o.cpu_ns;
+        self.most_at_once = self.most_at_once.max(o.most_at_once);
     }
+}
+
+/// Where the estimator reads what its records do not carry, when a document is made.
+#[derive(Clone, Copy)]
+pub struct Probe {
+    /// a process's threads (None: gone)
+    pub threads: fn(u32) -> Option<u32>,
+    /// the host's CPUs online
+    pub cpus: fn() -> Option<u32>,
+}
+
+impl Default for Probe {
+    fn default() -> Probe {
+        Probe {
+            threads: architecture::proc_threads,
+            cpus: architecture::online_cpus,
+        }
+    }
+}
+
+/// A process's recent connections, and the slot of its last.
+struct ProcHeld {
+    held: Held,
+    seq: u64,
 }
 
 /// The sliding-window estimator.
@@ -214,6 +250,9 @@ pub struct Estimator {
     slots: Vec<Slot>,
     /// servers seen (kept by name up to `max_servers`)
     known: std::collections::BTreeSet<String>,
+    /// by process, its recent connections (dropped with its last slot)
+    held: BTreeMap<u32, ProcHeld>,
+    probe: Probe,
 }
 
 impl Estimator {
@@ -226,7 +265,14 @@ impl Estimator {
             start: Instant::now(),
             slots: Vec::new(),
             known: Default::default(),
+            held: BTreeMap::new(),
+            probe: Probe::default(),
         }
+    }
+
+    /// The same, reading threads and CPUs with `probe` (tests).
+    pub fn with_probe(self, probe: Probe) -> Estimator {
+        Estimator { probe, ..self }
     }
 
     /// An estimator of a whole run of `duration` (`export --duration`, `report`): its
@@ -244,10 +290,12 @@ impl Estimator {
         (now.saturating_duration_since(self.start).as_nanos() / self.slot_len().as_nanos()) as u64
     }
 
-    /// Drop slots that fell out of the window ending at `now`.
+    /// Drop slots that fell out of the window ending at `now`, and the connections of
+    /// processes with none in it.
     fn expire(&mut self, now: Instant) {
         let seq = self.seq(now);
         self.slots.retain(|s| s.seq + SLOTS as u64 > seq);
+        self.held.retain(|_, h| h.seq + SLOTS as u64 > seq);
     }
 
     /// The slot of `now`, made if new.
@@ -271,9 +319,19 @@ impl Estimator {
     }
 
     pub fn add(&mut self, now: Instant, s: &Sample) {
+        let seq = self.seq(now);
+        let most = s.held.map(|(accept, end)| {
+            let h = self.held.entry(s.pid).or_insert_with(|| ProcHeld {
+                held: Held::default(),
+                seq,
+            });
+            h.seq = seq;
+            h.held.add(accept, end)
+        });
         let slot = self.slot(now);
         let proc = slot.procs.entry(s.pid).or_default();
         proc.connections += 1;
+        proc.most_at_once = proc.most_at_once.max(most.unwrap_or(0));
         // (a preamble's service has no on-CPU reading: its CPU counts as outside the
         // stages, as accepting does)
         let served = s.stages.iter().any(|(st, _)| st.has_cpu());
@@ -317,6 +375,7 @@ impl Estimator {
         let end_ns = wall_now
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as i128);
+        let probe = self.probe;
         Parameters {
             schema: SCHEMA.to_owned(),
             window: Some(Window {
@@ -324,14 +383,44 @@ impl Estimator {
                 end: rfc3339_utc(end_ns),
                 seconds,
             }),
+            host: (probe.cpus)().map(|cpus| Host { cpus }),
             servers: merged
                 .into_iter()
                 .map(|(name, acc)| {
                     let cpu = with_waits(server_cpu(&acc, &procs), &acc);
-                    server_params(name, &acc, seconds, cpu)
+                    let arch = server_architecture(&acc, &procs, probe.threads);
+                    ServerParams {
+                        architecture: Some(arch),
+                        ..server_params(name, &acc, seconds, cpu)
+                    }
                 })
                 .collect(),
         }
+    }
+}
+
+/// How the server's processes held its connections over the window: how many accepted
+/// them, the most one held at once (whatever their server: one process, one way of
+/// serving), the most threads among them now, and the kind those make.
+fn server_architecture(
+    acc: &ServerAcc,
+    procs: &BTreeMap<u32, ProcAcc>,
+    threads: fn(u32) -> Option<u32>,
+) -> Architecture {
+    let most_at_once = acc
+        .by_pid
+        .keys()
+        .filter_map(|pid| procs.get(pid))
+        .map(|p| p.most_at_once)
+        .max()
+        .unwrap_or(0);
+    let threads = acc.by_pid.keys().filter_map(|&pid| threads(pid)).max();
+    let processes = acc.by_pid.len();
+    Architecture {
+        kind: architecture::classify(processes, most_at_once, threads),
+        processes: u32::try_from(processes).unwrap_or(u32::MAX),
+        most_at_once,
+        threads,
     }
 }
 
@@ -442,6 +531,7 @@ fn server_params(server: String, acc: &ServerAcc, seconds: f64, cpu: Cpu) -> Ser
             resumption_rate: ratio(resumed, full + resumed),
         },
         cpu,
+        architecture: None,
         classes: Classes {
             tls_full: class(RequestClass::TlsFull),
             tls_resumed: class(RequestClass::TlsResumed),
@@ -465,6 +555,7 @@ impl Sink for Estimator {
                 cpu: &r.cpu_ns.0,
                 wait_cpu: &r.wait_cpu_ns.0,
                 resumption_offered: r.resumption_offered,
+                held: r.held_ns.map(|ns| (r.wall_ns - i128::from(ns), r.wall_ns)),
             },
         );
         Ok(())
@@ -482,6 +573,7 @@ impl Sink for Estimator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::params::v1::ArchitectureKind;
     use serde_json::Value;
 
     fn sample<'a>(
@@ -498,6 +590,7 @@ mod tests {
             cpu: &[],
             wait_cpu: &[],
             resumption_offered: offered,
+            held: None,
         }
     }
 
@@ -700,6 +793,79 @@ mod tests {
         assert_eq!(p.servers[0].cpu, Cpu::default());
         let v: Value = serde_json::from_str(&p.to_json()).unwrap();
         assert_eq!(v["servers"][0]["cpu"]["outside_stages_s"], Value::Null);
+    }
+
+    /// Each server's architecture from its processes' overlapping connections and their
+    /// threads; the host's CPUs once per document.
+    #[test]
+    fn architecture_from_overlapping_connections() {
+        fn threads(pid: u32) -> Option<u32> {
+            match pid {
+                10 | 11 | 20 | 21 => Some(1),
+                30 => Some(25),
+                _ => None,
+            }
+        }
+        let probe = Probe {
+            threads,
+            cpus: || Some(2),
+        };
+        let mut e = Estimator::new(Duration::from_secs(60), 8).with_probe(probe);
+        let now = e.start + Duration::from_secs(1);
+        let st = [(Stage::Response, 1_000)];
+        let conn = |server, pid, accept: i128, end: i128| Sample {
+            pid,
+            held: Some((accept, end)),
+            ..sample(server, Kind::Plain, &st, false)
+        };
+        // an event loop: workers 10 and 11, worker 10 holding three at once at 5
+        for (pid, a, b) in [(10, 5, 9), (10, 0, 10), (11, 0, 3), (10, 2, 12), (11, 4, 6)] {
+            e.add(now, &conn("nginx:443", pid, a, b));
+        }
+        // prefork: children 20 and 21, one after another each
+        for (pid, a, b) in [(20, 0, 5), (21, 1, 6), (20, 6, 9), (21, 7, 8)] {
+            e.add(now, &conn("apache2:443", pid, a, b));
+        }
+        // threads: one process of 25 threads
+        for (a, b) in [(0, 5), (1, 6)] {
+            e.add(now, &conn("httpd:443", 30, a, b));
+        }
+        // one process, one at a time: cannot tell
+        e.add(now, &conn("lone:1", 40, 0, 1));
+        let p = e.parameters(now, SystemTime::now());
+        assert_eq!(p.host, Some(Host { cpus: 2 }));
+        let arch = |name: &str| {
+            p.servers
+                .iter()
+                .find(|s| s.server == name)
+                .unwrap()
+                .architecture
+                .unwrap()
+        };
+        let a = arch("nginx:443");
+        assert_eq!(
+            (a.kind, a.processes, a.most_at_once, a.threads),
+            (ArchitectureKind::EventLoop, 2, 3, Some(1))
+        );
+        let a = arch("apache2:443");
+        assert_eq!(
+            (a.kind, a.processes, a.most_at_once),
+            (ArchitectureKind::ProcessPerConnection, 2, 1)
+        );
+        assert_eq!(arch("httpd:443").kind, ArchitectureKind::Threads);
+        let a = arch("lone:1");
+        assert_eq!((a.kind, a.threads), (ArchitectureKind::Unknown, None));
+        let v: Value = serde_json::from_str(&p.to_json()).unwrap();
+        assert_eq!(v["host"]["cpus"], 2);
+        assert_eq!(
+            v["servers"][0]["architecture"]["kind"],
+            "process_per_connection"
+        );
+        assert_eq!(v["servers"][2]["architecture"].get("threads"), None);
+        // a process's connections leave with the window
+        let later = now + Duration::from_secs(200);
+        e.parameters(later, SystemTime::now());
+        assert!(e.held.is_empty());
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //! the demands by stage class, the processes' CPU per connection.
 //! - `v1`: the document, one type that writes and reads it (the contract)
 //! - `estimator`: the sliding-window estimator, a sink, that makes it
+//! - `architecture`: how a server holds its connections (event loop, prefork, threads)
 //! - `format`: the same as CSV and as a table for people
 
+pub mod architecture;
 mod estimator;
 pub mod format;
 pub mod v1;

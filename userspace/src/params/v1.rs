@@ -23,7 +23,17 @@ pub struct Parameters {
     /// the measured window (a hand-written file may have none)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<Window>,
+    /// the host the servers ran on (absent in documents written before it, or by hand)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<Host>,
     pub servers: Vec<ServerParams>,
+}
+
+/// The host the document was made on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    /// CPUs online when the document was made (not a cpuset's share)
+    pub cpus: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,7 +58,53 @@ pub struct ServerParams {
     pub cache: Cache,
     #[serde(default)]
     pub cpu: Cpu,
+    /// how the server holds its connections, told from the window's (absent when it had
+    /// none, in documents written before it, or by hand)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<Architecture>,
     pub classes: Classes,
+}
+
+/// How a server holds its connections (`params::architecture`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Architecture {
+    pub kind: ArchitectureKind,
+    /// distinct processes that accepted the server's connections in the window
+    pub processes: u32,
+    /// the most connections one of them held at once (accept → the record's end)
+    pub most_at_once: u32,
+    /// the most threads among them when the document was made; absent when none could
+    /// be read (all gone)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
+}
+
+/// The kinds of server architecture hstrace tells apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArchitectureKind {
+    /// single-threaded processes each holding several connections at once (nginx, HAProxy)
+    EventLoop,
+    /// never more than one connection at once per process, several processes (Apache
+    /// prefork)
+    ProcessPerConnection,
+    /// multi-threaded processes (Apache worker/event, Node with a pool)
+    Threads,
+    /// the window cannot tell (one process that never held two connections at once); a
+    /// kind a later hstrace adds reads as this
+    #[serde(other)]
+    Unknown,
+}
+
+impl ArchitectureKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ArchitectureKind::EventLoop => "event_loop",
+            ArchitectureKind::ProcessPerConnection => "process_per_connection",
+            ArchitectureKind::Threads => "threads",
+            ArchitectureKind::Unknown => "unknown",
+        }
+    }
 }
 
 /// The session cache: handshakes whose client offered resumption, and those resumed.
@@ -242,6 +298,35 @@ mod tests {
         assert!(full.stages.0.iter().any(|(n, _)| n == "server_finish"));
         assert_eq!(p.window, None);
         assert_eq!(p.servers[0].cpu, Cpu::default());
+        assert_eq!((p.host, p.servers[0].architecture), (None, None));
+    }
+
+    /// The host and the architecture read and write back; a kind this hstrace does not
+    /// know reads as unknown.
+    #[test]
+    fn host_and_architecture() {
+        let text = include_str!("../../../examples/seed002-parameters.json").replacen(
+            "\"server\": \"seed002:443\",",
+            "\"server\": \"seed002:443\", \"architecture\": {\"kind\": \"event_loop\", \"processes\": 2, \"most_at_once\": 14, \"threads\": 1},",
+            1,
+        );
+        let text = text.replacen("{", "{\"host\": {\"cpus\": 8},", 1);
+        let p = Parameters::from_json(&text, "t").unwrap();
+        assert_eq!(p.host, Some(Host { cpus: 8 }));
+        let a = p.servers[0].architecture.unwrap();
+        assert_eq!(
+            (a.kind, a.processes, a.most_at_once, a.threads),
+            (ArchitectureKind::EventLoop, 2, 14, Some(1))
+        );
+        let v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+        assert_eq!(v["host"]["cpus"], 8);
+        assert_eq!(v["servers"][0]["architecture"]["kind"], "event_loop");
+        let later = text.replace("\"event_loop\"", "\"actors\"");
+        let p = Parameters::from_json(&later, "t").unwrap();
+        assert_eq!(
+            p.servers[0].architecture.unwrap().kind,
+            ArchitectureKind::Unknown
+        );
     }
 
     #[test]

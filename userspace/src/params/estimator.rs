@@ -427,32 +427,33 @@ fn server_architecture(
 /// The CPU per connection of a server's connections (`acc`) from its processes' CPU
 /// (`procs`): each process's CPU time over the window divided among all the connections it
 /// accepted (whatever their server), averaged over this server's connections by process.
-/// Unknown (nulls) when no process's CPU was seen, or a connection's service stages have no
-/// on-CPU time.
+/// A process may show no CPU at all: the kernel counts it in clock ticks, and a prefork
+/// child that served one short connection in the window may not have reached one; the
+/// server's processes together have. Unknown (nulls) when none of them showed CPU, or a
+/// connection's service stages have no on-CPU time.
 fn server_cpu(acc: &ServerAcc, procs: &BTreeMap<u32, ProcAcc>) -> Cpu {
     let unknown = Cpu::default();
-    let (mut whole, mut outside, mut n) = (0.0, 0.0, 0u64);
+    let (mut whole, mut stages, mut n) = (0.0, 0.0, 0u64);
     for (pid, count) in &acc.by_pid {
         let Some(p) = procs.get(pid) else {
             return unknown;
         };
-        if p.cpu_ns == 0 || p.connections == 0 || p.without_cpu > 0 {
+        if p.connections == 0 || p.without_cpu > 0 {
             return unknown;
         }
-        let per = p.cpu_ns as f64 / 1e9 / p.connections as f64;
-        let stages = p.stage_cpu_ns as f64 / 1e9 / p.connections as f64;
-        whole += per * *count as f64;
-        // the stages' CPU is read at their edges, the process's once a second: over a
-        // short window the two can cross; never less than nothing outside
-        outside += (per - stages).max(0.0) * *count as f64;
+        let share = *count as f64 / p.connections as f64;
+        whole += p.cpu_ns as f64 / 1e9 * share;
+        stages += p.stage_cpu_ns as f64 / 1e9 * share;
         n += count;
     }
-    if n == 0 {
+    if n == 0 || whole == 0.0 {
         return unknown;
     }
     Cpu {
         per_connection_s: Some(whole / n as f64),
-        outside_stages_s: Some(outside / n as f64),
+        // the stages' CPU is read at their edges, the processes' once a second (in
+        // ticks): over a short window the two can cross; never less than nothing outside
+        outside_stages_s: Some((whole - stages).max(0.0) / n as f64),
         ..unknown
     }
 }
@@ -793,6 +794,43 @@ mod tests {
         assert_eq!(p.servers[0].cpu, Cpu::default());
         let v: Value = serde_json::from_str(&p.to_json()).unwrap();
         assert_eq!(v["servers"][0]["cpu"]["outside_stages_s"], Value::Null);
+    }
+
+    /// Prefork children each serve a connection now and then, and the kernel counts their
+    /// CPU in clock ticks: one that served a 1 ms connection may show none, another a
+    /// whole tick. Together they hold the server's CPU; none showing any is unknown.
+    #[test]
+    fn cpu_of_processes_below_a_clock_tick_is_the_servers_together() {
+        let mut e = Estimator::new(Duration::from_secs(60), 8);
+        let now = e.start + Duration::from_secs(10);
+        let st = [(Stage::ServerFlight1, 1_000_000)];
+        let cpu = [(Stage::ServerFlight1, 1_000_000)];
+        for pid in [30, 31, 32, 33] {
+            e.add(
+                now,
+                &Sample {
+                    pid,
+                    cpu: &cpu,
+                    ..sample("apache2:443", Kind::Full, &st, false)
+                },
+            );
+            e.add_cpu(now, pid, 0);
+        }
+        let p = e.parameters(now + Duration::from_secs(1), SystemTime::now());
+        assert_eq!(p.servers[0].cpu, Cpu::default(), "no CPU seen: unknown");
+        // one tick (10 ms) lands on child 31: 2.5 ms a connection, 1.5 ms outside the stages
+        // (not the 9 ms of child 31 alone, nor the −1 ms of the others, over four)
+        e.add_cpu(now, 31, 10_000_000);
+        let p = e.parameters(now + Duration::from_secs(1), SystemTime::now());
+        let c = p.servers[0].cpu;
+        assert!(
+            (c.per_connection_s.unwrap() - 2.5e-3).abs() < 1e-12,
+            "{c:?}"
+        );
+        assert!(
+            (c.outside_stages_s.unwrap() - 1.5e-3).abs() < 1e-12,
+            "{c:?}"
+        );
     }
 
     /// Each server's architecture from its processes' overlapping connections and their

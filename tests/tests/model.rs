@@ -125,7 +125,9 @@ struct ClassData {
 }
 
 impl ClassData {
-    fn of(params: &Value, server: &str, class: &str) -> ClassData {
+    /// `cpu`: a service stage's demand is its on-CPU part, as the model takes it from a
+    /// parameters document (not from Prometheus: its whole mean there)
+    fn of(params: &Value, server: &str, class: &str, cpu: bool) -> ClassData {
         let c = &server_of(params, server)["classes"][class];
         let stages = c["stages"]
             .as_object()
@@ -134,7 +136,12 @@ impl ClassData {
             .map(|(name, st)| {
                 let count = num(&st["count"]);
                 let class = st["class"].as_str().unwrap().to_owned();
-                (name.clone(), (class, count, num(&st["mean_s"]) * count))
+                // a service stage's demand is its on-CPU time, where measured
+                let mean = match (class.as_str(), st["cpu_mean_s"].as_f64()) {
+                    ("service", Some(on_cpu)) if cpu => on_cpu,
+                    _ => num(&st["mean_s"]),
+                };
+                (name.clone(), (class, count, mean * count))
             })
             .collect();
         ClassData {
@@ -217,7 +224,7 @@ impl Expected {
     fn from_params(params: &Value, servers: &[&str]) -> Expected {
         let data: Vec<(&str, [ClassData; 3])> = servers
             .iter()
-            .map(|s| (*s, CLASSES.map(|(c, _)| ClassData::of(params, s, c))))
+            .map(|s| (*s, CLASSES.map(|(c, _)| ClassData::of(params, s, c, true))))
             .collect();
         Expected::of(&data, &|_, _, _| false, 0.0)
     }
@@ -227,7 +234,9 @@ impl Expected {
         let data: Vec<(&str, [ClassData; 3])> = servers
             .iter()
             .map(|s| {
-                let since = |c| ClassData::of(after, s, c).since(&ClassData::of(before, s, c));
+                let since = |c| {
+                    ClassData::of(after, s, c, false).since(&ClassData::of(before, s, c, false))
+                };
                 (*s, CLASSES.map(|(c, _)| since(c)))
             })
             .collect();
@@ -398,7 +407,7 @@ fn daemon_and_prometheus_give_the_model_the_daemons_numbers() {
     let params: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
     // (processor sharing given: the exact solution, whatever architecture the window
     // shows of one worker)
-    let ps = ["--discipline", "processor-sharing"];
+    let ps = ["--discipline", "processor-sharing", "--overhead", "0"];
     let merged = model_json(&[&["--from", &url, "--server", &both][..], &ps].concat());
     let single = model_json(&[&["--from", &url, "--server", &tls][..], &ps].concat());
     let default = model_json(&[&["--from", &url][..], &ps].concat());
@@ -436,11 +445,20 @@ fn daemon_and_prometheus_give_the_model_the_daemons_numbers() {
     for (i, (class, _)) in CLASSES.into_iter().enumerate() {
         let c = &server_of(&params, &tls)["classes"][class];
         assert!(close(exp_tls.share[i], num(&c["share"]), EXACT), "{class}");
-        // and the means added up are the daemon's own demands
-        for (want, what) in [(exp_tls.service[i], "service"), (exp_tls.delay[i], "delay")] {
+        // and the stages' means added up are the daemon's own demands (the model takes a
+        // service stage's on-CPU part instead: ClassData)
+        for what in ["service", "delay"] {
+            let want: f64 = c["stages"]
+                .as_object()
+                .unwrap()
+                .values()
+                .filter(|st| st["class"] == what)
+                .map(|st| num(&st["mean_s"]))
+                .sum();
             let own = num(&c["demand_s"][what]);
             assert!(close(want, own, EXACT), "{class} {what}: {want} vs {own}");
         }
+        assert!(close(exp_tls.delay[i], num(&c["demand_s"]["delay"]), EXACT));
     }
     check_input(&single, &tls, &exp_tls, EXACT);
     check_solution(&single, &exp_tls);

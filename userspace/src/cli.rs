@@ -332,9 +332,10 @@ enum Command {
         /// The seed of --discipline event-loop-sim (the same seed, the same answer)
         #[arg(long, default_value_t = 1, value_name = "SEED")]
         seed: u32,
-        /// With event-loop-sim: the worker's CPU per request that no stage measures
-        /// (accepting, closing, logging), shared among each request's handler calls
-        /// [default: the parameters' cpu.outside_stages_s less what its sleeps cost, else 0]
+        /// The server's CPU per request that no stage measures (accepting, closing,
+        /// logging): with processor-sharing each request's demand, with event-loop-sim
+        /// shared among each request's handler calls [default: the parameters'
+        /// cpu.outside_stages_s (event-loop-sim: less what its sleeps cost), else 0]
         #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
         overhead: Option<String>,
         /// With event-loop-sim: the worker's CPU each time it goes to sleep in epoll_wait

@@ -511,7 +511,18 @@ pub fn network(
 ) -> Result<Network> {
     // --key-change changes the input itself: every knob and every solver sees the new key
     let server = &*with_key_change(server, knobs)?;
-    let (service_s, delay_s) = demands(server, knobs)?;
+    let (mut service_s, delay_s) = demands(server, knobs)?;
+    // processor sharing: the CPU no stage measures is each request's demand too (the
+    // simulated loop runs it after each handler call instead)
+    let mut overhead_s = knobs.overhead_s;
+    if knobs.discipline == Discipline::ProcessorSharing {
+        for (s, c) in service_s.iter_mut().zip(&server.classes) {
+            if c.measured() {
+                *s += overhead_s;
+            }
+        }
+        overhead_s = 0.0;
+    }
     let visits = server.classes.each_ref().map(|c| visits(c, knobs));
     let net = Network {
         think_s: knobs.think_s,
@@ -524,14 +535,17 @@ pub fn network(
         visit_sq_s: visits.map(|v| v.iter().map(|s| s * s).sum()),
         routes: server.classes.each_ref().map(|c| route(c, knobs)),
         seed: knobs.seed,
-        overhead_s: knobs.overhead_s,
+        overhead_s,
         wakeup: knobs.wakeup.clone(),
         sleep_cpu_s: knobs.sleep_cpu_s,
     };
     if knobs.discipline != Discipline::EventLoopSim
-        && (knobs.overhead_s > 0.0 || !knobs.wakeup.is_zero() || knobs.sleep_cpu_s > 0.0)
+        && (!knobs.wakeup.is_zero() || knobs.sleep_cpu_s > 0.0)
     {
-        bail!("--overhead, --wakeup and --sleep-cpu are parts of the simulated event loop: give --discipline event-loop-sim");
+        bail!("--wakeup and --sleep-cpu are parts of the simulated event loop: give --discipline event-loop-sim");
+    }
+    if knobs.discipline == Discipline::EventLoop && knobs.overhead_s > 0.0 {
+        bail!("--overhead is CPU the simulated event loop or processor sharing adds to each request: give --discipline event-loop-sim or processor-sharing");
     }
     if knobs.discipline == Discipline::EventLoop && knobs.servers > 1 {
         bail!("--discipline event-loop (the approximation) models one event loop: give --discipline event-loop-sim for {} workers, or --servers 1", knobs.servers);
@@ -965,10 +979,12 @@ mod tests {
     #[test]
     fn bad_knobs_say_what_to_do() {
         let s = seed();
-        // the loop's platform parts belong to the simulated loop
+        // the loop's platform parts belong to the simulated loop; the CPU outside the
+        // stages to it and to processor sharing
         for k in [
             Knobs {
                 overhead_s: 1e-4,
+                discipline: Discipline::EventLoop,
                 ..Knobs::default()
             },
             Knobs {

@@ -180,9 +180,14 @@ pub fn build(
 /// sleeps per request are its handler calls (an accept and each visit) times the chance
 /// the worker was idle (1 − its busy share): with one user every call sleeps, under load
 /// few do, which is why the CPU outside the stages falls with load.
-/// The other disciplines are seed 002's network of the stages alone.
+/// Processor sharing takes the whole of `cpu.outside_stages_s` as each request's demand
+/// (nothing sleeps there to share it); the event-loop approximation is seed 002's network
+/// of the stages alone.
 fn effective_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
     let mut k = knobs.clone();
+    if k.discipline == Discipline::ProcessorSharing && !k.overhead_given {
+        k.overhead_s = server.outside_stages_s.unwrap_or(0.0);
+    }
     if k.discipline != Discipline::EventLoopSim {
         return k;
     }
@@ -400,8 +405,8 @@ mod tests {
         }
     }
 
-    /// The simulated loop takes the measured CPU outside the stages; --overhead wins;
-    /// seed 002's disciplines stay the stages alone.
+    /// The simulated loop and processor sharing take the measured CPU outside the
+    /// stages; --overhead wins; the event-loop approximation stays the stages alone.
     #[test]
     fn the_simulation_takes_the_measured_cpu_outside_the_stages() {
         let text = include_str!("../../../examples/seed002-parameters.json").replacen(
@@ -422,7 +427,25 @@ mod tests {
             ..sim.clone()
         };
         assert_eq!(effective_knobs(&given, &server).overhead_s, 1e-4);
-        assert_eq!(effective_knobs(&Knobs::default(), &server).overhead_s, 0.0);
+        // processor sharing: all of it, every request's demand
+        let ps = effective_knobs(&Knobs::default(), &server);
+        assert_eq!(ps.overhead_s, 4e-4);
+        let stages = knobs::network(&server, &Knobs::default(), None).unwrap();
+        let with = knobs::network(&server, &ps, None).unwrap();
+        for c in 0..3 {
+            let measured = server.classes[c].measured();
+            let added = with.service_s[c] - stages.service_s[c];
+            assert!(
+                (added - if measured { 4e-4 } else { 0.0 }).abs() < 1e-15,
+                "{c}"
+            );
+        }
+        assert!((with.service_demand() - stages.service_demand() - 4e-4).abs() < 1e-15);
+        let approx = Knobs {
+            discipline: Discipline::EventLoop,
+            ..Knobs::default()
+        };
+        assert_eq!(effective_knobs(&approx, &server).overhead_s, 0.0);
         assert_eq!(effective_knobs(&sim, &seed()).overhead_s, 0.0);
         // two ports of one server: each connection pays its own port's
         let server = ServerInput {

@@ -424,31 +424,39 @@ fn server_architecture(
     }
 }
 
+/// The share of a server's connections that may lack an on-CPU reading of their service
+/// stages for its CPU to be split into the stages' and the rest.
+const MAX_UNREAD: f64 = 0.01;
+
 /// The CPU per connection of a server's connections (`acc`) from its processes' CPU
 /// (`procs`): each process's CPU time over the window divided among all the connections it
 /// accepted (whatever their server), averaged over this server's connections by process.
 /// A process may show no CPU at all: the kernel counts it in clock ticks, and a prefork
 /// child that served one short connection in the window may not have reached one; the
-/// server's processes together have. Unknown (nulls) when none of them showed CPU, or a
-/// connection's service stages have no on-CPU time.
+/// server's processes together have. Unknown (nulls) when none of them showed CPU, or more
+/// than `MAX_UNREAD` of its served connections have no on-CPU time of their stages.
 fn server_cpu(acc: &ServerAcc, procs: &BTreeMap<u32, ProcAcc>) -> Cpu {
     let unknown = Cpu::default();
-    let (mut whole, mut stages, mut n) = (0.0, 0.0, 0u64);
+    let (mut whole, mut stages, mut n, mut unread) = (0.0, 0.0, 0u64, 0.0);
     for (pid, count) in &acc.by_pid {
         let Some(p) = procs.get(pid) else {
             return unknown;
         };
-        if p.connections == 0 || p.without_cpu > 0 {
+        if p.connections == 0 {
             return unknown;
         }
         let share = *count as f64 / p.connections as f64;
         whole += p.cpu_ns as f64 / 1e9 * share;
         stages += p.stage_cpu_ns as f64 / 1e9 * share;
+        unread += p.without_cpu as f64 * share;
         n += count;
     }
-    if n == 0 || whole == 0.0 {
+    // a few served connections without an on-CPU reading are given the others' mean stage
+    // CPU; more, and the split would be a guess
+    if n == 0 || whole == 0.0 || unread > n as f64 * MAX_UNREAD {
         return unknown;
     }
+    let stages = stages * n as f64 / (n as f64 - unread);
     Cpu {
         per_connection_s: Some(whole / n as f64),
         // the stages' CPU is read at their edges, the processes' once a second (in
@@ -829,6 +837,34 @@ mod tests {
         );
         assert!(
             (c.outside_stages_s.unwrap() - 1.5e-3).abs() < 1e-12,
+            "{c:?}"
+        );
+
+        // one served connection in 200 without an on-CPU reading: given the others' mean
+        // (1 ms), not counted as CPU outside the stages
+        let mut e = Estimator::new(Duration::from_secs(60), 8);
+        for i in 0..200 {
+            let read: &[(Stage, u64)] = if i == 0 { &[] } else { &cpu };
+            e.add(
+                now,
+                &Sample {
+                    pid: 40,
+                    cpu: read,
+                    ..sample("b:2", Kind::Full, &st, false)
+                },
+            );
+        }
+        e.add_cpu(now, 40, 300_000_000);
+        let c = e
+            .parameters(now + Duration::from_secs(1), SystemTime::now())
+            .servers[0]
+            .cpu;
+        assert!(
+            (c.per_connection_s.unwrap() - 1.5e-3).abs() < 1e-12,
+            "{c:?}"
+        );
+        assert!(
+            (c.outside_stages_s.unwrap() - 0.5e-3).abs() < 1e-12,
             "{c:?}"
         );
     }

@@ -16,28 +16,34 @@ pub fn make_cert(dir: &Path, bits: u32) -> (PathBuf, PathBuf) {
 /// The same, its files named PREFIXcert.pem and PREFIXkey.pem, with `extra` arguments to
 /// `openssl req` (e.g. `-addext` for many subject alternative names: a big certificate).
 pub fn make_cert_named(dir: &Path, prefix: &str, bits: u32, extra: &[&str]) -> (PathBuf, PathBuf) {
+    let newkey = format!("rsa:{bits}");
+    self_signed(dir, prefix, &["-newkey", &newkey], extra)
+}
+
+/// A self-signed certificate with an ECDSA P-256 key, PREFIXcert.pem and PREFIXkey.pem.
+pub fn make_ecdsa_cert(dir: &Path, prefix: &str) -> (PathBuf, PathBuf) {
+    let key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
+    self_signed(dir, prefix, &key, &[])
+}
+
+/// `openssl req -x509` with `key` (how to make the key) and `extra`, for CN=demo.test.
+fn self_signed(dir: &Path, prefix: &str, key: &[&str], extra: &[&str]) -> (PathBuf, PathBuf) {
     let cert = dir.join(format!("{prefix}cert.pem"));
-    let key = dir.join(format!("{prefix}key.pem"));
+    let key_file = dir.join(format!("{prefix}key.pem"));
     let st = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            &format!("rsa:{bits}"),
-            "-nodes",
-            "-days",
-            "2",
-        ])
+        .args(["req", "-x509"])
+        .args(key)
+        .args(["-nodes", "-days", "2"])
         .args(extra)
         .args(["-subj", "/CN=demo.test", "-keyout"])
-        .arg(&key)
+        .arg(&key_file)
         .arg("-out")
         .arg(&cert)
         .stderr(Stdio::null())
         .status()
         .expect("openssl");
     assert!(st.success(), "openssl req failed");
-    (cert, key)
+    (cert, key_file)
 }
 
 /// A real captured ClientHello (handshake message) wrapped in a TLS record.

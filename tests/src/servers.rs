@@ -439,12 +439,17 @@ StartServers 1
 ServerLimit 1
 ThreadsPerChild 8
 MaxRequestWorkers 8";
-        Apache::start_with_mpm(name, mpm, 1)
+        Apache::start_with_mpm(name, mpm, 1, 2048)
     }
 
     /// The prefork MPM: `children` single-threaded child processes, each serving one
     /// connection at a time, as many as it keeps spare.
     pub fn start_prefork(name: &str, children: u32) -> TestServer {
+        Apache::start_prefork_with_key(name, children, 2048)
+    }
+
+    /// The same with an RSA certificate of `rsa_bits`.
+    pub fn start_prefork_with_key(name: &str, children: u32, rsa_bits: u32) -> TestServer {
         let mpm = format!(
             "LoadModule mpm_prefork_module {{m}}/mod_mpm_prefork.so
 StartServers {children}
@@ -453,13 +458,13 @@ MaxSpareServers {children}
 ServerLimit {children}
 MaxRequestWorkers {children}"
         );
-        Apache::start_with_mpm(name, &mpm, children as usize)
+        Apache::start_with_mpm(name, &mpm, children as usize, rsa_bits)
     }
 
     /// `mpm`: its LoadModule line (`{m}` is the modules directory) and its settings.
-    fn start_with_mpm(name: &str, mpm: &str, children: usize) -> TestServer {
+    fn start_with_mpm(name: &str, mpm: &str, children: usize, rsa_bits: u32) -> TestServer {
         let dir = work_dir(name);
-        let (cert, key) = make_cert(&dir, 2048);
+        let (cert, key) = make_cert(&dir, rsa_bits);
         let (port, plain_port) = (free_port(), free_port());
         let www = dir.join("www");
         fs::create_dir_all(&www).unwrap();
@@ -483,6 +488,8 @@ Listen 127.0.0.1:{port}
 Listen 127.0.0.1:{plain_port}
 {mpm}
 LoadModule authz_core_module {m}/mod_authz_core.so
+LoadModule dir_module {m}/mod_dir.so
+DirectoryIndex index.html
 LoadModule socache_shmcb_module {m}/mod_socache_shmcb.so
 LoadModule ssl_module {m}/mod_ssl.so
 LogFormat "%{{remote}}p %{{SSL_PROTOCOL}}x %{{SSL_SESSION_RESUMED}}x %D" hs

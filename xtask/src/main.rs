@@ -69,11 +69,15 @@ enum Job {
     Vmlinux,
     /// With/without hstrace side by side: docs/benchmarks.md
     Bench(BenchArgs),
-    /// The model's predictions against a loaded nginx: docs/model-validation.md
+    /// The model's predictions against loaded servers: docs/model-validation.md
     ValidateModel {
         /// A short run, printed, nothing written
         #[arg(long)]
         quick: bool,
+        /// Only these parts (nginx-1, nginx-2, apache-prefork, whatif), printed, nothing
+        /// written
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
     /// Mutated real ClientHellos to nginx under `hstrace trace`, every connection accounted
     /// for
@@ -194,7 +198,7 @@ fn run(job: Job) -> Result<()> {
             };
             bench::bench(mode)
         }
-        Job::ValidateModel { quick } => validate::validate_model(quick),
+        Job::ValidateModel { quick, only } => validate::validate_model(quick, &only),
         Job::FuzzWire { cases, seed } => fuzz::fuzz_wire(cases, seed),
         Job::FuzzParsers { runs } => fuzz::fuzz_parsers(runs),
         Job::Soak { minutes } => soak::soak(minutes),
@@ -257,7 +261,11 @@ mod tests {
         ));
         assert!(matches!(
             parse("validate-model --quick"),
-            Job::ValidateModel { quick: true }
+            Job::ValidateModel { quick: true, ref only } if only.is_empty()
+        ));
+        assert!(matches!(
+            parse("validate-model --only nginx-2,whatif"),
+            Job::ValidateModel { quick: false, ref only } if only == &["nginx-2", "whatif"]
         ));
         assert!(matches!(
             parse("fuzz-wire --cases 20000"),

@@ -15,6 +15,7 @@ use crate::{
         install_runtimes, setup_test_machine, BROWSER_PACKAGES, IMAGE_PACKAGES, TEST_PACKAGES,
     },
     util::{build, root},
+    validate,
 };
 
 /// `extra`: cargo test's arguments (`--test accuracy`, a test's name), and after a `--`
@@ -23,6 +24,8 @@ pub fn test(extra: &[String]) -> Result<()> {
     setup_test_machine(&[TEST_PACKAGES, IMAGE_PACKAGES, BROWSER_PACKAGES].concat())?;
     install_runtimes()?;
     let bin = build()?;
+    // the load generator of the reduced model validation (xtask/src/validate.rs)
+    let hsload = validate::build_hsload()?;
     // the packages and the image as an operator installs them (tests/tests/package.rs,
     // tests/tests/image.rs)
     let packages = package::package()?;
@@ -40,6 +43,7 @@ pub fn test(extra: &[String]) -> Result<()> {
         .args(["--", "--test-threads=1", "--include-ignored"])
         .args(binary_args)
         .env("HSTRACE_BIN", &bin)
+        .env("HSTRACE_HSLOAD", &hsload)
         .env("HSTRACE_DEB", &packages.deb)
         .env("HSTRACE_DBGSYM_DEB", &packages.dbgsym)
         .env("HSTRACE_IMAGE", &image.name)

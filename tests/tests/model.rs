@@ -1132,9 +1132,9 @@ fn the_model_picks_the_discipline_from_the_measured_architecture() {
         ),
         (
             &apache_name,
-            "processor_sharing",
+            "event_loop_sim",
             cpus,
-            format!("serves one connection per process (4 processes, never two connections at once in one): processor sharing on the host's {cpus} CPU"),
+            format!("serves one connection per process (4 processes, never two connections at once in one): simulated, each CPU running a flight to completion, on the host's {cpus} CPU"),
         ),
     ] {
         let m = model_json(&["--params", file, "--server", server]);

@@ -324,9 +324,10 @@ enum Command {
         servers: Option<i64>,
         /// How the web server shares its CPUs (event-loop: approximate MVA, one loop;
         /// event-loop-sim: simulated, with a 95 % confidence half-width) [default: as
-        /// measured: event-loop-sim for an event loop (nginx, HAProxy), processor-sharing
-        /// for processes or threads per connection (Apache) and when the parameters cannot
-        /// tell (or come from Prometheus); said on stderr, and in the JSON's because]
+        /// measured: event-loop-sim for an event loop (nginx, HAProxy) and for a process
+        /// per connection (Apache prefork: each CPU runs a flight to completion),
+        /// processor-sharing for threads and when the parameters cannot tell (or come from
+        /// Prometheus); said on stderr, and in the JSON's because]
         #[arg(long, value_enum)]
         discipline: Option<DisciplineArg>,
         /// The seed of --discipline event-loop-sim (the same seed, the same answer)

@@ -143,10 +143,12 @@ const ARCHES: [Arch; 3] = [
         key: "apache-prefork",
         title: "Apache httpd, prefork",
         how: "Apache httpd with the prefork MPM: 100 single-threaded child processes, each \
-              serving one connection at a time, all pinned to CPU 0 and sharing it (processor \
-              sharing on one processor: the machine's other CPU is the client's); hsload and \
-              the daemon pinned to CPU 1",
-        discipline: "processor-sharing",
+              serving one connection at a time, all pinned to CPU 0 and sharing it (one \
+              processor: the machine's other CPU is the client's); hsload and the daemon \
+              pinned to CPU 1. The model is the discipline `hstrace model` picks for one \
+              process per connection: each CPU runs a flight to completion, simulated; \
+              processor sharing is the PS column",
+        discipline: SIMULATED,
         servers: 1,
         users: &[1, 4, 16, 32, 48, 64, 80],
         client_cpu: Some(1),
@@ -222,6 +224,9 @@ struct Point {
     load: Value,
     /// the server's CPU busy share over the measuring window (per CPU it may use)
     cpu_busy: f64,
+    /// the client's CPU over the same window (hsload and the daemon), in CPUs: on the
+    /// server's CPUs when the client is not pinned apart
+    client_cpu: f64,
     /// the daemon's parameters of this point (`hstrace.parameters/v1`)
     params: Value,
     /// the server's CPU per request outside the measured service stages, as the daemon
@@ -453,7 +458,8 @@ fn drive(
     mix: &Mix,
     users: u32,
     duration_s: u64,
-) -> Result<(Value, f64)> {
+    daemon: u32,
+) -> Result<(Value, f64, f64)> {
     let s = &server.server;
     let mut cmd = Command::new(hsload);
     cmd.args(["--tls-port", &s.port.to_string()])
@@ -477,14 +483,23 @@ fn drive(
         }
     }
     let mut child = cmd.spawn().context("running hsload")?;
+    let client = [child.id(), daemon];
+    // (when, the server's CPU seconds, the client's: hsload's and the daemon's)
+    let read = || -> Result<(Instant, f64, f64)> {
+        let mut c = 0.0;
+        for pid in client {
+            c += process_run_secs(pid)?;
+        }
+        Ok((Instant::now(), server.cpu_secs()?, c))
+    };
     let stderr = BufReader::new(child.stderr.take().expect("piped"));
     let (mut from, mut to) = (None, None);
     let mut said = String::new();
     for line in stderr.lines() {
         let line = line?;
         match line.as_str() {
-            "hsload: measuring" => from = Some((Instant::now(), server.cpu_secs()?)),
-            "hsload: measured" => to = Some((Instant::now(), server.cpu_secs()?)),
+            "hsload: measuring" => from = Some(read()?),
+            "hsload: measured" => to = Some(read()?),
             _ => said.push_str(&line),
         }
     }
@@ -493,13 +508,14 @@ fn drive(
         bail!("hsload failed ({}): {said}", out.status);
     }
     let load: Value = serde_json::from_slice(&out.stdout).context("hsload's JSON")?;
-    let busy = match (from, to) {
-        (Some((t0, c0)), Some((t1, c1))) => {
-            (c1 - c0) / (t1 - t0).as_secs_f64() / f64::from(arch.servers)
+    let (busy, client_cpu) = match (from, to) {
+        (Some((t0, s0, c0)), Some((t1, s1, c1))) => {
+            let secs = (t1 - t0).as_secs_f64();
+            ((s1 - s0) / secs / f64::from(arch.servers), (c1 - c0) / secs)
         }
-        _ => f64::NAN,
+        _ => (f64::NAN, f64::NAN),
     };
-    Ok((load, busy))
+    Ok((load, busy, client_cpu))
 }
 
 /// One point measured: the daemon following `server` over hsload's run; the daemon's
@@ -512,19 +528,19 @@ fn measure(
     users: u32,
     duration_s: u64,
     file: &Path,
-) -> Result<(Value, f64)> {
+) -> Result<(Value, f64, f64)> {
     let window = (duration_s + 1).to_string();
     let master = server.server.master_pid().to_string();
     let daemon = Daemon::start(&["--pid", &master, "--window", &window]);
     if let Some(cpu) = arch.client_cpu {
         pin(daemon.pid(), cpu)?;
     }
-    let (load, cpu_busy) = drive(hsload, arch, server, mix, users, duration_s)?;
+    let measured = drive(hsload, arch, server, mix, users, duration_s, daemon.pid())?;
     let params_text = daemon.get("/api/v1/parameters");
     drop(daemon);
     fs::write(file, &params_text)?;
-    fs::write(file.with_extension("hsload.json"), load.to_string())?;
-    Ok((load, cpu_busy))
+    fs::write(file.with_extension("hsload.json"), measured.0.to_string())?;
+    Ok(measured)
 }
 
 /// `hstrace model ARGS --format json`: its whole answer (`hstrace.model/v1`).
@@ -624,8 +640,7 @@ fn mix_args(load: &Value) -> Vec<String> {
 fn predict(
     rig: &Rig,
     file: &Path,
-    load: Value,
-    cpu_busy: f64,
+    (load, cpu_busy, client_cpu): (Value, f64, f64),
     forecast_from: &Path,
 ) -> Result<Point> {
     let Rig {
@@ -697,6 +712,7 @@ fn predict(
         users,
         load,
         cpu_busy,
+        client_cpu,
         params,
         overhead_s,
         overhead_proc_s,
@@ -726,7 +742,7 @@ fn run_mix(rig: &Rig, mix: &Mix, index: usize, plan: &Plan) -> Result<Vec<Point>
     for &n in &users {
         eprintln!("xtask: {}: mix {}: {n} users", rig.arch.key, index + 1);
         let file = point_file(rig.dir, rig.arch, index, n);
-        let (load, cpu_busy) = measure(
+        let measured = measure(
             rig.hsload,
             rig.arch,
             rig.server,
@@ -735,7 +751,7 @@ fn run_mix(rig: &Rig, mix: &Mix, index: usize, plan: &Plan) -> Result<Vec<Point>
             plan.duration_s(n),
             &file,
         )?;
-        points.push(predict(rig, &file, load, cpu_busy, &forecast_from)?);
+        points.push(predict(rig, &file, measured, &forecast_from)?);
     }
     Ok(points)
 }
@@ -915,9 +931,10 @@ fn mix_section(
         };
         let _ = writeln!(
             rows,
-            "| {} | {:.1} % | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {forecast} | {} | {} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.1} % | {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {forecast} | {} | {} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} |",
             p.users,
             p.cpu_busy * 100.0,
+            p.client_cpu,
             utilisation * 100.0,
             p.cpu_per_request_s * 1e6,
             p.overhead_s * 1e6,
@@ -1151,7 +1168,7 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
         for n in users {
             eprintln!("xtask: what-if: {}: {n} users", key.name());
             let file = dir.join(format!("whatif-{}-users{n}.json", key.name()));
-            let (load, cpu_busy) =
+            let (load, cpu_busy, _) =
                 measure(hsload, arch, &server, mix, n, plan.duration_s(n), &file)?;
             let think = load["think_time_measured_s"].as_f64().unwrap_or(THINK_S);
             let mut args = model_args(&base, &server_arg, n, think, SIMULATED, 1);

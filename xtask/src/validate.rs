@@ -34,7 +34,7 @@ use anyhow::{bail, Context, Result};
 use hstrace_tests::{
     daemon::Daemon,
     fixtures::make_ecdsa_cert,
-    procs::{pin, pin_thread, process_run_secs},
+    procs::{pin, pin_thread, process_cpu_secs, process_run_secs},
     servers::{Apache, Nginx, TestServer},
 };
 use serde_json::Value;
@@ -484,11 +484,13 @@ fn drive(
     }
     let mut child = cmd.spawn().context("running hsload")?;
     let client = [child.id(), daemon];
-    // (when, the server's CPU seconds, the client's: hsload's and the daemon's)
+    // (when, the server's CPU seconds, the client's: hsload's and the daemon's, from
+    // /proc/PID/stat, which keeps the time of threads that have exited; the tasks' own
+    // schedstat loses it)
     let read = || -> Result<(Instant, f64, f64)> {
         let mut c = 0.0;
         for pid in client {
-            c += process_run_secs(pid)?;
+            c += process_cpu_secs(pid)?;
         }
         Ok((Instant::now(), server.cpu_secs()?, c))
     };

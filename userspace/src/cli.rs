@@ -237,17 +237,21 @@ enum Command {
         )]
         output: PathBuf,
     },
-    /// Forecast throughput and response time for N users from measured stage parameters
+    /// Forecast throughput and response time for N users from what hstrace measured
     ///
-    /// A closed queueing network of the server: each request's service stages are demand
-    /// on its CPU, its waits for the client a delay; solved by mean value analysis or
-    /// simulated, with what-if knobs (hit ratio, CPU speed, a costlier stage, another
-    /// certificate key).
+    /// Give it a window hstrace measured (a daemon, `hstrace export`'s file, or Prometheus)
+    /// and user counts: it answers how many requests a second the server will serve and how
+    /// long each will take with that many users. Each request's service stages are demand
+    /// on the server's CPUs, its waits for the client a delay. It picks how the server
+    /// shares its CPUs from what it measured (an nginx event loop, Apache's processes) and
+    /// says which; --discipline and --servers change it. What-if knobs: the hit ratio, the
+    /// TLS share, a faster CPU, a costlier stage, another certificate key. How far a
+    /// forecast from a quiet window holds: docs/model-validation.md.
     #[command(after_help = "Examples:\n  \
         hstrace model --from http://127.0.0.1:9725 --users 1..400\n  \
         hstrace model --params params.json --hit-ratio 0.9 --plot forecast.svg\n  \
         hstrace model --params params.json --key-change rsa2048:ecdsap256   (another certificate)\n\n\
-        The model and its validation against a loaded nginx: docs/model.md.")]
+        The model: docs/model.md; against loaded servers: docs/model-validation.md.")]
     Model {
         /// A hstrace.parameters/v1 file (`hstrace export`'s JSON, or written by hand)
         #[arg(long, value_name = "FILE")]

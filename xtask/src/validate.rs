@@ -1221,16 +1221,18 @@ fn key_change_words(answer: &Value) -> String {
     )
 }
 
-/// A picture: `hstrace model ARGS --users 1..TOP --plot SVG` with `measured` (users,
-/// hsload output) as its points, overall and per class.
+/// A picture, docs/model-validation-NAME.svg: `hstrace model ARGS --users 1..TOP --plot`
+/// with `measured` (users, hsload output) as its points, overall and per class, TOP the
+/// most users measured; the points' CSV beside the parameters in `dir`.
 fn plot(
     bin: &Path,
     args: &[String],
-    top: u32,
     measured: &[(u32, &Value)],
-    csv: &Path,
-    svg: &Path,
+    (dir, docs, name): (&Path, &Path, &str),
 ) -> Result<()> {
+    let top = measured.iter().map(|m| m.0).max().unwrap_or(1);
+    let csv = &dir.join(format!("{name}-measured.csv"));
+    let svg = &docs.join(format!("model-validation-{name}.svg"));
     let mut rows = String::from("users,response_s,class\n");
     for (users, load) in measured {
         let _ = writeln!(rows, "{users},{},all", f(&load["response_s"]["mean"]));
@@ -1295,17 +1297,9 @@ fn pictures(
                 arch.discipline,
                 arch.servers,
             ));
-            let top = points.iter().map(|p| p.users).max().unwrap_or(1);
             let measured: Vec<(u32, &Value)> = points.iter().map(|p| (p.users, &p.load)).collect();
             let name = format!("{}-mix{}", arch.key, i + 1);
-            plot(
-                bin,
-                &args,
-                top,
-                &measured,
-                &dir.join(format!("{name}-measured.csv")),
-                &docs.join(format!("model-validation-{name}.svg")),
-            )?;
+            plot(bin, &args, &measured, (dir, docs, &name))?;
         }
     }
     let base: Value = serde_json::from_str(&fs::read_to_string(&whatif.base)?)?;
@@ -1324,17 +1318,9 @@ fn pictures(
             "--key-change".into(),
             format!("{}:{}", WHATIF_FROM.name(), key.name()),
         ]);
-        let top = points.iter().map(|p| p.users).max().unwrap_or(1);
         let measured: Vec<(u32, &Value)> = points.iter().map(|p| (p.users, &p.load)).collect();
         let name = format!("whatif-{}", key.name());
-        plot(
-            bin,
-            &args,
-            top,
-            &measured,
-            &dir.join(format!("{name}-measured.csv")),
-            &docs.join(format!("model-validation-{name}.svg")),
-        )?;
+        plot(bin, &args, &measured, (dir, docs, &name))?;
     }
     Ok(())
 }

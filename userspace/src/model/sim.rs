@@ -990,20 +990,7 @@ mod tests {
             [1.0, 0.0, 0.0],
             [vec![accept(), visit("request_queue", 1.0)], vec![], vec![]],
         );
-        let set = Settings {
-            warmup: 0,
-            batch: 1_000,
-            ..Settings::for_users(1, 3)
-        };
-        let mut sim = Sim::new(&net, 3, set);
-        sim.measuring_from = Some(0.0);
-        for u in 0..3 {
-            sim.begin(u);
-        }
-        sim.resume();
-        while sim.completed < 3 {
-            sim.step();
-        }
+        let sim = all_at_once(&net, 3);
         let (accept_wait, accepted) = sim.waits[0][0];
         let (visit_wait, served) = sim.waits[0][1];
         assert_eq!((accepted, served), (3, 3));
@@ -1012,6 +999,26 @@ mod tests {
         assert!((visit_wait - 2e-3).abs() < 1e-12, "{visit_wait}");
         assert!((sim.now - 3e-3).abs() < 1e-12);
         assert!((sim.current.class_response[0] - 6e-3).abs() < 1e-12);
+    }
+
+    /// `users` users of `net` arriving together at time 0, measured from then, run until
+    /// each has made one request.
+    fn all_at_once(net: &Network, users: u32) -> Sim<'_> {
+        let set = Settings {
+            warmup: 0,
+            batch: 1_000,
+            ..Settings::for_users(1, users)
+        };
+        let mut sim = Sim::new(net, users, set);
+        sim.measuring_from = Some(0.0);
+        for u in 0..users {
+            sim.begin(u);
+        }
+        sim.resume();
+        while sim.completed < u64::from(users) {
+            sim.step();
+        }
+        sim
     }
 
     /// Two workers, two connections at once, each then 1 ms of work: the first wakes
@@ -1027,20 +1034,7 @@ mod tests {
                 [vec![accept(), visit("request_queue", 1.0)], vec![], vec![]],
             )
         };
-        let set = Settings {
-            warmup: 0,
-            batch: 1_000,
-            ..Settings::for_users(1, 2)
-        };
-        let mut sim = Sim::new(&net, 2, set);
-        sim.measuring_from = Some(0.0);
-        for u in 0..2 {
-            sim.begin(u);
-        }
-        sim.resume();
-        while sim.completed < 2 {
-            sim.step();
-        }
+        let sim = all_at_once(&net, 2);
         assert_eq!(sim.users[0].worker, 0);
         assert_eq!(sim.users[1].worker, 1);
         assert_eq!(sim.waits[0][0], (0.0, 2));

@@ -196,6 +196,11 @@ impl Plan {
         }
     }
 
+    /// The full plan's windows (a document is written only from them).
+    fn is_full(&self) -> bool {
+        self.duration_s >= Plan::full().duration_s
+    }
+
     /// A short run, to check the machinery (its figures are noisier).
     fn quick() -> Plan {
         Plan {
@@ -243,7 +248,7 @@ struct Point {
     /// checked on
     live: Value,
     /// the architecture's discipline from the stages alone
-    params_only: Option<Value>,
+    params_only: Value,
     /// the event-loop MVA approximation (event loops only, where it answers)
     approx: Option<Value>,
     /// seed 002's processor sharing
@@ -675,7 +680,7 @@ fn predict(
     if event_loop {
         args.extend(["--wakeup", "0", "--sleep-cpu", "0"].map(String::from));
     }
-    let params_only = Some(point(&model(bin, &args)?));
+    let params_only = point(&model(bin, &args)?);
     // the daemon's own reading, its ports weighted by their connections (the model splits
     // it into a part per sleep and a part per request)
     let (mut outside, mut whole, mut conns) = (0.0, 0.0, 0.0);
@@ -691,7 +696,7 @@ fn predict(
     let (overhead_s, cpu_per_request_s) = (per_conn(outside), per_conn(whole));
     // the same from /proc beside it: the server's CPU a request (the service demand law,
     // D = U·c / X), less the stages'
-    let stages = params_only.as_ref().unwrap_or(&live);
+    let stages = &params_only;
     let servers = f64::from(arch.servers);
     let stages_s = f(&stages["utilisation"]) * servers / f(&stages["throughput_per_s"]);
     let overhead_proc_s = (cpu_busy * servers / f(&load["throughput_per_s"]) - stages_s).max(0.0);
@@ -922,7 +927,7 @@ fn mix_section(
             }
         };
         let (forecast, _) = other(Some(&p.forecast));
-        let (alone, alone_err) = other(p.params_only.as_ref());
+        let (alone, alone_err) = other(Some(&p.params_only));
         let (mva, mva_err) = other(p.approx.as_ref());
         let (ps, ps_err) = other(p.shared.as_ref());
         let utilisation = f(&p.live["utilisation"]);
@@ -1163,11 +1168,11 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
     let mut sign_costs = Vec::new();
     for (key, users) in WHATIF_TO {
         let server = Server::start(arch, key, dir)?;
-        let users: Vec<u32> = match plan.duration_s < Plan::full().duration_s {
-            true => vec![users[0], users[users.len() - 1]],
-            false => users.to_vec(),
+        let users: Vec<u32> = match plan.is_full() {
+            false => vec![users[0], users[users.len() - 1]],
+            true => users.to_vec(),
         };
-        for n in users {
+        for (i, n) in users.into_iter().enumerate() {
             eprintln!("xtask: what-if: {}: {n} users", key.name());
             let file = dir.join(format!("whatif-{}-users{n}.json", key.name()));
             let (load, cpu_busy, _) =
@@ -1181,8 +1186,9 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
                 format!("{}:{}", WHATIF_FROM.name(), key.name()),
             ]);
             let answer = model(bin, &args)?;
-            if sign_costs.len() < WHATIF_TO.len() && !sign_costs.iter().any(|(k, _)| *k == key) {
-                sign_costs.push((key, key_change_words(&answer)));
+            // openssl's costs, once per key
+            if i == 0 {
+                sign_costs.push(key_change_words(&answer));
             }
             points.push(WhatIfPoint {
                 key,
@@ -1196,11 +1202,7 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
     }
     Ok(WhatIf {
         points,
-        sign_costs: sign_costs
-            .into_iter()
-            .map(|(_, w)| w)
-            .collect::<Vec<_>>()
-            .join("; "),
+        sign_costs: sign_costs.join("; "),
         base,
     })
 }
@@ -1397,7 +1399,7 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
         },
     };
     let (doc, misses) = report(&archs, &whatif, plan, &platform, &commit()?)?;
-    if only.is_empty() && plan.duration_s == Plan::full().duration_s {
+    if only.is_empty() && plan.is_full() {
         pictures(bin, &dir, &root.join("docs"), &archs, &whatif)?;
         fs::write(root.join("docs/model-validation.md"), &doc)?;
         eprintln!("xtask: wrote docs/model-validation.md");

@@ -303,6 +303,52 @@ static __always_inline __u64 thread_cpu_now(__u64 now)
 	return HS_CPU_BASE + t->se.sum_exec_runtime + now - t->se.exec_start - lag;
 }
 
+/* Was the CPU idle before this service stage? Its idle task is switched out once each
+ * time the CPU leaves idle, counted as a preemption (it never sleeps), so `nivcsw` of the
+ * run queue's idle task counts the CPU's idle exits. Each service stage's end keeps that
+ * count for its CPU (`idle_mark`); a stage's start that finds it moved ran on a CPU that
+ * had been idle in between: its caches were cold, and it paid the wake from the idle
+ * state. Under load a CPU runs one stage after another without idling, which is why a
+ * stage costs less CPU then; the model charges the difference per idle exit.
+ * Returns 0 when the run queue cannot be reached (no `se.cfs_rq`). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64); /* 1 + the CPU's idle exits at the last service stage's end */
+} idle_mark SEC(".maps");
+
+static __always_inline __u64 cpu_idle_exits(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	if (!bpf_core_field_exists(t->se.cfs_rq))
+		return 0;
+	return 1 + t->se.cfs_rq->rq->idle->nivcsw;
+}
+
+/* A service stage starts (its first read): set `bit` of idle_before if the CPU idled
+ * since a service stage last ended on it (or none has yet). */
+static __always_inline void service_starts(struct hs_conn_state *c, __u8 bit)
+{
+	__u32 zero = 0;
+	__u64 now = cpu_idle_exits(), *mark = bpf_map_lookup_elem(&idle_mark, &zero);
+
+	if (!now || !mark)
+		return;
+	c->r.idle_before = (c->r.idle_before & ~bit) | HS_IDLE_KNOWN | (*mark != now ? bit : 0);
+}
+
+/* A service stage's write (or its handshake's end): the CPU was busy until now. */
+static __always_inline void service_ends(void)
+{
+	__u32 zero = 0;
+	__u64 *mark = bpf_map_lookup_elem(&idle_mark, &zero);
+
+	if (mark)
+		*mark = cpu_idle_exits();
+}
+
 /* A new connection's entry at addresses `a`, built in conn_scratch's `slot` (nothing seen
  * yet), its port marked as a server's; NULL if there is no scratch. */
 static __always_inline struct hs_conn_state *new_conn(__u32 slot, const struct conn_addrs *a)

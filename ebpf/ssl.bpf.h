@@ -86,6 +86,7 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 	}
 	c->r.t_hs_done = now;
 	c->r.cpu_hs_done = thread_cpu_now(now);
+	service_ends();
 	c->r.flags |= HS_F_HS_DONE_SSL;
 	handshake_complete(c);
 	return 0;

@@ -65,6 +65,8 @@ __noinline int hello_retry_restart(struct hs_conn_state *c)
 	c->r.t_retry_sent = c->r.t_last[HS_FL_S1];
 	c->r.cpu_retry_read = c->r.cpu_first[HS_FL_C1];
 	c->r.cpu_retry_sent = c->r.cpu_last[HS_FL_S1];
+	c->r.idle_before = (c->r.idle_before & ~(HS_IDLE_FLIGHT1 | HS_IDLE_RETRY)) |
+			   ((c->r.idle_before & HS_IDLE_FLIGHT1) ? HS_IDLE_RETRY : 0);
 	for (int f = HS_FL_C1; f <= HS_FL_S1; f++) {
 		c->r.t_arrive[f] = 0;
 		c->r.t_first[f] = 0;
@@ -147,8 +149,10 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
 	c->r.t_last[fi] = now;
 	/* on-CPU time where a service stage ends: a server flight's last write (where one
 	 * starts, a client flight's first record, is read in on_record_end) */
-	if (dir == HS_DIR_OUT)
+	if (dir == HS_DIR_OUT) {
 		c->r.cpu_last[fi] = thread_cpu_now(now);
+		service_ends();
+	}
 	return new_flight;
 }
 
@@ -458,6 +462,7 @@ static __always_inline void on_record_end(struct hs_conn_state *c, __u32 dir, __
 			}
 			c->r.t_arrive[f & 3] = c->last_arrive;
 			c->r.cpu_first[f & 3] = thread_cpu_now(now);
+			service_starts(c, f == HS_FL_C1 ? HS_IDLE_FLIGHT1 : HS_IDLE_FLIGHT2);
 		}
 	}
 	/* TLS 1.3 0-RTT: application data in the client's first flight is early data, the
@@ -477,6 +482,7 @@ static __always_inline void on_record_end(struct hs_conn_state *c, __u32 dir, __
 		c->r.t_req_read = now;
 		c->r.t_req_arrive = c->last_arrive;
 		c->r.cpu_req_read = thread_cpu_now(now);
+		service_starts(c, HS_IDLE_RESPONSE);
 		c->exchanges = 1;
 	}
 	/* TLS 1.2: the client's Finished (a handshake record after its ChangeCipherSpec) */
@@ -553,6 +559,7 @@ static __always_inline void on_exchange(struct hs_conn_state *c, __u32 dir, int 
 			c->r.t_req_read = now;
 			c->r.t_req_arrive = c->last_arrive;
 			c->r.cpu_req_read = thread_cpu_now(now);
+			service_starts(c, HS_IDLE_RESPONSE);
 			c->exchanges = 1;
 		} else if (ph == HS_PH_DONE && new_flight && is_request(c, buf, iovcnt)) {
 			c->exchanges += 1;
@@ -568,6 +575,7 @@ static __always_inline void on_exchange(struct hs_conn_state *c, __u32 dir, int 
 			c->r.t_resp_first = now;
 		c->r.t_resp_last = now;
 		c->r.cpu_resp_last = thread_cpu_now(now);
+		service_ends();
 		c->r.phase = HS_PH_RESPONSE;
 	}
 }

@@ -84,6 +84,16 @@
 				    * record is its close too (exchanges, bytes_in, bytes_out
 				    * are the totals), and no hs_close follows */
 
+/* hs_conn.idle_before: a service stage's first read found its CPU had gone idle since a
+ * service stage last ended there (cold caches, a deeper idle state), by the stage that
+ * starts there. HS_IDLE_KNOWN: the CPU's idle exits could be read (with group
+ * scheduling; without it no bit is set). */
+#define HS_IDLE_FLIGHT1 (1 << 0)  /* the ClientHello's read: server flight 1 */
+#define HS_IDLE_FLIGHT2 (1 << 1)  /* the client's second flight's read: server flight 2 */
+#define HS_IDLE_RESPONSE (1 << 2) /* the first request's read: the response */
+#define HS_IDLE_RETRY (1 << 3)    /* the first ClientHello's read: the HelloRetryRequest */
+#define HS_IDLE_KNOWN (1 << 7)
+
 /* Where a connection is (hs_conn.phase). */
 #define HS_PH_HANDSHAKE 0
 #define HS_PH_WAIT_REQUEST 1 /* handshake complete, no request read yet */
@@ -218,7 +228,9 @@ struct hs_conn {
 	__u64 t_resp_first; /* first write after the request */
 	__u64 t_resp_last;  /* last write before the server read again */
 	__u8 phase;         /* HS_PH_* when the record was made */
-	__u8 pad1[7];
+	__u8 idle_before;   /* HS_IDLE_* bits: which service stages began on a CPU that had
+			     * been idle since the last service stage ran on it */
+	__u8 pad1[6];
 	/* the server thread's on-CPU time (the scheduler's accounting, thread_cpu_now), read
 	 * where a service stage starts or ends: a client flight's first record read
 	 * (cpu_first of flights 0 and 2), a server flight's last write (cpu_last of flights 1

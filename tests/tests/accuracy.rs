@@ -332,3 +332,76 @@ fn cpu_ns_separates_computing_from_waiting_for_a_cpu() {
          {idle_wall:.2} -> {busy_wall:.2} ms"
     );
 }
+
+/// `idle_before` tells a service stage that began on a CPU left idle since the last
+/// service stage ran there from one that began right behind another. The worker is pinned
+/// to CPU 0 and the clients to CPU 1. One client at a time: CPU 0 idles before every
+/// ClientHello (a TLS 1.3 request may follow the client's Finished in the same read
+/// pass, so later stages can be either). Eight clients at once: the worker reads some
+/// ClientHellos while others' signatures (RSA-4096, ~5 ms each) keep its CPU busy.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn idle_before_tells_a_stage_after_an_idle_cpu() {
+    let nginx = Nginx::start_with_key("idle", 1, 4096);
+    let worker = *nginx.worker_pids().iter().next().unwrap();
+    pin(worker, 0);
+    let port = nginx.port.to_string();
+    // the records' server_flight_1s, and those of them listed in idle_before
+    let count = |records: &[Value]| {
+        let (mut stages, mut idle) = (0, 0);
+        for r in records {
+            let listed = r["idle_before"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no idle_before: {r}"));
+            let cpu = r["cpu_ns"].as_object().expect("cpu_ns");
+            assert!(
+                listed.iter().all(|s| cpu.contains_key(s.as_str().unwrap())),
+                "idle_before lists a stage without cpu_ns: {r}"
+            );
+            if cpu.contains_key("server_flight_1") {
+                stages += 1;
+                idle += usize::from(listed.iter().any(|s| s == "server_flight_1"));
+            }
+        }
+        (stages, idle)
+    };
+    let tracer = Hstrace::start(&["--port", &port]);
+    let one = thread::spawn(move || {
+        pin_thread(0, 1).unwrap();
+        for _ in 0..6 {
+            assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
+            thread::sleep(Duration::from_millis(20));
+        }
+        nginx
+    });
+    let nginx = one.join().unwrap();
+    let out = tracer.stop();
+    assert_eq!(out.records.len(), 6, "{:?}", out.records);
+    let (stages, idle) = count(&out.records);
+    eprintln!("one client at a time: {idle} of {stages} first flights after an idle CPU");
+    assert!(
+        stages == 6 && idle == stages,
+        "one client at a time, {idle} of {stages} first flights began after an idle CPU"
+    );
+    let tracer = Hstrace::start(&["--port", &port]);
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let port = nginx.port;
+            thread::spawn(move || {
+                pin_thread(0, 1).unwrap();
+                assert!(s_client(port, &["-tls1_3"]).contains("New, TLS"));
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let out = tracer.stop();
+    assert_eq!(out.records.len(), 8, "{:?}", out.records);
+    let (stages, idle) = count(&out.records);
+    eprintln!("eight clients at once: {idle} of {stages} first flights after an idle CPU");
+    assert!(
+        stages == 8 && idle < stages,
+        "eight clients at once, every one of {stages} first flights began after an idle CPU"
+    );
+}

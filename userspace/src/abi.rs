@@ -112,6 +112,14 @@ pub const F_WIRE_ENDS: u32 = 1 << 11;
 /// (`Conn::close`), and no close record follows.
 pub const F_CLOSED: u32 = 1 << 12;
 
+/// `Conn::idle_before`: the service stages whose first read found the CPU had been idle
+/// since a service stage last ended on it; `IDLE_KNOWN`: the CPU's idle exits were read.
+pub const IDLE_FLIGHT1: u8 = 1 << 0;
+pub const IDLE_FLIGHT2: u8 = 1 << 1;
+pub const IDLE_RESPONSE: u8 = 1 << 2;
+pub const IDLE_RETRY: u8 = 1 << 3;
+pub const IDLE_KNOWN: u8 = 1 << 7;
+
 pub const RT_CCS: u32 = 1 << 0;
 pub const RT_ALERT: u32 = 1 << 1;
 pub const RT_HANDSHAKE: u32 = 1 << 2;
@@ -219,7 +227,8 @@ pub struct Conn {
     pub t_resp_first: u64,
     pub t_resp_last: u64,
     pub phase: u8,
-    pub pad1: [u8; 7],
+    pub idle_before: u8,
+    pub pad1: [u8; 6],
     pub cpu_first: [u64; FLIGHTS],
     pub cpu_last: [u64; FLIGHTS],
     pub cpu_hs_done: u64,
@@ -552,6 +561,7 @@ mod tests {
             F_UPROBE, F_HS_DONE_SSL, F_DESYNC, F_EST_SEEN, F_PEER_FIN, F_READ_EOF,
             F_READ_RESET, F_PEER_RESET, F_SSLV2_HELLO, F_HRR, F_EARLY_DATA, F_WIRE_ENDS,
             F_CLOSED,
+            IDLE_FLIGHT1, IDLE_FLIGHT2, IDLE_RESPONSE, IDLE_RETRY, IDLE_KNOWN,
             PH_HANDSHAKE, PH_WAIT_REQUEST, PH_REQUEST, PH_RESPONSE, PH_DONE,
             SET_NO_FDS,
             RT_CCS, RT_ALERT, RT_HANDSHAKE, RT_APPDATA,

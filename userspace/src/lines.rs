@@ -62,6 +62,11 @@ pub struct ConnectionLine {
     /// service stages, keyed by the wait's delay stage
     #[serde(default, skip_serializing_if = "Ordered::is_empty")]
     pub wait_cpu_ns: Ordered<u64>,
+    /// the service stages of `cpu_ns` whose first read found the CPU had been idle since a
+    /// service stage last ran on it (cold caches, a wake from an idle state); absent when
+    /// the CPU's idle exits cannot be read
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_before: Option<Vec<String>>,
     /// with `--uprobes all`: what SSL_read/SSL_write saw of the first exchange
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub library: Option<LibraryLine>,
@@ -192,6 +197,7 @@ mod tests {
         r.handshake_ns = Some(5);
         r.cpu_ns = Stages(vec![(Stage::ServerFlight1, 3)]);
         r.wait_cpu_ns = Stages(vec![(Stage::WaitClientFlight2, 4)]);
+        r.idle_before = Some(vec![Stage::ServerFlight1]);
         r.app_protocol = Some("smtp");
         r.starttls = Some("refused");
         r.container = in_a_pod();

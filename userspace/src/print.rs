@@ -128,6 +128,10 @@ impl Record {
         if !self.wait_cpu_ns.is_empty() {
             o.object("wait_cpu_ns", |m| stages_json(&self.wait_cpu_ns, m));
         }
+        if let Some(idle) = &self.idle_before {
+            let names: Vec<&str> = idle.iter().map(|s| s.name()).collect();
+            o.strs("idle_before", &names);
+        }
         if let Some(l) = &self.library {
             o.object("library", |m| {
                 m.u64("request_bytes", l.request_bytes)

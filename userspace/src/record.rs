@@ -58,6 +58,9 @@ pub struct Record {
     /// on-CPU time of the server thread across each wait for the client between two
     /// service stages (`stage::wait_cpu`), keyed by the wait's delay stage
     pub wait_cpu_ns: Stages,
+    /// the service stages of `cpu_ns` that began on a CPU idle since a service stage last
+    /// ended on it (`stage::idle_before`); None: not known
+    pub idle_before: Option<Vec<Stage>>,
     /// with --uprobes all: what SSL_read/SSL_write saw of the first request and response
     pub library: Option<Library>,
     pub failure: Option<&'static str>,
@@ -177,6 +180,7 @@ impl Record {
                     .collect(),
             ),
             wait_cpu_ns: Stages(Vec::new()),
+            idle_before: None,
             library: None,
             failure: None,
             failed_in: None,
@@ -374,6 +378,7 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         (false, false) => Some(failure_name(c.failure)),
     };
     let stages_ns = stage::stages(c);
+    let cpu_ns = stage::cpu(c, &stages_ns);
     Record {
         record: "connection",
         wall_ns: clock.wall_ns(c.t_end),
@@ -403,7 +408,8 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
             .then(|| stage::span(stage::tls_start(c), c.t_hs_done))
             .flatten(),
         held_ns: stage::span(c.t_accept, c.t_end),
-        cpu_ns: stage::cpu(c, &stages_ns),
+        idle_before: stage::idle_before(c, &cpu_ns),
+        cpu_ns,
         wait_cpu_ns: stage::wait_cpu(c, &stages_ns),
         stages_ns,
         library: (c.lib_req_ns > 0 || c.lib_resp_ns > 0).then_some(Library {

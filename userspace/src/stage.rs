@@ -415,6 +415,32 @@ pub fn cpu(c: &Conn, wall: &Stages) -> Stages {
     Stages(out)
 }
 
+/// The service stages with an on-CPU figure (`cpu`) whose first read found the CPU had
+/// been idle since a service stage last ended on it (whatever the connection): their
+/// caches were cold and the CPU woke from an idle state. None when the CPU's idle exits
+/// could not be read.
+pub fn idle_before(c: &Conn, cpu: &Stages) -> Option<Vec<Stage>> {
+    if c.idle_before & abi::IDLE_KNOWN == 0 {
+        return None;
+    }
+    let first = match retry(c) {
+        Retry::Pending => Stage::HelloRetry,
+        _ => Stage::ServerFlight1,
+    };
+    let bits = [
+        (abi::IDLE_RETRY, Stage::HelloRetry),
+        (abi::IDLE_FLIGHT1, first),
+        (abi::IDLE_FLIGHT2, Stage::ServerFlight2),
+        (abi::IDLE_RESPONSE, Stage::Response),
+    ];
+    Some(
+        bits.into_iter()
+            .filter(|(bit, s)| c.idle_before & bit != 0 && cpu.get(*s).is_some())
+            .map(|(_, s)| s)
+            .collect(),
+    )
+}
+
 /// On-CPU time of the server thread across each of the connection's waits for its client
 /// between two service stages, keyed by the wait's delay stage: from the end of one
 /// service stage (its last write) to the start of the next (its first read), through the
@@ -655,6 +681,33 @@ mod tests {
         assert_eq!(s.get(Stage::WaitClientHello), Some(100));
         assert_eq!(s.get(Stage::ClientHelloQueue), None);
         assert_eq!(s.get(Stage::WaitClientFlight2), Some(400));
+    }
+
+    /// Each bit names the stage that began with the read it was set at; a stage without an
+    /// on-CPU figure is not listed; without the known bit, nothing is known.
+    #[test]
+    fn idle_before_names_the_stages_its_bits_mark() {
+        let mut c = conn();
+        (c.cpu_first[FL_C1], c.cpu_last[FL_S1]) = (1_000, 1_100);
+        (c.cpu_first[FL_C2], c.cpu_hs_done) = (2_000, 2_050);
+        c.idle_before = abi::IDLE_FLIGHT1 | abi::IDLE_RESPONSE;
+        let cpu_ns = cpu(&c, &stages(&c));
+        assert_eq!(idle_before(&c, &cpu_ns), None);
+        c.idle_before |= abi::IDLE_KNOWN;
+        // the response has no on-CPU reading here
+        assert_eq!(idle_before(&c, &cpu_ns), Some(vec![Stage::ServerFlight1]));
+        c.idle_before = abi::IDLE_KNOWN | abi::IDLE_FLIGHT2;
+        assert_eq!(idle_before(&c, &cpu_ns), Some(vec![Stage::ServerFlight2]));
+        c.idle_before = abi::IDLE_KNOWN;
+        assert_eq!(idle_before(&c, &cpu_ns), Some(vec![]));
+        // a retry still pending: the first flight read was the retry's
+        c.flags |= abi::F_HRR;
+        c.idle_before = abi::IDLE_KNOWN | abi::IDLE_FLIGHT1;
+        (c.t_first[FL_C2], c.t_hs_done, c.cpu_first[FL_C2]) = (0, 0, 0);
+        c.outcome = abi::OUTCOME_FAILED;
+        c.fail_flight = FL_S1 as u8 + 1;
+        let cpu_ns = cpu(&c, &stages(&c));
+        assert_eq!(idle_before(&c, &cpu_ns), Some(vec![Stage::HelloRetry]));
     }
 
     #[test]

@@ -20,8 +20,8 @@ use hdrhistogram::Histogram;
 use super::{
     architecture::{self, Held},
     v1::{
-        Architecture, Cache, ClassParams, Classes, Cpu, Demand, Host, Parameters, ServerParams,
-        StageParams, Window, SCHEMA,
+        Architecture, Cache, ClassParams, Classes, Cpu, CpuAfter, Demand, Host, Parameters,
+        ServerParams, StageParams, Window, SCHEMA,
     },
 };
 use crate::{
@@ -56,6 +56,8 @@ pub struct Sample<'a> {
     pub cpu: &'a [(Stage, u64)],
     /// on-CPU ns across the waits between service stages (may be empty)
     pub wait_cpu: &'a [(Stage, u64)],
+    /// the stages of `cpu` that began on a CPU that had been idle (None: not known)
+    pub idle_before: Option<&'a [Stage]>,
     /// the client offered resumption
     pub resumption_offered: bool,
     /// when the process accepted the connection and when its record was made (ns, one
@@ -71,6 +73,8 @@ struct StageAcc {
     sum_ns: u128,
     cpu_count: u64,
     cpu_sum_ns: u128,
+    /// of those, by what the CPU did before the stage: [idle, busy]
+    after: [(u64, u128); 2],
 }
 
 /// An empty histogram of whole microseconds, as every one here is.
@@ -86,6 +90,7 @@ impl StageAcc {
             sum_ns: 0,
             cpu_count: 0,
             cpu_sum_ns: 0,
+            after: [(0, 0); 2],
         }
     }
 
@@ -96,6 +101,19 @@ impl StageAcc {
         self.sum_ns += o.sum_ns;
         self.cpu_count += o.cpu_count;
         self.cpu_sum_ns += o.cpu_sum_ns;
+        for (mine, theirs) in self.after.iter_mut().zip(o.after) {
+            mine.0 += theirs.0;
+            mine.1 += theirs.1;
+        }
+    }
+
+    /// The stages that began after the CPU was idle (`i` 0) or busy (1), if any.
+    fn after(&self, i: usize) -> Option<CpuAfter> {
+        let (count, sum_ns) = self.after[i];
+        (count > 0).then(|| CpuAfter {
+            count,
+            cpu_mean_s: sum_ns as f64 / 1e9 / count as f64,
+        })
     }
 }
 
@@ -149,6 +167,11 @@ impl ServerAcc {
             if let Some(acc) = self.stages[c][stage.index()].as_mut() {
                 acc.cpu_count += 1;
                 acc.cpu_sum_ns += u128::from(*ns);
+                if let Some(idle) = s.idle_before {
+                    let a = &mut acc.after[usize::from(!idle.contains(stage))];
+                    a.0 += 1;
+                    a.1 += u128::from(*ns);
+                }
             }
         }
     }
@@ -511,6 +534,8 @@ fn server_params(server: String, acc: &ServerAcc, seconds: f64, cpu: Cpu) -> Ser
                         p99_s: q(0.99),
                         cpu_mean_s: (a.cpu_count > 0)
                             .then(|| a.cpu_sum_ns as f64 / 1e9 / a.cpu_count as f64),
+                        after_idle: a.after(0),
+                        after_busy: a.after(1),
                     },
                 ))
             })
@@ -563,6 +588,7 @@ impl Sink for Estimator {
                 stages: &r.stages_ns.0,
                 cpu: &r.cpu_ns.0,
                 wait_cpu: &r.wait_cpu_ns.0,
+                idle_before: r.idle_before.as_deref(),
                 resumption_offered: r.resumption_offered,
                 held: r.held_ns.map(|ns| (r.wall_ns - i128::from(ns), r.wall_ns)),
             },
@@ -598,6 +624,7 @@ mod tests {
             stages,
             cpu: &[],
             wait_cpu: &[],
+            idle_before: None,
             resumption_offered: offered,
             held: None,
         }
@@ -628,6 +655,52 @@ mod tests {
         // the median of 30, 10, 30, 10 µs (HDR: the lower of the two middle values)
         assert!((cpu.per_wait_s.unwrap() - 10e-6).abs() < 1e-12, "{cpu:?}");
         assert!((cpu.waits_per_connection.unwrap() - 4.0 / 3.0).abs() < 1e-12);
+    }
+
+    /// A service stage's on-CPU time split by what its CPU did before it: the means of
+    /// those after an idle CPU and after a busy one, with their counts; nothing without
+    /// `idle_before`.
+    #[test]
+    fn stage_cpu_split_by_an_idle_cpu_before_it() {
+        let mut e = Estimator::new(Duration::from_secs(60), 8);
+        let now = e.start + Duration::from_secs(1);
+        let stages = [
+            (Stage::ServerFlight1, 1_000_000),
+            (Stage::Response, 500_000),
+        ];
+        let (cold, warm) = (
+            [(Stage::ServerFlight1, 300_000), (Stage::Response, 50_000)],
+            [(Stage::ServerFlight1, 200_000), (Stage::Response, 40_000)],
+        );
+        let idle_sf1 = [Stage::ServerFlight1];
+        for (cpu, idle) in [
+            (&cold, Some(&idle_sf1[..])),
+            (&cold, Some(&idle_sf1[..])),
+            (&warm, Some(&[][..])),
+            (&warm, None),
+        ] {
+            e.add(
+                now,
+                &Sample {
+                    cpu,
+                    idle_before: idle,
+                    ..sample("nginx:443", Kind::Full, &stages, false)
+                },
+            );
+        }
+        let p = e.parameters(now, UNIX_EPOCH);
+        let st = &p.servers[0].classes.tls_full.stages;
+        let sf1 = st.get("server_flight_1").unwrap();
+        assert_eq!(sf1.after_idle.map(|a| a.count), Some(2));
+        assert!((sf1.after_idle.unwrap().cpu_mean_s - 300e-6).abs() < 1e-12);
+        assert_eq!(sf1.after_busy.map(|a| a.count), Some(1));
+        assert!((sf1.after_busy.unwrap().cpu_mean_s - 200e-6).abs() < 1e-12);
+        let response = st.get("response").unwrap();
+        assert_eq!(response.after_idle, None);
+        assert_eq!(response.after_busy.map(|a| a.count), Some(3));
+        assert!((response.after_busy.unwrap().cpu_mean_s - 140e-6 / 3.0).abs() < 1e-12);
+        // all four in the whole mean
+        assert!((sf1.cpu_mean_s.unwrap() - 1_000e-6 / 4.0).abs() < 1e-12);
     }
 
     /// A run's parameters, read a moment after the run's end, still hold its first

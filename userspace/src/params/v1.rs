@@ -198,6 +198,22 @@ pub struct StageParams {
     /// the mean on-CPU time of a service stage; null for the others, or when unknown
     #[serde(default)]
     pub cpu_mean_s: Option<f64>,
+    /// a service stage's on-CPU figures split by what its CPU did before it: idle since a
+    /// service stage last ended there (the trace lines' `idle_before`: cold caches, a wake
+    /// from an idle state), or busy with another one. Under load the second grows, and a
+    /// stage costs less. Counts of the stages read each way and their mean on-CPU time;
+    /// absent when unknown (and in documents written before them)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_idle: Option<CpuAfter>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_busy: Option<CpuAfter>,
+}
+
+/// A service stage's on-CPU time over the stages that began with their CPU idle, or busy.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CpuAfter {
+    pub count: u64,
+    pub cpu_mean_s: f64,
 }
 
 /// The per-request service demand, queueing and delay the queueing model takes.

@@ -295,7 +295,8 @@ enum Command {
         /// The share of TLS requests that resume a session (the TLS share kept)
         #[arg(long, value_name = "R", allow_negative_numbers = true)]
         hit_ratio: Option<f64>,
-        /// Divide every service demand by K (a K times faster CPU)
+        /// Divide every service demand by K (a K times faster CPU): the service stages and
+        /// the server's measured CPU outside them
         #[arg(
             long,
             default_value_t = 1.0,

@@ -182,8 +182,23 @@ pub fn build(
 /// few do, which is why the CPU outside the stages falls with load.
 /// Processor sharing takes the whole of `cpu.outside_stages_s` as each request's demand
 /// (nothing sleeps there to share it); the event-loop approximation is seed 002's network
-/// of the stages alone.
+/// of the stages alone. `--cpu-speedup` K divides what was measured of that CPU as it
+/// divides the stages (a K times faster CPU runs all of the server's code faster); a
+/// figure given on the command line is taken as it is, and the wake-up, a wait, is not
+/// CPU.
 fn effective_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
+    let mut k = measured_knobs(knobs, server);
+    if !k.overhead_given {
+        k.overhead_s /= k.cpu_speedup;
+    }
+    if !k.sleep_cpu_given {
+        k.sleep_cpu_s /= k.cpu_speedup;
+    }
+    k
+}
+
+/// `effective_knobs` on the CPU it was measured on.
+fn measured_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
     let mut k = knobs.clone();
     if k.discipline == Discipline::ProcessorSharing && !k.overhead_given {
         k.overhead_s = server.outside_stages_s.unwrap_or(0.0);
@@ -427,6 +442,36 @@ mod tests {
             ..sim.clone()
         };
         assert_eq!(effective_knobs(&given, &server).overhead_s, 1e-4);
+        // a CPU twice as fast runs the measured CPU outside the stages twice as fast, not
+        // a figure given
+        let faster = Knobs {
+            cpu_speedup: 2.0,
+            ..sim.clone()
+        };
+        assert_eq!(effective_knobs(&faster, &server).overhead_s, 2e-4);
+        let faster_given = Knobs {
+            cpu_speedup: 2.0,
+            ..given.clone()
+        };
+        assert_eq!(effective_knobs(&faster_given, &server).overhead_s, 1e-4);
+        let ps_faster = Knobs {
+            cpu_speedup: 2.0,
+            ..Knobs::default()
+        };
+        assert_eq!(effective_knobs(&ps_faster, &server).overhead_s, 2e-4);
+        // and the CPU per sleep, but not the wake-up (a wait)
+        let sleepy = ServerInput {
+            per_wait_s: Some(3e-5),
+            busy: Some(0.01),
+            ..server.clone()
+        };
+        let (slow, fast) = (
+            effective_knobs(&sim, &sleepy),
+            effective_knobs(&faster, &sleepy),
+        );
+        assert_eq!((slow.sleep_cpu_s, fast.sleep_cpu_s), (3e-5, 1.5e-5));
+        assert!((slow.overhead_s - 2.0 * fast.overhead_s).abs() < 1e-15);
+        assert_eq!(slow.wakeup, fast.wakeup);
         // processor sharing: all of it, every request's demand
         let ps = effective_knobs(&Knobs::default(), &server);
         assert_eq!(ps.overhead_s, 4e-4);

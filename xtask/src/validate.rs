@@ -256,6 +256,12 @@ struct Point {
     /// the forecast: the architecture's discipline from the parameters measured with
     /// `FORECAST_FROM_USERS` users, at this point's mix
     forecast: Value,
+    /// how much faster the host ran this point's signatures than the forecast window's
+    /// (`signature_cpu_s` there over here; None without full handshakes in both)
+    host_speed: Option<f64>,
+    /// the forecast with `--cpu-speedup host_speed`: what it would have said had it known
+    /// the host's speed at this point (a check of the model, not a forecast)
+    forecast_at_speed: Option<Value>,
 }
 
 impl Point {
@@ -715,6 +721,17 @@ fn predict(
     let mut args = with(forecast_from, arch.discipline);
     args.extend(mix_args(&load));
     let forecast = point(&model(bin, &args)?);
+    let base: Value = serde_json::from_str(&fs::read_to_string(forecast_from)?)?;
+    let host_speed = signature_cpu_s(&base)
+        .zip(signature_cpu_s(&params))
+        .map(|(then, now)| then / now);
+    let forecast_at_speed = match host_speed {
+        Some(k) => {
+            args.extend(["--cpu-speedup".into(), k.to_string()]);
+            Some(point(&model(bin, &args)?))
+        }
+        None => None,
+    };
     Ok(Point {
         users,
         load,
@@ -729,6 +746,20 @@ fn predict(
         approx,
         shared,
         forecast,
+        host_speed,
+        forecast_at_speed,
+    })
+}
+
+/// A full handshake's first flight's mean on-CPU time in a parameters document: nearly all
+/// of it the server's signature, the same work at every load (it costs the same after an
+/// idle CPU as after a busy one: `after_idle`, `after_busy`), so two windows' ratio is how
+/// much faster the host ran one than the other.
+fn signature_cpu_s(params: &Value) -> Option<f64> {
+    params["servers"].as_array()?.iter().find_map(|s| {
+        s["classes"]["tls_full"]["stages"]["server_flight_1"]["cpu_mean_s"]
+            .as_f64()
+            .filter(|x| *x > 0.0)
     })
 }
 
@@ -927,6 +958,8 @@ fn mix_section(
             }
         };
         let (forecast, _) = other(Some(&p.forecast));
+        let (_, at_speed_err) = other(p.forecast_at_speed.as_ref());
+        let speed = p.host_speed.map_or("–".into(), |k| pct(k - 1.0));
         let (alone, alone_err) = other(Some(&p.params_only));
         let (mva, mva_err) = other(p.approx.as_ref());
         let (ps, ps_err) = other(p.shared.as_ref());
@@ -938,7 +971,7 @@ fn mix_section(
         };
         let _ = writeln!(
             rows,
-            "| {} | {:.1} % | {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {forecast} | {} | {} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.1} % | {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {forecast} | {} | {} | {speed} | {at_speed_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} |",
             p.users,
             p.cpu_busy * 100.0,
             p.client_cpu,
@@ -1107,9 +1140,12 @@ fn report(
             ),
         ],
     )?;
+    let all: Vec<&Point> = archs.iter().flat_map(|(_, m)| m.iter().flatten()).collect();
     let doc = template::fill(
         TEMPLATE,
         &[
+            ("COLD_WARM", cold_and_warm(&all)),
+            ("SPEED_RANGE", speed_range(&all)),
             ("COMMIT", commit.to_string()),
             ("KERNEL", kernel()),
             ("CPUS", cpus().to_string()),
@@ -1127,6 +1163,60 @@ fn report(
         ],
     )?;
     Ok((doc, misses))
+}
+
+/// What every point's parameters say of three service stages begun on an idle CPU and on a
+/// busy one (`after_idle`, `after_busy`), pooled over all points, in words.
+fn cold_and_warm(points: &[&Point]) -> String {
+    let stages = [
+        (
+            "tls_full",
+            "server_flight_1",
+            "a full handshake's first flight (the signature)",
+        ),
+        ("tls_resumed", "server_flight_1", "a resumed one's"),
+        ("plain", "response", "a plain response"),
+    ];
+    let words: Vec<String> = stages
+        .iter()
+        .map(|(class, stage, what)| {
+            // (count, sum of CPU) after an idle CPU and after a busy one
+            let mut sums = [(0.0, 0.0); 2];
+            for p in points {
+                for s in p.params["servers"].as_array().into_iter().flatten() {
+                    let st = &s["classes"][class]["stages"][stage];
+                    for (sum, key) in sums.iter_mut().zip(["after_idle", "after_busy"]) {
+                        let n = f(&st[key]["count"]).max(0.0);
+                        sum.0 += n;
+                        sum.1 += n * f(&st[key]["cpu_mean_s"]).max(0.0);
+                    }
+                }
+            }
+            let mean = |(n, s): (f64, f64)| match n > 0.0 {
+                true => format!("{:.0} µs", s / n * 1e6),
+                false => "–".into(),
+            };
+            format!(
+                "{what} {} after an idle CPU, {} after a busy one ({:.0} and {:.0} stages)",
+                mean(sums[0]),
+                mean(sums[1]),
+                sums[0].0,
+                sums[1].0
+            )
+        })
+        .collect();
+    words.join("; ")
+}
+
+/// The largest move of the host's speed between a point and its forecast window, in words.
+fn speed_range(points: &[&Point]) -> String {
+    let speeds: Vec<f64> = points.iter().filter_map(|p| p.host_speed).collect();
+    let lo = speeds.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = speeds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    match speeds.is_empty() {
+        true => "–".into(),
+        false => format!("from {} to {}", pct(lo - 1.0), pct(hi - 1.0)),
+    }
 }
 
 /// The what-if measured: every key's points, and what the model said it measured of the

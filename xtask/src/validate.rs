@@ -247,6 +247,10 @@ struct Point {
     /// the CPU outside the stages and the harness's wake-up): what the criterion is
     /// checked on
     live: Value,
+    /// the same-point fit told the client's CPU: where the client runs on the server's CPUs
+    /// (not pinned apart), the model with those CPUs slowed by the share the client took
+    /// (`--cpu-speedup 1 − client/CPUs`): a check of the miss's cause, not a prediction
+    live_less_client: Option<Value>,
     /// the architecture's discipline from the stages alone
     params_only: Value,
     /// the event-loop MVA approximation (event loops only, where it answers)
@@ -680,6 +684,14 @@ fn predict(
         live_args.extend(["--wakeup".into(), platform.wakeup_arg()]);
     }
     let live = point(&model(bin, &live_args)?);
+    let live_less_client = match arch.client_cpu {
+        Some(_) => None,
+        None => {
+            let left = (1.0 - client_cpu / f64::from(arch.servers)).max(0.1);
+            live_args.extend(["--cpu-speedup".into(), left.to_string()]);
+            Some(point(&model(bin, &live_args)?))
+        }
+    };
     // the stages alone: nothing outside them, no wake-up
     let mut args = with(file, arch.discipline);
     args.extend(["--overhead".into(), "0".into()]);
@@ -742,6 +754,7 @@ fn predict(
         overhead_proc_s,
         cpu_per_request_s,
         live,
+        live_less_client,
         params_only,
         approx,
         shared,
@@ -959,6 +972,7 @@ fn mix_section(
         };
         let (forecast, _) = other(Some(&p.forecast));
         let (_, at_speed_err) = other(p.forecast_at_speed.as_ref());
+        let (_, less_client_err) = other(p.live_less_client.as_ref());
         let speed = p.host_speed.map_or("–".into(), |k| pct(k - 1.0));
         let (alone, alone_err) = other(Some(&p.params_only));
         let (mva, mva_err) = other(p.approx.as_ref());
@@ -971,7 +985,7 @@ fn mix_section(
         };
         let _ = writeln!(
             rows,
-            "| {} | {:.1} % | {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {forecast} | {} | {} | {speed} | {at_speed_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.1} % | {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {less_client_err} | {forecast} | {} | {} | {speed} | {at_speed_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} |",
             p.users,
             p.cpu_busy * 100.0,
             p.client_cpu,

@@ -1158,7 +1158,10 @@ fn report(
     let doc = template::fill(
         TEMPLATE,
         &[
-            ("COLD_WARM", cold_and_warm(&all)),
+            (
+                "COLD_WARM",
+                cold_and_warm(&all.iter().map(|p| &p.params).collect::<Vec<_>>()),
+            ),
             ("SPEED_RANGE", speed_range(&all)),
             ("COMMIT", commit.to_string()),
             ("KERNEL", kernel()),
@@ -1179,9 +1182,15 @@ fn report(
     Ok((doc, misses))
 }
 
-/// What every point's parameters say of three service stages begun on an idle CPU and on a
-/// busy one (`after_idle`, `after_busy`), pooled over all points, in words.
-fn cold_and_warm(points: &[&Point]) -> String {
+/// Stages read each way at a point, at least, for the point's split to count.
+const MIN_SPLIT: f64 = 30.0;
+
+/// What the points' parameters (`params`) say of three service stages begun right behind
+/// another one against those begun on an idle CPU (`after_busy`, `after_idle`), within
+/// each point
+/// (a pooled mean would mix loads, and the host's speed moves with the load): the median
+/// ratio over the points with `MIN_SPLIT` of each, and its range, in words.
+fn cold_and_warm(params: &[&Value]) -> String {
     let stages = [
         (
             "tls_full",
@@ -1194,29 +1203,27 @@ fn cold_and_warm(points: &[&Point]) -> String {
     let words: Vec<String> = stages
         .iter()
         .map(|(class, stage, what)| {
-            // (count, sum of CPU) after an idle CPU and after a busy one
-            let mut sums = [(0.0, 0.0); 2];
-            for p in points {
-                for s in p.params["servers"].as_array().into_iter().flatten() {
+            let mut ratios: Vec<f64> = params
+                .iter()
+                .flat_map(|p| p["servers"].as_array().into_iter().flatten())
+                .filter_map(|s| {
                     let st = &s["classes"][class]["stages"][stage];
-                    for (sum, key) in sums.iter_mut().zip(["after_idle", "after_busy"]) {
-                        let n = f(&st[key]["count"]).max(0.0);
-                        sum.0 += n;
-                        sum.1 += n * f(&st[key]["cpu_mean_s"]).max(0.0);
-                    }
-                }
+                    let (idle, busy) = (&st["after_idle"], &st["after_busy"]);
+                    let enough = f(&idle["count"]) >= MIN_SPLIT && f(&busy["count"]) >= MIN_SPLIT;
+                    let ratio = f(&busy["cpu_mean_s"]) / f(&idle["cpu_mean_s"]);
+                    (enough && ratio.is_finite()).then_some(ratio)
+                })
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            match ratios.len() {
+                0 => format!("{what}: no point read enough of both"),
+                n => format!(
+                    "{what} {:.0} % (median of {n} points, {:.0} … {:.0} %)",
+                    ratios[n / 2] * 100.0,
+                    ratios[0] * 100.0,
+                    ratios[n - 1] * 100.0
+                ),
             }
-            let mean = |(n, s): (f64, f64)| match n > 0.0 {
-                true => format!("{:.0} µs", s / n * 1e6),
-                false => "–".into(),
-            };
-            format!(
-                "{what} {} after an idle CPU, {} after a busy one ({:.0} and {:.0} stages)",
-                mean(sums[0]),
-                mean(sums[1]),
-                sums[0].0,
-                sums[1].0
-            )
         })
         .collect();
     words.join("; ")
@@ -1553,6 +1560,32 @@ mod tests {
             platform: None,
         };
         run_mix(&rig, &MIXES[0], 0, &plan)
+    }
+
+    /// The cold/warm words: a point's split counts only with enough stages read each way,
+    /// and the median and range are of the ratios within each point.
+    #[test]
+    fn cold_and_warm_compares_within_each_point() {
+        let point = |idle: (u64, f64), busy: (u64, f64)| {
+            json!({"servers": [{"classes": {"tls_full": {"stages": {"server_flight_1": {
+                "after_idle": {"count": idle.0, "cpu_mean_s": idle.1},
+                "after_busy": {"count": busy.0, "cpu_mean_s": busy.1},
+            }}}}}]})
+        };
+        let points = [
+            point((100, 5e-3), (40, 4.5e-3)),
+            point((50, 4e-3), (200, 4.4e-3)),
+            point((300, 4e-3), (10, 1e-3)),
+        ];
+        let words = cold_and_warm(&points.iter().collect::<Vec<_>>());
+        assert!(
+            words.starts_with("a full handshake's first flight (the signature) 110 % (median of 2 points, 90 … 110 %)"),
+            "{words}"
+        );
+        assert!(
+            words.contains("a plain response: no point read enough of both"),
+            "{words}"
+        );
     }
 
     #[test]

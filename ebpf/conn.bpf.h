@@ -290,9 +290,8 @@ static __always_inline int tgid_traced(__u32 tgid)
  * differences between two readings of one thread are used. */
 #define HS_CPU_BASE (1ULL << 62)
 
-static __always_inline __u64 thread_cpu_now(__u64 now)
+static __always_inline __u64 task_cpu_now(struct task_struct *t, __u64 now)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
 	__u64 lag = 0;
 
 	if (bpf_core_field_exists(t->se.cfs_rq)) {
@@ -303,14 +302,16 @@ static __always_inline __u64 thread_cpu_now(__u64 now)
 	return HS_CPU_BASE + t->se.sum_exec_runtime + now - t->se.exec_start - lag;
 }
 
-/* Was the CPU idle before this service stage? Its idle task is switched out once each
- * time the CPU leaves idle, counted as a preemption (it never sleeps), so `nivcsw` of the
- * run queue's idle task counts the CPU's idle exits. Each service stage's end keeps that
- * count for its CPU (`idle_mark`); a stage's start that finds it moved ran on a CPU that
- * had been idle in between: its caches were cold, and it paid the wake from the idle
- * state. Under load a CPU runs one stage after another without idling, which is why a
- * stage costs less CPU then; the model charges the difference per idle exit.
- * Returns 0 when the run queue cannot be reached (no `se.cfs_rq`). */
+static __always_inline __u64 thread_cpu_now(__u64 now)
+{
+	return task_cpu_now(bpf_get_current_task_btf(), now);
+}
+
+/* Was the CPU idle before a service stage? Its idle task is switched out once each time
+ * the CPU leaves idle, counted as a preemption (it never sleeps), so `nivcsw` of the run
+ * queue's idle task counts the CPU's idle exits. Each service stage's end keeps that count
+ * for its CPU (`idle_mark`); a stage's start that finds it moved ran on a CPU that had been
+ * idle in between (cold caches, a wake from an idle state), whatever the connection. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -318,35 +319,40 @@ struct {
 	__type(value, __u64); /* 1 + the CPU's idle exits at the last service stage's end */
 } idle_mark SEC(".maps");
 
-static __always_inline __u64 cpu_idle_exits(void)
+/* 1 + the idle exits of the CPU `t` runs on; 0 when its run queue cannot be reached (no
+ * `se.cfs_rq`). */
+static __always_inline __u64 idle_exits(struct task_struct *t)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
-
 	if (!bpf_core_field_exists(t->se.cfs_rq))
 		return 0;
 	return 1 + t->se.cfs_rq->rq->idle->nivcsw;
 }
 
-/* A service stage starts (its first read): set `bit` of idle_before if the CPU idled
- * since a service stage last ended on it (or none has yet). */
-static __always_inline void service_starts(struct hs_conn_state *c, __u8 bit)
+/* A service stage starts (its first read): sets `bit` of idle_before if the CPU idled
+ * since a service stage last ended on it (or none has yet); returns the thread's on-CPU
+ * time (thread_cpu_now). One task lookup for both. */
+static __always_inline __u64 stage_starts(struct hs_conn_state *c, __u8 bit, __u64 now)
 {
+	struct task_struct *t = bpf_get_current_task_btf();
 	__u32 zero = 0;
-	__u64 now = cpu_idle_exits(), *mark = bpf_map_lookup_elem(&idle_mark, &zero);
+	__u64 exits = idle_exits(t), *mark = bpf_map_lookup_elem(&idle_mark, &zero);
 
-	if (!now || !mark)
-		return;
-	c->r.idle_before = (c->r.idle_before & ~bit) | HS_IDLE_KNOWN | (*mark != now ? bit : 0);
+	if (exits && mark)
+		c->r.idle_before = (c->r.idle_before & ~bit) | HS_IDLE_KNOWN | (*mark != exits ? bit : 0);
+	return task_cpu_now(t, now);
 }
 
-/* A service stage's write (or its handshake's end): the CPU was busy until now. */
-static __always_inline void service_ends(void)
+/* A service stage's write (or its handshake's end): the CPU was busy until now. Returns
+ * the thread's on-CPU time. */
+static __always_inline __u64 stage_ends(__u64 now)
 {
+	struct task_struct *t = bpf_get_current_task_btf();
 	__u32 zero = 0;
 	__u64 *mark = bpf_map_lookup_elem(&idle_mark, &zero);
 
 	if (mark)
-		*mark = cpu_idle_exits();
+		*mark = idle_exits(t);
+	return task_cpu_now(t, now);
 }
 
 /* A new connection's entry at addresses `a`, built in conn_scratch's `slot` (nothing seen

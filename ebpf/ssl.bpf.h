@@ -85,8 +85,7 @@ int BPF_KRETPROBE(ssl_handshake_exit, int ret)
 		return 0;
 	}
 	c->r.t_hs_done = now;
-	c->r.cpu_hs_done = thread_cpu_now(now);
-	service_ends();
+	c->r.cpu_hs_done = stage_ends(now);
 	c->r.flags |= HS_F_HS_DONE_SSL;
 	handshake_complete(c);
 	return 0;

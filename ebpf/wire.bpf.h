@@ -149,10 +149,8 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
 	c->r.t_last[fi] = now;
 	/* on-CPU time where a service stage ends: a server flight's last write (where one
 	 * starts, a client flight's first record, is read in on_record_end) */
-	if (dir == HS_DIR_OUT) {
-		c->r.cpu_last[fi] = thread_cpu_now(now);
-		service_ends();
-	}
+	if (dir == HS_DIR_OUT)
+		c->r.cpu_last[fi] = stage_ends(now);
 	return new_flight;
 }
 
@@ -461,8 +459,8 @@ static __always_inline void on_record_end(struct hs_conn_state *c, __u32 dir, __
 				count(HS_C_LATE_ARRIVAL);
 			}
 			c->r.t_arrive[f & 3] = c->last_arrive;
-			c->r.cpu_first[f & 3] = thread_cpu_now(now);
-			service_starts(c, f == HS_FL_C1 ? HS_IDLE_FLIGHT1 : HS_IDLE_FLIGHT2);
+			c->r.cpu_first[f & 3] =
+				stage_starts(c, f == HS_FL_C1 ? HS_IDLE_FLIGHT1 : HS_IDLE_FLIGHT2, now);
 		}
 	}
 	/* TLS 1.3 0-RTT: application data in the client's first flight is early data, the
@@ -481,8 +479,7 @@ static __always_inline void on_record_end(struct hs_conn_state *c, __u32 dir, __
 			c->r.phase = HS_PH_REQUEST;
 		c->r.t_req_read = now;
 		c->r.t_req_arrive = c->last_arrive;
-		c->r.cpu_req_read = thread_cpu_now(now);
-		service_starts(c, HS_IDLE_RESPONSE);
+		c->r.cpu_req_read = stage_starts(c, HS_IDLE_RESPONSE, now);
 		c->exchanges = 1;
 	}
 	/* TLS 1.2: the client's Finished (a handshake record after its ChangeCipherSpec) */
@@ -558,8 +555,7 @@ static __always_inline void on_exchange(struct hs_conn_state *c, __u32 dir, int 
 			c->r.phase = HS_PH_REQUEST;
 			c->r.t_req_read = now;
 			c->r.t_req_arrive = c->last_arrive;
-			c->r.cpu_req_read = thread_cpu_now(now);
-			service_starts(c, HS_IDLE_RESPONSE);
+			c->r.cpu_req_read = stage_starts(c, HS_IDLE_RESPONSE, now);
 			c->exchanges = 1;
 		} else if (ph == HS_PH_DONE && new_flight && is_request(c, buf, iovcnt)) {
 			c->exchanges += 1;
@@ -574,8 +570,7 @@ static __always_inline void on_exchange(struct hs_conn_state *c, __u32 dir, int 
 		if (!c->r.t_resp_first)
 			c->r.t_resp_first = now;
 		c->r.t_resp_last = now;
-		c->r.cpu_resp_last = thread_cpu_now(now);
-		service_ends();
+		c->r.cpu_resp_last = stage_ends(now);
 		c->r.phase = HS_PH_RESPONSE;
 	}
 }

@@ -67,10 +67,10 @@ impl<'a> Object<'a> {
     }
 
     /// An array of strings.
-    pub fn strs<S: AsRef<str>>(&mut self, k: &str, v: &[S]) -> &mut Self {
+    pub fn strs<S: AsRef<str>>(&mut self, k: &str, v: impl IntoIterator<Item = S>) -> &mut Self {
         let out = self.key(k);
         out.push(b'[');
-        for (i, s) in v.iter().enumerate() {
+        for (i, s) in v.into_iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
@@ -211,8 +211,8 @@ mod tests {
                 .u64("e", 0)
                 .bool("f", true)
                 .bool("g", false)
-                .strs("h", &["h2", "http/1.1"])
-                .strs::<&str>("i", &[])
+                .strs("h", ["h2", "http/1.1"])
+                .strs("i", [""; 0])
                 .object("j", |j| {
                     j.u64("k", 7).object("l", |_| {});
                 });

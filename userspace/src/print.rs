@@ -129,8 +129,7 @@ impl Record {
             o.object("wait_cpu_ns", |m| stages_json(&self.wait_cpu_ns, m));
         }
         if let Some(idle) = &self.idle_before {
-            let names: Vec<&str> = idle.iter().map(|s| s.name()).collect();
-            o.strs("idle_before", &names);
+            o.strs("idle_before", idle.iter().map(|s| s.name()));
         }
         if let Some(l) = &self.library {
             o.object("library", |m| {

@@ -463,18 +463,29 @@ impl Server {
     }
 }
 
-/// hsload with `users` users of `mix` (pinned to `arch.client_cpu`); returns its output
-/// and the server's CPU busy share over the measuring window, per server of the
-/// architecture.
-fn drive(
-    hsload: &Path,
-    arch: &Arch,
-    server: &Server,
-    mix: &Mix,
+/// One point's load: hsload with `users` users of `mix` against `server`, measured for
+/// `duration_s`.
+struct Run<'a> {
+    hsload: &'a Path,
+    arch: &'a Arch,
+    server: &'a Server,
+    mix: &'a Mix,
     users: u32,
     duration_s: u64,
-    daemon: u32,
-) -> Result<(Value, f64, f64)> {
+}
+
+/// hsload running `run` (pinned to `arch.client_cpu`); returns its output, the server's
+/// CPU busy share over the measuring window, per server of the architecture, and the
+/// client's CPUs (hsload's and the `daemon`'s).
+fn drive(run: &Run, daemon: u32) -> Result<(Value, f64, f64)> {
+    let Run {
+        hsload,
+        arch,
+        server,
+        mix,
+        users,
+        duration_s,
+    } = *run;
     let s = &server.server;
     let mut cmd = Command::new(hsload);
     cmd.args(["--tls-port", &s.port.to_string()])
@@ -535,24 +546,16 @@ fn drive(
     Ok((load, busy, client_cpu))
 }
 
-/// One point measured: the daemon following `server` over hsload's run; the daemon's
-/// parameters are written to `dir/NAME.json` and hsload's output beside them.
-fn measure(
-    hsload: &Path,
-    arch: &Arch,
-    server: &Server,
-    mix: &Mix,
-    users: u32,
-    duration_s: u64,
-    file: &Path,
-) -> Result<(Value, f64, f64)> {
-    let window = (duration_s + 1).to_string();
-    let master = server.server.master_pid().to_string();
+/// One point measured: the daemon following the server over `run`; the daemon's
+/// parameters are written to `file` and hsload's output beside it.
+fn measure(run: &Run, file: &Path) -> Result<(Value, f64, f64)> {
+    let window = (run.duration_s + 1).to_string();
+    let master = run.server.server.master_pid().to_string();
     let daemon = Daemon::start(&["--pid", &master, "--window", &window]);
-    if let Some(cpu) = arch.client_cpu {
+    if let Some(cpu) = run.arch.client_cpu {
         pin(daemon.pid(), cpu)?;
     }
-    let measured = drive(hsload, arch, server, mix, users, duration_s, daemon.pid())?;
+    let measured = drive(run, daemon.pid())?;
     let params_text = daemon.get("/api/v1/parameters");
     drop(daemon);
     fs::write(file, &params_text)?;
@@ -793,15 +796,15 @@ fn run_mix(rig: &Rig, mix: &Mix, index: usize, plan: &Plan) -> Result<Vec<Point>
     for &n in &users {
         eprintln!("xtask: {}: mix {}: {n} users", rig.arch.key, index + 1);
         let file = point_file(rig.dir, rig.arch, index, n);
-        let measured = measure(
-            rig.hsload,
-            rig.arch,
-            rig.server,
+        let run = Run {
+            hsload: rig.hsload,
+            arch: rig.arch,
+            server: rig.server,
             mix,
-            n,
-            plan.duration_s(n),
-            &file,
-        )?;
+            users: n,
+            duration_s: plan.duration_s(n),
+        };
+        let measured = measure(&run, &file)?;
         points.push(predict(rig, &file, measured, &forecast_from)?);
     }
     Ok(points)
@@ -1263,15 +1266,15 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
     {
         eprintln!("xtask: what-if: {} window", WHATIF_FROM.name());
         let server = Server::start(arch, WHATIF_FROM, dir)?;
-        measure(
+        let run = Run {
             hsload,
             arch,
-            &server,
+            server: &server,
             mix,
-            FORECAST_FROM_USERS,
-            plan.duration_s(FORECAST_FROM_USERS),
-            &base,
-        )?;
+            users: FORECAST_FROM_USERS,
+            duration_s: plan.duration_s(FORECAST_FROM_USERS),
+        };
+        measure(&run, &base)?;
     }
     let base_params: Value = serde_json::from_str(&fs::read_to_string(&base)?)?;
     let server_arg = servers_from(&base_params);
@@ -1286,8 +1289,15 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
         for (i, n) in users.into_iter().enumerate() {
             eprintln!("xtask: what-if: {}: {n} users", key.name());
             let file = dir.join(format!("whatif-{}-users{n}.json", key.name()));
-            let (load, cpu_busy, _) =
-                measure(hsload, arch, &server, mix, n, plan.duration_s(n), &file)?;
+            let run = Run {
+                hsload,
+                arch,
+                server: &server,
+                mix,
+                users: n,
+                duration_s: plan.duration_s(n),
+            };
+            let (load, cpu_busy, _) = measure(&run, &file)?;
             let think = load["think_time_measured_s"].as_f64().unwrap_or(THINK_S);
             let mut args = model_args(&base, &server_arg, n, think, SIMULATED, 1);
             args.extend(mix_args(&load));

@@ -304,6 +304,11 @@ enum Command {
             allow_negative_numbers = true
         )]
         cpu_speedup: f64,
+        /// CPUs that other work keeps busy on the servers' CPUs (other programs, interrupts,
+        /// hstrace): the servers run on what is left [default: as measured over the
+        /// parameters' window (host.other_cpus), held at every load; 0 without it]
+        #[arg(long, value_name = "CPUS", allow_negative_numbers = true)]
+        other_cpus: Option<f64>,
         /// Multiply one stage's mean by K wherever it occurs (e.g. server_flight_2=4 for a
         /// costlier key); repeatable
         #[arg(long, value_name = "STAGE=K", allow_hyphen_values = true)]
@@ -544,6 +549,7 @@ pub fn run(cli: Cli) -> Result<()> {
             secure_fraction,
             hit_ratio,
             cpu_speedup,
+            other_cpus,
             scale_stage,
             key_change,
             sign_cost,
@@ -584,6 +590,10 @@ pub fn run(cli: Cli) -> Result<()> {
                     .map(|r| knobs::check_fraction("--hit-ratio", r))
                     .transpose()?,
                 cpu_speedup: knobs::check_factor("--cpu-speedup", cpu_speedup)?,
+                other_cpus: other_cpus
+                    .map(|o| knobs::check_cpus("--other-cpus", o))
+                    .transpose()?,
+                cpus_left: None,
                 scale_stages: scale_stage
                     .iter()
                     .map(|s| knobs::parse_scale(s))

@@ -8,6 +8,7 @@
 //! - `targets`: which processes are traced (`sockdiag`: the host's listening sockets)
 //! - `ties`: whether a process's OpenSSL calls can be tied to its connections
 //! - `container`: which container (and Kubernetes pod) a traced process runs in
+//! - `host_cpu`: the CPUs the traced processes may use, and how busy they were
 //!
 //! One record source, many sinks:
 //! - `source`: load, attach, follow processes (forks, ties), drain, sweep, account (`Health`)
@@ -48,6 +49,7 @@ pub mod container;
 pub mod export;
 pub mod failures;
 pub mod health;
+pub mod host_cpu;
 pub mod http_client;
 pub mod json;
 pub mod lines;

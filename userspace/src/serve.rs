@@ -144,6 +144,10 @@ impl Sink for DaemonSink {
             .expect("params lock")
             .process_cpu(pid, ns);
     }
+
+    fn host_cpu(&mut self, h: &crate::host_cpu::HostCpu) {
+        self.0.params.lock().expect("params lock").host_cpu(h);
+    }
 }
 
 /// Run the daemon until Ctrl-C or SIGTERM.

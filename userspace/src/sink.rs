@@ -6,6 +6,7 @@ use std::io;
 
 use crate::{
     health::Health,
+    host_cpu::HostCpu,
     record::{CloseRecord, Record},
 };
 
@@ -26,6 +27,9 @@ pub trait Sink {
     /// About once a second: traced process `pid` used `ns` more CPU time since the last
     /// call (its first reading only sets where it starts).
     fn process_cpu(&mut self, _pid: u32, _ns: u64) {}
+    /// About once a second, after `process_cpu`: the traced processes' CPUs since the
+    /// last call.
+    fn host_cpu(&mut self, _h: &HostCpu) {}
 }
 
 /// Two sinks fed the same records.
@@ -55,5 +59,10 @@ impl Sink for Both<'_> {
     fn process_cpu(&mut self, pid: u32, ns: u64) {
         self.0.process_cpu(pid, ns);
         self.1.process_cpu(pid, ns);
+    }
+
+    fn host_cpu(&mut self, h: &HostCpu) {
+        self.0.host_cpu(h);
+        self.1.host_cpu(h);
     }
 }

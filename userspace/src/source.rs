@@ -23,7 +23,7 @@ use crate::{
     clock,
     container::Containers,
     health::{Health, ProbeChoice},
-    preflight, probes,
+    host_cpu, preflight, probes,
     sink::Sink,
     sweep::{self, Census, Evicted, Tables},
     targets::{self, Selector},
@@ -82,6 +82,8 @@ pub struct Source {
     resolved: Option<Resolved>,
     /// each traced process's CPU time (ns) at the last look, for the sinks' CPU figures
     cpu_seen: HashMap<u32, u64>,
+    /// when the host's CPUs were last read, and each one's busy time then
+    host_seen: Option<(Instant, Vec<(u32, u64)>)>,
     /// the kernel's `listen_ports` bitmap, and the ports set in it so far
     listen_ports: Array<MapData, u64>,
     ports_marked: HashSet<u16>,
@@ -232,6 +234,7 @@ impl Source {
             procs: Processes::default(),
             resolved: None,
             cpu_seen: HashMap::new(),
+            host_seen: None,
             listen_ports,
             ports_marked: HashSet::new(),
             ports_looked: None,
@@ -321,16 +324,37 @@ impl Source {
     }
 
     /// Hand the sink what each traced process ran since the last look (the parameters'
-    /// CPU outside the stages); exited processes are forgotten.
+    /// CPU outside the stages), then what the CPUs they may use did meanwhile (the work of
+    /// everything else on them); exited processes are forgotten.
     fn feed_cpu(&mut self, sink: &mut dyn Sink) {
         let traced: Vec<u32> = self.tgids.keys().filter_map(|k| k.ok()).collect();
         self.cpu_seen.retain(|pid, _| traced.contains(pid));
-        for pid in traced {
+        let mut traced_ns = 0;
+        let mut on = BTreeSet::new();
+        for &pid in &traced {
             let Some(now) = targets::cpu_ns(pid) else {
                 continue;
             };
             if let Some(before) = self.cpu_seen.insert(pid, now) {
-                sink.process_cpu(pid, now.saturating_sub(before));
+                let ns = now.saturating_sub(before);
+                traced_ns += ns;
+                sink.process_cpu(pid, ns);
+            }
+            on.extend(host_cpu::allowed(pid).into_iter().flatten());
+        }
+        let Some(busy) = host_cpu::busy_ns() else {
+            return;
+        };
+        let now = Instant::now();
+        if let Some((then, before)) = self.host_seen.replace((now, busy)) {
+            let busy = &self.host_seen.as_ref().expect("set above").1;
+            if !on.is_empty() {
+                sink.host_cpu(&host_cpu::HostCpu {
+                    span_ns: now.duration_since(then).as_nanos() as u64,
+                    cpus: on.len() as u32,
+                    busy_ns: host_cpu::busy_between(&before, busy, &on),
+                    traced_ns,
+                });
             }
         }
     }

@@ -247,10 +247,12 @@ struct Point {
     /// the CPU outside the stages and the harness's wake-up): what the criterion is
     /// checked on
     live: Value,
-    /// the same-point fit told the client's CPU: where the client runs on the server's CPUs
-    /// (not pinned apart), the model with those CPUs slowed by the share the client took
-    /// (`--cpu-speedup 1 − client/CPUs`): a check of the miss's cause, not a prediction
-    live_less_client: Option<Value>,
+    /// the other work hstrace measured on the server's CPUs (`host.other_cpus`: the
+    /// client's, where it is not pinned apart, the kernel's, the daemon's), in CPUs; the
+    /// same-point fit and the forecast at the point's speed take it
+    other_cpus: Option<f64>,
+    /// the same-point fit told no other work (`--other-cpus 0`): what that work did to R
+    live_without_other: Value,
     /// the architecture's discipline from the stages alone
     params_only: Value,
     /// the event-loop MVA approximation (event loops only, where it answers)
@@ -263,8 +265,9 @@ struct Point {
     /// how much faster the host ran this point's signatures than the forecast window's
     /// (`signature_cpu_s` there over here; None without full handshakes in both)
     host_speed: Option<f64>,
-    /// the forecast with `--cpu-speedup host_speed`: what it would have said had it known
-    /// the host's speed at this point (a check of the model, not a forecast)
+    /// the forecast with `--cpu-speedup host_speed` and the point's `--other-cpus`: what
+    /// it would have said had it known the host's speed and the other work on the
+    /// server's CPUs at this point (a check of the model, not a forecast)
     forecast_at_speed: Option<Value>,
 }
 
@@ -687,14 +690,9 @@ fn predict(
         live_args.extend(["--wakeup".into(), platform.wakeup_arg()]);
     }
     let live = point(&model(bin, &live_args)?);
-    let live_less_client = match arch.client_cpu {
-        Some(_) => None,
-        None => {
-            let left = (1.0 - client_cpu / f64::from(arch.servers)).max(0.1);
-            live_args.extend(["--cpu-speedup".into(), left.to_string()]);
-            Some(point(&model(bin, &live_args)?))
-        }
-    };
+    live_args.extend(["--other-cpus".into(), "0".into()]);
+    let live_without_other = point(&model(bin, &live_args)?);
+    let other_cpus = params["host"]["other_cpus"].as_f64();
     // the stages alone: nothing outside them, no wake-up
     let mut args = with(file, arch.discipline);
     args.extend(["--overhead".into(), "0".into()]);
@@ -743,6 +741,9 @@ fn predict(
     let forecast_at_speed = match host_speed {
         Some(k) => {
             args.extend(["--cpu-speedup".into(), k.to_string()]);
+            if let Some(o) = other_cpus {
+                args.extend(["--other-cpus".into(), o.to_string()]);
+            }
             Some(point(&model(bin, &args)?))
         }
         None => None,
@@ -757,7 +758,8 @@ fn predict(
         overhead_proc_s,
         cpu_per_request_s,
         live,
-        live_less_client,
+        other_cpus,
+        live_without_other,
         params_only,
         approx,
         shared,
@@ -975,7 +977,8 @@ fn mix_section(
         };
         let (forecast, _) = other(Some(&p.forecast));
         let (_, at_speed_err) = other(p.forecast_at_speed.as_ref());
-        let (_, less_client_err) = other(p.live_less_client.as_ref());
+        let (_, without_other_err) = other(Some(&p.live_without_other));
+        let other_cpus = p.other_cpus.map_or("–".into(), |o| format!("{o:.2}"));
         let speed = p.host_speed.map_or("–".into(), |k| pct(k - 1.0));
         let (alone, alone_err) = other(Some(&p.params_only));
         let (mva, mva_err) = other(p.approx.as_ref());
@@ -988,7 +991,7 @@ fn mix_section(
         };
         let _ = writeln!(
             rows,
-            "| {} | {:.1} % | {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {less_client_err} | {forecast} | {} | {} | {speed} | {at_speed_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.1} % | {other_cpus} / {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {without_other_err} | {forecast} | {} | {} | {speed} | {at_speed_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} |",
             p.users,
             p.cpu_busy * 100.0,
             p.client_cpu,
@@ -1166,6 +1169,7 @@ fn report(
                 cold_and_warm(&all.iter().map(|p| &p.params).collect::<Vec<_>>()),
             ),
             ("SPEED_RANGE", speed_range(&all)),
+            ("OTHER_GROWTH", other_growth(archs)),
             ("COMMIT", commit.to_string()),
             ("KERNEL", kernel()),
             ("CPUS", cpus().to_string()),
@@ -1240,6 +1244,34 @@ fn speed_range(points: &[&Point]) -> String {
     match speeds.is_empty() {
         true => "–".into(),
         false => format!("from {} to {}", pct(lo - 1.0), pct(hi - 1.0)),
+    }
+}
+
+/// How the other work on the server's CPUs grew with load where the client is not pinned
+/// apart, in words: each mix's first and last point.
+fn other_growth(archs: &[(&Arch, Vec<Vec<Point>>)]) -> String {
+    let said: Vec<String> = archs
+        .iter()
+        .filter(|(a, _)| a.client_cpu.is_none())
+        .flat_map(|(a, mixes)| {
+            mixes.iter().enumerate().filter_map(move |(i, points)| {
+                let first = points.first()?;
+                let last = points.last()?;
+                Some(format!(
+                    "{} mix {}: {:.2} CPUs at N = {}, {:.2} at N = {}",
+                    a.title,
+                    i + 1,
+                    first.other_cpus?,
+                    first.users,
+                    last.other_cpus?,
+                    last.users
+                ))
+            })
+        })
+        .collect();
+    match said.is_empty() {
+        true => "this run measured none".into(),
+        false => format!("under load it grew ({})", said.join("; ")),
     }
 }
 

@@ -73,6 +73,10 @@ pub struct ServerInput {
     pub architecture: Option<v1::Architecture>,
     /// the host's CPUs online (the document's `host.cpus`)
     pub cpus: Option<u32>,
+    /// the CPUs the servers' processes may run on (`host.server_cpus`)
+    pub server_cpus: Option<u32>,
+    /// how many of those CPUs other work kept busy (`host.other_cpus`)
+    pub other_cpus: Option<f64>,
     /// read from Prometheus, which carries neither
     pub from_prometheus: bool,
 }
@@ -83,11 +87,18 @@ pub struct ServerInput {
 pub fn parse_parameters(text: &str, origin: &str) -> Result<Vec<ServerInput>> {
     let doc = Parameters::from_json(text, origin)?;
     let cpus = doc.host.map(|h| h.cpus).filter(|&c| c > 0);
+    let server_cpus = doc.host.and_then(|h| h.server_cpus).filter(|&c| c > 0);
+    let other_cpus = doc
+        .host
+        .and_then(|h| h.other_cpus)
+        .filter(|o| o.is_finite() && *o >= 0.0);
     doc.servers
         .iter()
         .map(|s| {
             Ok(ServerInput {
                 cpus,
+                server_cpus,
+                other_cpus,
                 ..server_input(s, origin)?
             })
         })
@@ -162,6 +173,8 @@ fn server_input(s: &v1::ServerParams, origin: &str) -> Result<ServerInput> {
         busy,
         architecture: s.architecture,
         cpus: None,
+        server_cpus: None,
+        other_cpus: None,
         from_prometheus: false,
     })
 }
@@ -296,6 +309,8 @@ pub fn merge(parts: Vec<ServerInput>, origin: &str) -> Result<ServerInput> {
         busy,
         architecture: merged_architecture(&parts),
         cpus: parts.iter().find_map(|p| p.cpus),
+        server_cpus: parts.iter().find_map(|p| p.server_cpus),
+        other_cpus: parts.iter().find_map(|p| p.other_cpus),
         from_prometheus: parts.iter().any(|p| p.from_prometheus),
     })
 }
@@ -569,6 +584,8 @@ fn prom_server(base: &str, server: String, w: &str) -> Result<ServerInput> {
         busy: None,
         architecture: None,
         cpus: None,
+        server_cpus: None,
+        other_cpus: None,
         from_prometheus: true,
     })
 }

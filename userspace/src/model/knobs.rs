@@ -34,6 +34,12 @@ pub struct Knobs {
     pub hit_ratio: Option<f64>,
     /// divides every service demand
     pub cpu_speedup: f64,
+    /// `--other-cpus`: how many of the servers' CPUs other work keeps busy (None: as
+    /// measured, the parameters' `host.other_cpus`)
+    pub other_cpus: Option<f64>,
+    /// the CPUs the servers share beside that work (None: a whole CPU each); made by
+    /// `model::effective_knobs`
+    pub cpus_left: Option<f64>,
     /// (stage, factor): multiplies that stage's mean in every class that has it
     pub scale_stages: Vec<(String, f64)>,
     /// how the web server shares its processor
@@ -73,6 +79,8 @@ impl Default for Knobs {
             servers_given: false,
             hit_ratio: None,
             cpu_speedup: 1.0,
+            other_cpus: None,
+            cpus_left: None,
             scale_stages: Vec::new(),
             discipline: Discipline::ProcessorSharing,
             discipline_given: false,
@@ -91,6 +99,23 @@ impl Default for Knobs {
 }
 
 impl Knobs {
+    /// What every service demand is divided by: `--cpu-speedup`, and the share of a CPU
+    /// each server runs at beside the other work on its CPUs (`cpu_share`).
+    pub fn speed(&self) -> f64 {
+        self.cpu_speedup * self.cpu_share()
+    }
+
+    /// The share of a CPU each server runs at beside the other work on its CPUs, where the
+    /// solver takes it as one figure: the CPUs left shared by all the servers, at most a
+    /// whole one each. The simulation shares them among the workers busy at each moment
+    /// instead (`Network::cpus_left`): 1 here.
+    pub fn cpu_share(&self) -> f64 {
+        match (self.discipline, self.cpus_left) {
+            (Discipline::EventLoopSim, _) | (_, None) => 1.0,
+            (_, Some(left)) => (left / f64::from(self.servers.max(1))).min(1.0),
+        }
+    }
+
     /// The think time for people: 0.196 s, 2 s.
     pub fn think_time(&self) -> String {
         let s = format!("{:.3}", self.think_s);
@@ -223,6 +248,14 @@ pub fn check_factor(flag: &str, v: f64) -> Result<f64> {
     Ok(v)
 }
 
+/// A count of CPUs' worth of work: finite, not negative.
+pub fn check_cpus(flag: &str, v: f64) -> Result<f64> {
+    if !v.is_finite() || v < 0.0 {
+        bail!("{flag} {v} is not a number of CPUs: give e.g. {flag} 0.5 (half a CPU busy with other work) or 0");
+    }
+    Ok(v)
+}
+
 /// `STAGE=k`.
 pub fn parse_scale(s: &str) -> Result<(String, f64)> {
     let (stage, k) = s.split_once('=').ok_or_else(|| {
@@ -284,7 +317,7 @@ pub fn demands(server: &ServerInput, knobs: &Knobs) -> Result<([f64; 3], [f64; 3
         for m in &c.stages {
             let k = scale(knobs, &m.name);
             match m.class {
-                StageClass::Service => service[i] += m.mean_s * k / knobs.cpu_speedup,
+                StageClass::Service => service[i] += m.mean_s * k / knobs.speed(),
                 StageClass::Delay => delay[i] += m.mean_s * k,
                 StageClass::Queue => {}
             }
@@ -326,7 +359,7 @@ pub fn visits(class: &ClassInput, knobs: &Knobs) -> Vec<f64> {
                 open = true;
             }
             StageClass::Service => {
-                let s = m.mean_s * scale(knobs, &m.name) / knobs.cpu_speedup;
+                let s = m.mean_s * scale(knobs, &m.name) / knobs.speed();
                 match (open && known, out.last_mut()) {
                     (true, Some(last)) => *last += s,
                     _ => out.push(s),
@@ -392,7 +425,7 @@ pub fn route(class: &ClassInput, knobs: &Knobs) -> Vec<Step> {
                 open = known;
             }
             StageClass::Service => {
-                let s = m.mean_s * scale(knobs, &m.name) / knobs.cpu_speedup;
+                let s = m.mean_s * scale(knobs, &m.name) / knobs.speed();
                 match (open && known, out.last_mut()) {
                     (true, Some(Step::Visit { service_s, .. })) => *service_s += s,
                     _ => out.push(Step::Visit {
@@ -538,6 +571,9 @@ pub fn network(
         overhead_s,
         wakeup: knobs.wakeup.clone(),
         sleep_cpu_s: knobs.sleep_cpu_s,
+        cpus_left: knobs
+            .cpus_left
+            .filter(|_| knobs.discipline == Discipline::EventLoopSim),
     };
     if knobs.discipline != Discipline::EventLoopSim
         && (!knobs.wakeup.is_zero() || knobs.sleep_cpu_s > 0.0)

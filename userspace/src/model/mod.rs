@@ -185,17 +185,39 @@ pub fn build(
 /// of the stages alone. `--cpu-speedup` K divides what was measured of that CPU as it
 /// divides the stages (a K times faster CPU runs all of the server's code faster); a
 /// figure given on the command line is taken as it is, and the wake-up, a wait, is not
-/// CPU.
+/// CPU. So does the share of a CPU the servers run at beside the other work on their CPUs
+/// (`cpu_share`).
 fn effective_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
     let mut k = measured_knobs(knobs, server);
+    k.other_cpus = k.other_cpus.or(server.other_cpus);
+    k.cpus_left = cpus_left(&k, server);
     if !k.overhead_given {
-        k.overhead_s /= k.cpu_speedup;
+        k.overhead_s /= k.speed();
     }
     if !k.sleep_cpu_given {
-        k.sleep_cpu_s /= k.cpu_speedup;
+        k.sleep_cpu_s /= k.speed();
     }
     k
 }
+
+/// The CPUs the server's processes may use (the host's where not measured, else the
+/// servers') less the other work on them (`--other-cpus`, else as measured; a tenth of
+/// them at least); None without a figure of that work. Measured work is taken as the
+/// window had it: a forecast holds it at every load.
+fn cpus_left(k: &Knobs, server: &ServerInput) -> Option<f64> {
+    let other = k.other_cpus?;
+    let cpus = f64::from(
+        server
+            .server_cpus
+            .or(server.cpus)
+            .unwrap_or(k.servers)
+            .max(1),
+    );
+    Some((cpus - other).max(MIN_LEFT * cpus))
+}
+
+/// The least share of the CPUs `cpus_left` leaves the servers.
+const MIN_LEFT: f64 = 0.1;
 
 /// `effective_knobs` on the CPU it was measured on.
 fn measured_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
@@ -305,7 +327,17 @@ pub fn run(opts: ModelOptions) -> Result<()> {
         knobs::signing_stage_s(&server)?;
         knobs.key_change = Some(keys::key_change(from, to, &opts.sign_costs)?);
     }
+    let given_other = knobs.other_cpus.is_some();
     let knobs = effective_knobs(&pick::pick(&knobs, &server), &server);
+    if let (Some(other), Some(left)) = (knobs.other_cpus, knobs.cpus_left) {
+        if left < f64::from(knobs.servers) {
+            eprintln!(
+                "hstrace: other work keeps {other:.2} CPUs busy ({}): the {} the {left:.2} CPUs left",
+                if given_other { "--other-cpus" } else { "measured" },
+                if knobs.servers == 1 { "server shares".to_owned() } else { format!("{} servers share", knobs.servers) },
+            );
+        }
+    }
     let report = build(
         &server,
         source,
@@ -705,5 +737,60 @@ mod tests {
         assert_eq!(users[0], 1);
         assert!(f64::from(*users.last().unwrap()) >= 2.0 * r.base.n_star());
         assert!(users.len() <= 52);
+    }
+
+    /// Other work on the servers' CPUs: measured, or given (which wins); the CPUs left
+    /// are the servers' (the host's where not measured) less it, a tenth at least; the
+    /// approximations run each server at its share of them, the simulation shares them
+    /// among the workers busy at each moment.
+    #[test]
+    fn other_work_leaves_the_servers_fewer_cpus() {
+        let server = ServerInput {
+            cpus: Some(4),
+            server_cpus: Some(2),
+            other_cpus: Some(0.5),
+            ..seed()
+        };
+        let ps = Knobs {
+            servers: 2,
+            ..Knobs::default()
+        };
+        let k = effective_knobs(&ps, &server);
+        assert_eq!((k.other_cpus, k.cpus_left), (Some(0.5), Some(1.5)));
+        assert_eq!(k.cpu_share(), 0.75);
+        // a demand takes 1 / 0.75 as long
+        let net = knobs::network(&server, &k, None).unwrap();
+        let whole = knobs::network(&server, &ps, None).unwrap();
+        assert!((net.service_s[0] * 0.75 - whole.service_s[0]).abs() < 1e-12);
+        assert_eq!(net.cpus_left, None);
+        // given: wins, and the floor
+        let given = Knobs {
+            other_cpus: Some(3.0),
+            ..ps.clone()
+        };
+        assert_eq!(effective_knobs(&given, &server).cpus_left, Some(0.2));
+        // the host's CPUs where the servers' are not measured; none without a figure
+        let host_only = ServerInput {
+            server_cpus: None,
+            ..server.clone()
+        };
+        assert_eq!(effective_knobs(&ps, &host_only).cpus_left, Some(3.5));
+        assert_eq!(effective_knobs(&ps, &seed()).cpus_left, None);
+        assert_eq!(effective_knobs(&ps, &seed()).cpu_share(), 1.0);
+        // one server with a CPU left whole: full speed
+        let one = effective_knobs(&Knobs::default(), &server);
+        assert_eq!(one.cpu_share(), 1.0);
+        // the simulation: the network carries the CPUs left, the demands stay whole
+        let sim = Knobs {
+            servers: 2,
+            discipline: Discipline::EventLoopSim,
+            ..Knobs::default()
+        };
+        let k = effective_knobs(&sim, &server);
+        assert_eq!(k.cpu_share(), 1.0);
+        assert_eq!(
+            knobs::network(&server, &k, None).unwrap().cpus_left,
+            Some(1.5)
+        );
     }
 }

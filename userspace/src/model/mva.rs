@@ -158,6 +158,7 @@ mod tests {
             overhead_s: 0.0,
             wakeup: Wakeup::default(),
             sleep_cpu_s: 0.0,
+            cpus_left: None,
         }
     }
 
@@ -213,6 +214,7 @@ mod tests {
             overhead_s: 0.0,
             wakeup: Wakeup::default(),
             sleep_cpu_s: 0.0,
+            cpus_left: None,
         };
         let ps = Network {
             discipline: Discipline::ProcessorSharing,

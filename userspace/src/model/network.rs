@@ -75,6 +75,9 @@ pub struct Network {
     /// loop, into `epoll_wait`, out of it, the event dispatched), paid when a handler call
     /// finds it asleep: at low load every call, under load almost none
     pub sleep_cpu_s: f64,
+    /// `EventLoopSim`: the CPUs the workers share beside the other work on them (None:
+    /// each worker has a CPU of its own)
+    pub cpus_left: Option<f64>,
 }
 
 /// 95 % confidence half-widths of a simulated solution.

@@ -54,13 +54,21 @@ fn suggest(server: &ServerInput) -> (Option<Suggestion>, String) {
         };
         return (None, why);
     };
-    let cpus = server.cpus.map(|c| c.min(MAX_SERVERS));
+    // the CPUs its processes may run on, where fewer than the host's (pinned)
+    let cpus = server
+        .server_cpus
+        .or(server.cpus)
+        .map(|c| c.min(server.cpus.unwrap_or(c)).min(MAX_SERVERS));
+    let cpus_said = |c: u32| match server.cpus {
+        Some(h) if c < h => format!(
+            "the {} it may run on (of the host's {h})",
+            plural(c, "CPU", "CPUs")
+        ),
+        _ => format!("the host's {}", plural(c, "CPU", "CPUs")),
+    };
     let processes = plural(a.processes, "process", "processes");
     let on_cpus = |what: &str| match cpus {
-        Some(c) => (
-            c,
-            format!("{what} on the host's {}", plural(c, "CPU", "CPUs")),
-        ),
+        Some(c) => (c, format!("{what} on {}", cpus_said(c))),
         None => (
             1,
             format!("{what} on 1 processor (the host's CPUs were not measured)"),
@@ -71,7 +79,7 @@ fn suggest(server: &ServerInput) -> (Option<Suggestion>, String) {
             let workers = a.processes.max(1);
             let servers = cpus.map_or(workers, |c| workers.min(c));
             let capped = if servers < workers {
-                format!(", capped at the host's {}", plural(servers, "CPU", "CPUs"))
+                format!(", capped at {}", cpus_said(servers))
             } else {
                 String::new()
             };

@@ -161,6 +161,9 @@ impl Report {
             "knobs": {
                 "hit_ratio": self.knobs.hit_ratio,
                 "cpu_speedup": self.knobs.cpu_speedup,
+                "other_cpus": self.knobs.other_cpus,
+                "cpus_left": self.knobs.cpus_left,
+                "cpu_share": self.knobs.cpu_share(),
                 "scale_stage": self.knobs.scale_stages.iter()
                     .map(|(s, k)| (s.clone(), json!(k))).collect::<Map<_, _>>(),
                 "overhead_s": self.knobs.overhead_s,

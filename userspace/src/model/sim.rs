@@ -271,6 +271,8 @@ struct Sim<'a> {
     wakeup: &'a Wakeup,
     /// its CPU for each sleep, paid on waking
     sleep_cpu_s: f64,
+    /// the CPUs the workers share beside other work (None: each its own)
+    cpus_left: Option<f64>,
     completed: u64,
     /// when measuring began (the warm-up's last completion)
     measuring_from: Option<f64>,
@@ -318,9 +320,26 @@ impl<'a> Sim<'a> {
     }
 
     /// Worker `w`, asleep, is woken: it runs once its CPU has woken (`resume` runs it).
+    /// How long `cpu` seconds of a worker's CPU take from now: as long where each worker
+    /// has a CPU of its own; where other work leaves the workers fewer CPUs than are on
+    /// CPU now (this one with them), the CPUs left shared equally among those, at the speed
+    /// of the moment the work begins.
+    fn on_cpu(&self, cpu: f64) -> f64 {
+        let Some(left) = self.cpus_left else {
+            return cpu;
+        };
+        let others = self
+            .loops
+            .iter()
+            .filter(|l| matches!(l.state, Worker::Serving(_) | Worker::Unmeasured))
+            .count();
+        cpu / (left / (others + 1) as f64).min(1.0)
+    }
+
     fn wake(&mut self, w: usize) {
+        let sleep_cpu = self.on_cpu(self.sleep_cpu_s);
         let lp = &mut self.loops[w];
-        let wake = self.wakeup.after(self.now - lp.asleep_since) + self.sleep_cpu_s;
+        let wake = self.wakeup.after(self.now - lp.asleep_since) + sleep_cpu;
         if wake > 0.0 {
             lp.state = Worker::Waking;
             self.schedule(self.now + wake, Timer::Worker(w));
@@ -460,6 +479,7 @@ impl<'a> Sim<'a> {
     fn unmeasured(&mut self, w: usize, class: usize) {
         let t = self.unmeasured_s[class];
         if t > 0.0 {
+            let t = self.on_cpu(t);
             self.loops[w].state = Worker::Unmeasured;
             self.schedule(self.now + t, Timer::Worker(w));
         }
@@ -509,6 +529,7 @@ impl<'a> Sim<'a> {
                     user.step += 1;
                     let s = self.rng.draw(service, self.set.service);
                     if s > 0.0 {
+                        let s = self.on_cpu(s);
                         self.loops[w].state = Worker::Serving(u);
                         self.schedule(self.now + s, Timer::Worker(w));
                     } else {
@@ -653,6 +674,7 @@ impl<'a> Sim<'a> {
             }),
             wakeup: &net.wakeup,
             sleep_cpu_s: net.sleep_cpu_s,
+            cpus_left: net.cpus_left,
             completed: 0,
             measuring_from: None,
             batches: Vec::with_capacity(BATCHES),
@@ -811,6 +833,7 @@ mod tests {
             overhead_s: 0.0,
             wakeup: Wakeup::default(),
             sleep_cpu_s: 0.0,
+            cpus_left: None,
         }
     }
 
@@ -1093,6 +1116,31 @@ mod tests {
             format!("{:?}", solve_at(&two, &[30])[0]),
             format!("{:?}", solve_at(&two, &[30])[0])
         );
+    }
+
+    /// Other work on the workers' CPUs: a worker busy alone still has a CPU of its own
+    /// while one is left; two busy at once share what is left. Far past N*, two workers
+    /// beside one CPU of other work serve what one worker alone does.
+    #[test]
+    fn workers_share_the_cpus_other_work_leaves() {
+        let two = |cpus_left| Network {
+            servers: 2,
+            cpus_left,
+            ..tls(0.2)
+        };
+        let one_user = |net: &Network| solve_at(net, &[1])[0].response_s;
+        assert_eq!(one_user(&two(Some(1.0))), one_user(&two(None)));
+        // half a CPU left: the one user's flights take twice as long
+        let slow = &solve_at(&two(Some(0.5)), &[1])[0];
+        let service = two(None).service_demand();
+        let want = two(None).demand() + service;
+        within(slow.response_s, slow.ci95.unwrap().response_s, want, "R");
+        let top = (3.0 * two(None).n_star()).ceil() as u32;
+        let x = |net: &Network| simulate(net, top, Settings::for_users(1, top)).throughput_per_s;
+        let x_max = 1.0 / service;
+        let shared = x(&two(Some(1.0)));
+        assert!((shared / x_max - 1.0).abs() < 0.01, "{shared} vs {x_max}");
+        assert!((x(&two(None)) / (2.0 * x_max) - 1.0).abs() < 0.01);
     }
 
     /// An idle worker's CPU takes `wakeup_s` to run it: with one user every handler call

@@ -26,6 +26,7 @@ use super::{
 };
 use crate::{
     clock::rfc3339_utc,
+    host_cpu::HostCpu,
     ordered::Ordered,
     record::{CloseRecord, Record},
     sink::Sink,
@@ -213,6 +214,43 @@ struct Slot {
     servers: BTreeMap<String, ServerAcc>,
     /// by process: what its connections' service stages and the process itself ran
     procs: BTreeMap<u32, ProcAcc>,
+    /// the traced processes' CPUs (the source's once-a-second readings)
+    host: HostAcc,
+}
+
+/// What the traced processes' CPUs did in one slot (or the window).
+#[derive(Clone, Copy, Default)]
+struct HostAcc {
+    span_ns: u128,
+    busy_ns: u128,
+    traced_ns: u128,
+    /// the most CPUs the traced processes could use at a reading
+    cpus: u32,
+}
+
+impl HostAcc {
+    fn add(&mut self, h: &HostCpu) {
+        self.span_ns += u128::from(h.span_ns);
+        self.busy_ns += u128::from(h.busy_ns);
+        self.traced_ns += u128::from(h.traced_ns);
+        self.cpus = self.cpus.max(h.cpus);
+    }
+
+    fn merge(&mut self, o: &HostAcc) {
+        self.span_ns += o.span_ns;
+        self.busy_ns += o.busy_ns;
+        self.traced_ns += o.traced_ns;
+        self.cpus = self.cpus.max(o.cpus);
+    }
+
+    /// The CPUs the servers may use, and how many of them everything else kept busy on
+    /// average (None before two readings).
+    fn server_cpus(&self) -> Option<(u32, f64)> {
+        (self.span_ns > 0 && self.cpus > 0).then(|| {
+            let other = self.busy_ns.saturating_sub(self.traced_ns) as f64 / self.span_ns as f64;
+            (self.cpus, other.min(f64::from(self.cpus)))
+        })
+    }
 }
 
 /// One traced process's CPU in one slot.
@@ -330,6 +368,7 @@ impl Estimator {
                 seq,
                 servers: BTreeMap::new(),
                 procs: BTreeMap::new(),
+                host: HostAcc::default(),
             });
         }
         self.slots.last_mut().expect("pushed above")
@@ -339,6 +378,11 @@ impl Estimator {
     /// the traced processes).
     pub fn add_cpu(&mut self, now: Instant, pid: u32, ns: u64) {
         self.slot(now).procs.entry(pid).or_default().cpu_ns += u128::from(ns);
+    }
+
+    /// The traced processes' CPUs since the last reading (`Sink::host_cpu`).
+    pub fn add_host_cpu(&mut self, now: Instant, h: &HostCpu) {
+        self.slot(now).host.add(h);
     }
 
     pub fn add(&mut self, now: Instant, s: &Sample) {
@@ -383,7 +427,9 @@ impl Estimator {
         self.expire(now);
         let mut merged: BTreeMap<String, ServerAcc> = BTreeMap::new();
         let mut procs: BTreeMap<u32, ProcAcc> = BTreeMap::new();
+        let mut host = HostAcc::default();
         for slot in &self.slots {
+            host.merge(&slot.host);
             for (name, acc) in &slot.servers {
                 merged.entry(name.clone()).or_default().merge(acc);
             }
@@ -406,7 +452,14 @@ impl Estimator {
                 end: rfc3339_utc(end_ns),
                 seconds,
             }),
-            host: (probe.cpus)().map(|cpus| Host { cpus }),
+            host: (probe.cpus)().map(|cpus| {
+                let (server_cpus, other_cpus) = host.server_cpus().unzip();
+                Host {
+                    cpus,
+                    server_cpus,
+                    other_cpus,
+                }
+            }),
             servers: merged
                 .into_iter()
                 .map(|(name, acc)| {
@@ -602,6 +655,10 @@ impl Sink for Estimator {
 
     fn process_cpu(&mut self, pid: u32, ns: u64) {
         self.add_cpu(Instant::now(), pid, ns);
+    }
+
+    fn host_cpu(&mut self, h: &HostCpu) {
+        self.add_host_cpu(Instant::now(), h);
     }
 }
 
@@ -878,6 +935,53 @@ mod tests {
     }
 
     /// Prefork children each serve a connection now and then, and the kernel counts their
+    /// The servers' CPUs over the window: the most at a reading, and their busy time less
+    /// the traced processes' over the time the readings span, in CPUs; none before a
+    /// reading.
+    #[test]
+    fn other_work_on_the_servers_cpus() {
+        let probe = Probe {
+            threads: |_| None,
+            cpus: || Some(4),
+        };
+        let mut e = Estimator::new(Duration::from_secs(60), 8).with_probe(probe);
+        let now = e.start + Duration::from_secs(1);
+        let p = e.parameters(now, SystemTime::now());
+        let none = Host {
+            cpus: 4,
+            server_cpus: None,
+            other_cpus: None,
+        };
+        assert_eq!(p.host, Some(none));
+        let s = 1_000_000_000;
+        e.add_host_cpu(
+            now,
+            &HostCpu {
+                span_ns: s,
+                cpus: 2,
+                busy_ns: 2 * s,
+                traced_ns: s / 2,
+            },
+        );
+        let later = now + Duration::from_secs(10);
+        e.add_host_cpu(
+            later,
+            &HostCpu {
+                span_ns: s,
+                cpus: 1,
+                busy_ns: s,
+                traced_ns: s / 2,
+            },
+        );
+        let p = e.parameters(later, SystemTime::now());
+        assert_eq!(p.host.unwrap().server_cpus, Some(2));
+        assert!((p.host.unwrap().other_cpus.unwrap() - 1.0).abs() < 1e-12);
+        // the first slot leaves the window
+        let p = e.parameters(now + Duration::from_secs(65), SystemTime::now());
+        assert_eq!(p.host.unwrap().server_cpus, Some(1));
+        assert!((p.host.unwrap().other_cpus.unwrap() - 0.5).abs() < 1e-12);
+    }
+
     /// CPU in clock ticks: one that served a 1 ms connection may show none, another a
     /// whole tick. Together they hold the server's CPU; none showing any is unknown.
     #[test]
@@ -980,7 +1084,14 @@ mod tests {
         // one process, one at a time: cannot tell
         e.add(now, &conn("lone:1", 40, 0, 1));
         let p = e.parameters(now, SystemTime::now());
-        assert_eq!(p.host, Some(Host { cpus: 2 }));
+        assert_eq!(
+            p.host,
+            Some(Host {
+                cpus: 2,
+                server_cpus: None,
+                other_cpus: None
+            })
+        );
         let arch = |name: &str| {
             p.servers
                 .iter()

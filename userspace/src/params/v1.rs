@@ -34,6 +34,15 @@ pub struct Parameters {
 pub struct Host {
     /// CPUs online when the document was made (not a cpuset's share)
     pub cpus: u32,
+    /// the CPUs the traced servers' processes may run on (the union of their affinity)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cpus: Option<u32>,
+    /// how many of those CPUs everything but the servers' processes kept busy, on average
+    /// over the window: other programs, the kernel's interrupts, hstrace itself. The model
+    /// takes it off the servers' capacity. Both absent before the daemon has read the CPUs
+    /// twice (and in documents written before them, or by hand)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_cpus: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -328,7 +337,14 @@ mod tests {
         );
         let text = text.replacen("{", "{\"host\": {\"cpus\": 8},", 1);
         let p = Parameters::from_json(&text, "t").unwrap();
-        assert_eq!(p.host, Some(Host { cpus: 8 }));
+        assert_eq!(
+            p.host,
+            Some(Host {
+                cpus: 8,
+                server_cpus: None,
+                other_cpus: None
+            })
+        );
         let a = p.servers[0].architecture.unwrap();
         assert_eq!(
             (a.kind, a.processes, a.most_at_once, a.threads),

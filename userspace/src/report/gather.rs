@@ -348,6 +348,10 @@ impl Sink for Gather {
     fn process_cpu(&mut self, pid: u32, ns: u64) {
         self.estimator.process_cpu(pid, ns);
     }
+
+    fn host_cpu(&mut self, h: &crate::host_cpu::HostCpu) {
+        self.estimator.host_cpu(h);
+    }
 }
 
 #[cfg(test)]

@@ -1181,7 +1181,8 @@ fn the_model_picks_the_discipline_from_the_measured_architecture() {
 /// Other work on the server's CPU: nginx pinned to CPU 0, measured by `export` once with a
 /// busy loop beside it on that CPU and once without. The parameters' `host` says nginx
 /// may run on one CPU and how much of it the other work took (about all of it, then next
-/// to nothing); the model shares what is left with the server, and says so.
+/// to nothing); the model shares what is left with the server, and says so; the daemon's
+/// metrics count the same.
 #[test]
 #[ignore = "needs root: run `sudo cargo xtask test`"]
 fn other_work_on_the_servers_cpu_is_measured_and_modelled() {
@@ -1228,6 +1229,14 @@ fn other_work_on_the_servers_cpu_is_measured_and_modelled() {
     };
     let quiet = measure(false);
     let busy = measure(true);
+    // a burner: a busy loop on CPU 0, killed when dropped
+    struct Burner(std::process::Child);
+    impl Drop for Burner {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
     eprintln!("quiet: {}\nbusy: {}", quiet["host"], busy["host"]);
     for p in [&quiet, &busy] {
         assert_eq!(p["host"]["server_cpus"], 1, "{}", p["host"]);
@@ -1256,4 +1265,30 @@ fn other_work_on_the_servers_cpu_is_measured_and_modelled() {
     assert_eq!(left(&alone), 1.0, "{}", alone["knobs"]);
     let r = |m: &Value| m["curves"][0]["points"][0]["response_s"].as_f64().unwrap();
     assert!(r(&m) > r(&alone), "{} vs {}", r(&m), r(&alone));
+
+    // the daemon's metrics: the CPUs nginx may use, and the busy loop's second a second
+    let daemon = Daemon::start(&["--pid", &master]);
+    let burner = Burner(
+        Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap(),
+    );
+    pin(burner.0.id(), 0).unwrap();
+    let other = || {
+        daemon.scrape().sum(
+            "hstrace_server_cpus_busy_seconds_total",
+            &[("work", "other")],
+        )
+    };
+    thread::sleep(Duration::from_secs(2));
+    let (before, at) = (other(), std::time::Instant::now());
+    thread::sleep(Duration::from_secs(4));
+    let rate = (other() - before) / at.elapsed().as_secs_f64();
+    drop(burner);
+    assert_eq!(daemon.scrape().sum("hstrace_server_cpus", &[]), 1.0);
+    assert!(
+        (0.6..=1.1).contains(&rate),
+        "other work {rate} CPUs on CPU 0"
+    );
 }

@@ -30,6 +30,7 @@ use prometheus_client::{
 use crate::{
     container::Container,
     health::Health,
+    host_cpu::HostCpu,
     record::{CloseRecord, Record},
     sink::Sink,
     stage::{Kind, Resumption, Stage},
@@ -175,6 +176,12 @@ struct RecordLabels {
     record: &'static str,
 }
 
+/// Whose work kept the traced servers' CPUs busy: `servers` (their processes) or `other`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkLabels {
+    work: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CauseLabels {
     cause: &'static str,
@@ -243,6 +250,9 @@ pub struct Metrics {
     in_progress: Gauge,
     open: Gauge,
     traced: Gauge,
+    /// the CPUs the traced servers may run on, and their busy time by whose work
+    server_cpus: Gauge,
+    server_cpus_busy: Family<WorkLabels, Counter<f64>>,
     probes: Family<ProbeLabels, Gauge>,
     uprobe_failures: Counter,
     uprobes_untied: Counter,
@@ -288,6 +298,8 @@ impl Metrics {
             in_progress: Gauge::default(),
             open: Gauge::default(),
             traced: Gauge::default(),
+            server_cpus: Gauge::default(),
+            server_cpus_busy: Family::default(),
             probes: Family::default(),
             uprobe_failures: Counter::default(),
             uprobes_untied: Counter::default(),
@@ -367,6 +379,17 @@ impl Metrics {
             m.open.clone(),
         );
         r.register("traced_processes", "Processes traced now", m.traced.clone());
+        r.register(
+            "server_cpus",
+            "CPUs the traced servers' processes may run on (their affinity)",
+            m.server_cpus.clone(),
+        );
+        r.register_with_unit(
+            "server_cpus_busy",
+            "Busy time of the CPUs the traced servers may run on, by whose work: the servers' processes, or other (programs, interrupts, hstrace)",
+            Unit::Seconds,
+            m.server_cpus_busy.clone(),
+        );
         r.register(
             "probe_info",
             "The hook each probe group uses (hook=\"unavailable\": none worked on this kernel)",
@@ -742,6 +765,19 @@ impl Sink for Metrics {
     fn close(&mut self, _c: &CloseRecord) -> std::io::Result<()> {
         self.records_close.inc();
         Ok(())
+    }
+
+    fn host_cpu(&mut self, h: &HostCpu) {
+        self.server_cpus.set(i64::from(h.cpus));
+        let secs = |ns: u64| ns as f64 / 1e9;
+        for (work, ns) in [
+            ("servers", h.traced_ns),
+            ("other", h.busy_ns.saturating_sub(h.traced_ns)),
+        ] {
+            self.server_cpus_busy
+                .get_or_create(&WorkLabels { work })
+                .inc_by(secs(ns));
+        }
     }
 
     fn tick(&mut self, health: &Health) -> std::io::Result<()> {

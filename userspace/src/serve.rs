@@ -146,6 +146,7 @@ impl Sink for DaemonSink {
     }
 
     fn host_cpu(&mut self, h: &crate::host_cpu::HostCpu) {
+        self.0.metrics.lock().expect("metrics lock").host_cpu(h);
         self.0.params.lock().expect("params lock").host_cpu(h);
     }
 }

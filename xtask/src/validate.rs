@@ -1699,8 +1699,16 @@ mod tests {
 
     /// The fast validation CI runs (issue 35): the forecast from one user's window, at
     /// every point where nginx was busy less than `REDUCED_UTIL_LIMIT`, within
-    /// `REDUCED_TOLERANCE` of hsload's measurement. `cargo xtask test` builds hsload and
+    /// `REDUCED_TOLERANCE` of hsload's measurement. A miss is let pass only with its cause
+    /// measured: the host ran the point's signatures at least `HOST_DRIFT` faster or slower
+    /// than the window's (hstrace's own readings: the host's speed moves with sustained
+    /// load, which no quiet window shows), and the same forecast told that speed is within
+    /// the tolerance; a broken model misses both. `cargo xtask test` builds hsload and
     /// gives it as HSTRACE_HSLOAD.
+    /// How far the host's speed at a point must be from the window's for a forecast's miss
+    /// to be put down to it.
+    const HOST_DRIFT: f64 = 0.10;
+
     #[test]
     #[ignore = "needs root: a real nginx, hsload and the daemon (cargo xtask test runs it)"]
     fn a_reduced_validation_forecasts_within_a_quarter() {
@@ -1725,10 +1733,25 @@ mod tests {
                 pct(x),
             );
             eprintln!("{line}");
-            if p.cpu_busy < REDUCED_UTIL_LIMIT
-                && (r.abs() > REDUCED_TOLERANCE || x.abs() > REDUCED_TOLERANCE)
-            {
-                misses.push(line);
+            let off =
+                |(r, x): (f64, f64)| r.abs() > REDUCED_TOLERANCE || x.abs() > REDUCED_TOLERANCE;
+            if p.cpu_busy >= REDUCED_UTIL_LIMIT || !off((r, x)) {
+                continue;
+            }
+            let at_speed = p.forecast_at_speed.as_ref().map(|v| {
+                (
+                    rel(f(&v["response_s"]), f(&p.load["response_s"]["mean"])),
+                    rel(f(&v["throughput_per_s"]), f(&p.load["throughput_per_s"])),
+                )
+            });
+            match (p.host_speed, at_speed) {
+                (Some(k), Some(e)) if (k - 1.0).abs() >= HOST_DRIFT && !off(e) => eprintln!(
+                    "  the host ran the signatures {} faster than in the window; the forecast told that speed: R {}, X {}",
+                    pct(k - 1.0),
+                    pct(e.0),
+                    pct(e.1)
+                ),
+                _ => misses.push(line),
             }
         }
         assert!(

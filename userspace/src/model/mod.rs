@@ -331,11 +331,16 @@ pub fn run(opts: ModelOptions) -> Result<()> {
     let knobs = effective_knobs(&pick::pick(&knobs, &server), &server);
     if let (Some(other), Some(left)) = (knobs.other_cpus, knobs.cpus_left) {
         if left < f64::from(knobs.servers) {
-            eprintln!(
-                "hstrace: other work keeps {other:.2} CPUs busy ({}): the {} the {left:.2} CPUs left",
-                if given_other { "--other-cpus" } else { "measured" },
-                if knobs.servers == 1 { "server shares".to_owned() } else { format!("{} servers share", knobs.servers) },
-            );
+            let from = if given_other {
+                "--other-cpus"
+            } else {
+                "measured"
+            };
+            let servers = match knobs.servers {
+                1 => "server shares".to_owned(),
+                c => format!("{c} servers share"),
+            };
+            eprintln!("hstrace: other work keeps {other:.2} CPUs busy ({from}): the {servers} the {left:.2} CPUs left");
         }
     }
     let report = build(

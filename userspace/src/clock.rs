@@ -16,6 +16,11 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// Now, in ns since boot, suspend included (CLOCK_BOOTTIME: /proc/PID/stat's start time).
+pub fn boottime_ns() -> u64 {
+    clock_ns(libc::CLOCK_BOOTTIME)
+}
+
 /// Now, in ns since the Unix epoch.
 pub fn realtime_ns() -> u64 {
     clock_ns(libc::CLOCK_REALTIME)

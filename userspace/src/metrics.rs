@@ -734,6 +734,9 @@ impl Metrics {
         self.in_progress.set(h.in_progress as i64);
         self.open.set(h.open as i64);
         self.traced.set(h.traced_processes as i64);
+        if h.traced_processes == 0 {
+            self.server_cpus.set(0);
+        }
         for p in &h.probes {
             self.probes
                 .get_or_create(&ProbeLabels {

@@ -30,6 +30,14 @@ use crate::{
     ties::{self, Ties},
 };
 
+/// A look at the host's CPUs: when (and on the boot clock, as processes' start times are),
+/// and each CPU's busy time then.
+struct HostLook {
+    at: Instant,
+    boot_ns: u64,
+    busy: Vec<(u32, u64)>,
+}
+
 /// What to trace and how: the options `trace`, `serve` and `export` share.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -82,8 +90,8 @@ pub struct Source {
     resolved: Option<Resolved>,
     /// each traced process's CPU time (ns) at the last look, for the sinks' CPU figures
     cpu_seen: HashMap<u32, u64>,
-    /// when the host's CPUs were last read, and each one's busy time then
-    host_seen: Option<(Instant, Vec<(u32, u64)>)>,
+    /// the last look at the host's CPUs
+    host_seen: Option<HostLook>,
     /// the kernel's `listen_ports` bitmap, and the ports set in it so far
     listen_ports: Array<MapData, u64>,
     ports_marked: HashSet<u16>,
@@ -325,38 +333,58 @@ impl Source {
 
     /// Hand the sink what each traced process ran since the last look (the parameters'
     /// CPU outside the stages), then what the CPUs they may use did meanwhile (the work of
-    /// everything else on them); exited processes are forgotten.
+    /// everything else on them); exited processes are forgotten. A process first seen at
+    /// this look counts with its whole CPU time if it started since the last (a fork of
+    /// the server); one that was traced already but is new to this look makes the look
+    /// hand no CPUs' figure (its CPU since the last look is in the CPUs' busy time, not in
+    /// what the processes were seen to run). A process that exited since the last look
+    /// took its last CPU with it: the other work is over-stated by that.
     fn feed_cpu(&mut self, sink: &mut dyn Sink) {
         let traced: Vec<u32> = self.tgids.keys().filter_map(|k| k.ok()).collect();
         self.cpu_seen.retain(|pid, _| traced.contains(pid));
+        let last_look = self.host_seen.as_ref().map(|l| l.boot_ns);
+        let boot_ns = clock::boottime_ns();
+        let mut unseen = false;
         let mut traced_ns = 0;
         let mut on = BTreeSet::new();
         for &pid in &traced {
             let Some(now) = targets::cpu_ns(pid) else {
                 continue;
             };
-            if let Some(before) = self.cpu_seen.insert(pid, now) {
-                let ns = now.saturating_sub(before);
-                traced_ns += ns;
-                sink.process_cpu(pid, ns);
+            match self.cpu_seen.insert(pid, now) {
+                Some(before) => {
+                    let ns = now.saturating_sub(before);
+                    traced_ns += ns;
+                    sink.process_cpu(pid, ns);
+                }
+                None => match (last_look, targets::started_ns(pid)) {
+                    (Some(last), Some(start)) if start >= last => traced_ns += now,
+                    _ => unseen = true,
+                },
             }
             on.extend(host_cpu::allowed(pid).into_iter().flatten());
         }
         let Some(busy) = host_cpu::busy_ns() else {
             return;
         };
-        let now = Instant::now();
-        if let Some((then, before)) = self.host_seen.replace((now, busy)) {
-            let busy = &self.host_seen.as_ref().expect("set above").1;
-            if !on.is_empty() {
-                sink.host_cpu(&host_cpu::HostCpu {
-                    span_ns: now.duration_since(then).as_nanos() as u64,
-                    cpus: on.len() as u32,
-                    busy_ns: host_cpu::busy_between(&before, busy, &on),
-                    traced_ns,
-                });
-            }
+        let look = HostLook {
+            at: Instant::now(),
+            boot_ns,
+            busy,
+        };
+        let Some(last) = self.host_seen.replace(look) else {
+            return;
+        };
+        if unseen || on.is_empty() {
+            return;
         }
+        let look = self.host_seen.as_ref().expect("set above");
+        sink.host_cpu(&host_cpu::HostCpu {
+            span_ns: look.at.duration_since(last.at).as_nanos() as u64,
+            cpus: on.len() as u32,
+            busy_ns: host_cpu::busy_between(&last.busy, &look.busy, &on),
+            traced_ns,
+        });
     }
 
     /// Tell the kernel the ports the traced processes listen on (--pid, --comm: with --port

@@ -62,13 +62,34 @@ fn alive_with_parent(pid: u32) -> Option<u32> {
 /// The CPU time a process has used so far (user + system, all its threads), ns: from
 /// /proc/PID/stat, in clock ticks (the differences of two readings add up exactly).
 pub fn cpu_ns(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // utime, stime: fields 14 and 15 of stat, 12 and 13 after the comm
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    let [utime, stime] = stat_fields(pid, [14, 15])?;
+    Some((utime + stime) * tick_ns())
+}
+
+/// When a process started, ns since boot (/proc/PID/stat's start time, in clock ticks).
+pub fn started_ns(pid: u32) -> Option<u64> {
+    let [start] = stat_fields(pid, [22])?;
+    Some(start * tick_ns())
+}
+
+fn tick_ns() -> u64 {
     // SAFETY: sysconf has no preconditions
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Some(ticks * (1_000_000_000 / hz))
+    1_000_000_000 / hz
+}
+
+/// Fields `at` (numbered from 1, as proc(5) numbers them; numbers, from field 3 on) of
+/// /proc/PID/stat, in one read.
+fn stat_fields<const K: usize>(pid: u32, at: [usize; K]) -> Option<[u64; K]> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // the comm field may hold spaces and parentheses: fields resume after the last ')',
+    // with field 3
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let mut out = [0; K];
+    for (o, n) in out.iter_mut().zip(at) {
+        *o = fields.get(n.checked_sub(3)?)?.parse().ok()?;
+    }
+    Some(out)
 }
 
 pub fn exists(pid: u32) -> bool {
@@ -299,4 +320,25 @@ pub fn ssl_candidates(pid: u32) -> Vec<PathBuf> {
     }
     out.push(PathBuf::from(format!("/proc/{pid}/exe")));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::boottime_ns;
+
+    /// This process: it has run, and started before now on the boot clock (a tick's
+    /// rounding down at most); a process that is not there has neither.
+    #[test]
+    fn a_process_cpu_time_and_start() {
+        let me = std::process::id();
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < std::time::Duration::from_millis(30) {}
+        assert!(cpu_ns(me).unwrap() > 0);
+        let started = started_ns(me).unwrap();
+        assert!(started > 0 && started <= boottime_ns());
+        assert_eq!(stat_fields(me, [2]), None, "field 2, the comm, is not a number");
+        assert_eq!(cpu_ns(u32::MAX >> 1), None);
+        assert_eq!(started_ns(u32::MAX >> 1), None);
+    }
 }

@@ -200,12 +200,12 @@ fn effective_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
     k
 }
 
-/// The CPUs the server's processes may use (the host's where not measured, else the
-/// servers') less the other work on them (`--other-cpus`, else as measured; a tenth of
-/// them at least); None without a figure of that work. Measured work is taken as the
-/// window had it: a forecast holds it at every load.
+/// The CPUs the server's processes may use (the servers', else the host's) less the other
+/// work on them (`--other-cpus`, else as measured; a tenth of them at least); None without
+/// such work (none measured, or 0), when each server has a whole processor as ever. Measured
+/// work is taken as the window had it: a forecast holds it at every load.
 fn cpus_left(k: &Knobs, server: &ServerInput) -> Option<f64> {
-    let other = k.other_cpus?;
+    let other = k.other_cpus.filter(|&o| o > 0.0)?;
     let cpus = f64::from(
         server
             .server_cpus
@@ -781,6 +781,13 @@ mod tests {
         };
         assert_eq!(effective_knobs(&ps, &host_only).cpus_left, Some(3.5));
         assert_eq!(effective_knobs(&ps, &seed()).cpus_left, None);
+        // none: as without a figure, each server a whole processor
+        let none = Knobs {
+            other_cpus: Some(0.0),
+            servers: 8,
+            ..ps.clone()
+        };
+        assert_eq!(effective_knobs(&none, &server).cpus_left, None);
         assert_eq!(effective_knobs(&ps, &seed()).cpu_share(), 1.0);
         // one server with a CPU left whole: full speed
         let one = effective_knobs(&Knobs::default(), &server);

@@ -156,9 +156,16 @@ impl Network {
         mixed(&self.mix, &self.service_s) + self.delay_demand()
     }
 
+    /// The processors the web server has: its servers, or the CPUs other work leaves them
+    /// where fewer (`cpus_left`).
+    pub fn processors(&self) -> f64 {
+        let servers = f64::from(self.servers.max(1));
+        self.cpus_left.map_or(servers, |left| left.min(servers))
+    }
+
     /// D_max: the bottleneck's demand per processor (the delay centre has no bottleneck).
     pub fn bottleneck_demand(&self) -> f64 {
-        self.service_demand() / f64::from(self.servers)
+        self.service_demand() / self.processors()
     }
 
     /// N* = (D + Z) / D_max: where the two asymptotes cross, the user count past which
@@ -186,7 +193,7 @@ impl Network {
             response_s: r_ws + self.delay_demand(),
             class_response_s: std::array::from_fn(|k| class_web_server_s[k] + self.delay_s[k]),
             class_web_server_s,
-            utilisation: x * self.service_demand() / f64::from(self.servers.max(1)),
+            utilisation: x * self.service_demand() / self.processors(),
             web_server_users: x * r_ws,
             ci95: None,
             queue_s: Default::default(),

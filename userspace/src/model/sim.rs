@@ -319,11 +319,11 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// Worker `w`, asleep, is woken: it runs once its CPU has woken (`resume` runs it).
     /// How long `cpu` seconds of a worker's CPU take from now: as long where each worker
     /// has a CPU of its own; where other work leaves the workers fewer CPUs than are on
-    /// CPU now (this one with them), the CPUs left shared equally among those, at the speed
-    /// of the moment the work begins.
+    /// CPU now (this one with them), the CPUs left shared equally among those. The speed
+    /// is the one of the moment the work begins, kept to its end (an approximation: a
+    /// burst begun alone keeps a whole CPU when another begins beside it).
     fn on_cpu(&self, cpu: f64) -> f64 {
         let Some(left) = self.cpus_left else {
             return cpu;
@@ -336,6 +336,7 @@ impl<'a> Sim<'a> {
         cpu / (left / (others + 1) as f64).min(1.0)
     }
 
+    /// Worker `w`, asleep, is woken: it runs once its CPU has woken (`resume` runs it).
     fn wake(&mut self, w: usize) {
         let sleep_cpu = self.on_cpu(self.sleep_cpu_s);
         let lp = &mut self.loops[w];
@@ -745,7 +746,7 @@ impl<'a> Sim<'a> {
             response_s: mixed(class_response_s),
             class_response_s,
             class_web_server_s,
-            utilisation: x * net.service_demand() / f64::from(net.servers.max(1)),
+            utilisation: x * net.service_demand() / net.processors(),
             web_server_users: x * mixed(class_web_server_s),
             ci95: Some(Ci95 {
                 response_s: response_ci,
@@ -1135,12 +1136,20 @@ mod tests {
         let service = two(None).service_demand();
         let want = two(None).demand() + service;
         within(slow.response_s, slow.ci95.unwrap().response_s, want, "R");
+        // far past N*, which the CPUs left make smaller: one CPU's throughput
+        let shared = two(Some(1.0));
+        assert_eq!(shared.processors(), 1.0);
+        assert!((shared.n_star() - two(None).n_star() / 2.0).abs() < 1e-9);
         let top = (3.0 * two(None).n_star()).ceil() as u32;
-        let x = |net: &Network| simulate(net, top, Settings::for_users(1, top)).throughput_per_s;
-        let x_max = 1.0 / service;
-        let shared = x(&two(Some(1.0)));
-        assert!((shared / x_max - 1.0).abs() < 0.01, "{shared} vs {x_max}");
-        assert!((x(&two(None)) / (2.0 * x_max) - 1.0).abs() < 0.01);
+        let x = |net: &Network| simulate(net, top, Settings::for_users(1, top));
+        let (x_max, s) = (1.0 / service, x(&shared));
+        assert!(
+            (s.throughput_per_s / x_max - 1.0).abs() < 0.01,
+            "{s:?} vs {x_max}"
+        );
+        assert!((s.utilisation - 1.0).abs() < 0.01, "{s:?}");
+        let whole = x(&two(None)).throughput_per_s;
+        assert!((whole / (2.0 * x_max) - 1.0).abs() < 0.01);
     }
 
     /// An idle worker's CPU takes `wakeup_s` to run it: with one user every handler call

@@ -934,7 +934,6 @@ mod tests {
         assert_eq!(v["servers"][0]["cpu"]["outside_stages_s"], Value::Null);
     }
 
-    /// Prefork children each serve a connection now and then, and the kernel counts their
     /// The servers' CPUs over the window: the most at a reading, and their busy time less
     /// the traced processes' over the time the readings span, in CPUs; none before a
     /// reading.
@@ -982,6 +981,7 @@ mod tests {
         assert!((p.host.unwrap().other_cpus.unwrap() - 0.5).abs() < 1e-12);
     }
 
+    /// Prefork children each serve a connection now and then, and the kernel counts their
     /// CPU in clock ticks: one that served a 1 ms connection may show none, another a
     /// whole tick. Together they hold the server's CPU; none showing any is unknown.
     #[test]

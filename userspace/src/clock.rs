@@ -16,6 +16,14 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// The length of a clock tick (USER_HZ), ns: the unit of /proc/stat's and /proc/PID/stat's
+/// CPU times.
+pub fn tick_ns() -> u64 {
+    // SAFETY: sysconf has no preconditions
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    1_000_000_000 / hz
+}
+
 /// Now, in ns since boot, suspend included (CLOCK_BOOTTIME: /proc/PID/stat's start time).
 pub fn boottime_ns() -> u64 {
     clock_ns(libc::CLOCK_BOOTTIME)

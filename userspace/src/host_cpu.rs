@@ -6,20 +6,17 @@
 
 use std::{collections::BTreeSet, fs};
 
+use crate::clock;
+
 /// Each CPU's busy time so far, ns, by CPU number (from /proc/stat's `cpuN` lines: user,
 /// nice, system, irq and softirq; not idle, iowait, or steal, the time the hypervisor ran
 /// something else, which a stage's on-CPU time already holds). None when unreadable.
 pub fn busy_ns() -> Option<Vec<(u32, u64)>> {
-    parse_stat(&fs::read_to_string("/proc/stat").ok()?, clock_ticks())
+    parse_stat(&fs::read_to_string("/proc/stat").ok()?, clock::tick_ns())
 }
 
-fn clock_ticks() -> u64 {
-    // SAFETY: sysconf has no preconditions
-    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as u64
-}
-
-/// `busy_ns` of /proc/stat's text, its counters in `hz` ticks a second.
-fn parse_stat(text: &str, hz: u64) -> Option<Vec<(u32, u64)>> {
+/// `busy_ns` of /proc/stat's text, its counters in ticks of `tick_ns`.
+fn parse_stat(text: &str, tick_ns: u64) -> Option<Vec<(u32, u64)>> {
     let mut cpus = Vec::new();
     for line in text.lines() {
         let mut fields = line.split_whitespace();
@@ -36,7 +33,7 @@ fn parse_stat(text: &str, hz: u64) -> Option<Vec<(u32, u64)>> {
             .iter()
             .map(|&i| ticks.get(i).copied())
             .sum::<Option<u64>>()?;
-        cpus.push((cpu, busy * (1_000_000_000 / hz.max(1))));
+        cpus.push((cpu, busy * tick_ns));
     }
     (!cpus.is_empty()).then_some(cpus)
 }
@@ -96,12 +93,12 @@ ctxt 999
 
     #[test]
     fn busy_is_user_nice_system_irq_and_softirq_of_each_cpu() {
-        let cpus = parse_stat(STAT, 100).unwrap();
+        let cpus = parse_stat(STAT, 10_000_000).unwrap();
         // cpu0: 60 + 5 + 30 + 2 + 1 ticks of 10 ms; the all-CPU line is not a CPU
         assert_eq!(cpus, vec![(0, 980_000_000), (1, 620_000_000)]);
-        assert_eq!(parse_stat("intr 1\n", 100), None);
+        assert_eq!(parse_stat("intr 1\n", 10_000_000), None);
         // a line cut short is not read as idle
-        assert_eq!(parse_stat("cpu0 1 2 3\n", 100), None);
+        assert_eq!(parse_stat("cpu0 1 2 3\n", 10_000_000), None);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::{bail, Result};
 
-use crate::sockdiag;
+use crate::{clock, sockdiag};
 
 #[derive(Debug, Clone, Default)]
 pub struct Selector {
@@ -63,19 +63,13 @@ fn alive_with_parent(pid: u32) -> Option<u32> {
 /// /proc/PID/stat, in clock ticks (the differences of two readings add up exactly).
 pub fn cpu_ns(pid: u32) -> Option<u64> {
     let [utime, stime] = stat_fields(pid, [14, 15])?;
-    Some((utime + stime) * tick_ns())
+    Some((utime + stime) * clock::tick_ns())
 }
 
 /// When a process started, ns since boot (/proc/PID/stat's start time, in clock ticks).
 pub fn started_ns(pid: u32) -> Option<u64> {
     let [start] = stat_fields(pid, [22])?;
-    Some(start * tick_ns())
-}
-
-fn tick_ns() -> u64 {
-    // SAFETY: sysconf has no preconditions
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    1_000_000_000 / hz
+    Some(start * clock::tick_ns())
 }
 
 /// Fields `at` (numbered from 1, as proc(5) numbers them; numbers, from field 3 on) of
@@ -337,7 +331,11 @@ mod tests {
         assert!(cpu_ns(me).unwrap() > 0);
         let started = started_ns(me).unwrap();
         assert!(started > 0 && started <= boottime_ns());
-        assert_eq!(stat_fields(me, [2]), None, "field 2, the comm, is not a number");
+        assert_eq!(
+            stat_fields(me, [2]),
+            None,
+            "field 2, the comm, is not a number"
+        );
         assert_eq!(cpu_ns(u32::MAX >> 1), None);
         assert_eq!(started_ns(u32::MAX >> 1), None);
     }

@@ -367,24 +367,21 @@ impl Source {
         let Some(busy) = host_cpu::busy_ns() else {
             return;
         };
-        let look = HostLook {
-            at: Instant::now(),
-            boot_ns,
-            busy,
-        };
-        let Some(last) = self.host_seen.replace(look) else {
-            return;
-        };
-        if unseen || on.is_empty() {
-            return;
+        let at = Instant::now();
+        let since_last = self
+            .host_seen
+            .as_ref()
+            .filter(|_| !unseen && !on.is_empty())
+            .map(|last| host_cpu::HostCpu {
+                span_ns: at.duration_since(last.at).as_nanos() as u64,
+                cpus: on.len() as u32,
+                busy_ns: host_cpu::busy_between(&last.busy, &busy, &on),
+                traced_ns,
+            });
+        self.host_seen = Some(HostLook { at, boot_ns, busy });
+        if let Some(h) = since_last {
+            sink.host_cpu(&h);
         }
-        let look = self.host_seen.as_ref().expect("set above");
-        sink.host_cpu(&host_cpu::HostCpu {
-            span_ns: look.at.duration_since(last.at).as_nanos() as u64,
-            cpus: on.len() as u32,
-            busy_ns: host_cpu::busy_between(&last.busy, &look.busy, &on),
-            traced_ns,
-        });
     }
 
     /// Tell the kernel the ports the traced processes listen on (--pid, --comm: with --port

@@ -230,10 +230,12 @@ struct HostAcc {
 
 impl HostAcc {
     fn add(&mut self, h: &HostCpu) {
-        self.span_ns += u128::from(h.span_ns);
-        self.busy_ns += u128::from(h.busy_ns);
-        self.traced_ns += u128::from(h.traced_ns);
-        self.cpus = self.cpus.max(h.cpus);
+        self.merge(&HostAcc {
+            span_ns: h.span_ns.into(),
+            busy_ns: h.busy_ns.into(),
+            traced_ns: h.traced_ns.into(),
+            cpus: h.cpus,
+        });
     }
 
     fn merge(&mut self, o: &HostAcc) {

@@ -272,32 +272,28 @@ struct Point {
 }
 
 impl Point {
-    fn response_error(&self) -> f64 {
-        rel(
-            f(&self.live["response_s"]),
-            f(&self.load["response_s"]["mean"]),
+    /// A model's errors on R and X against hsload's measurement.
+    fn errors(&self, model: &Value) -> (f64, f64) {
+        (
+            rel(f(&model["response_s"]), f(&self.load["response_s"]["mean"])),
+            rel(
+                f(&model["throughput_per_s"]),
+                f(&self.load["throughput_per_s"]),
+            ),
         )
     }
 
+    fn response_error(&self) -> f64 {
+        self.errors(&self.live).0
+    }
+
     fn throughput_error(&self) -> f64 {
-        rel(
-            f(&self.live["throughput_per_s"]),
-            f(&self.load["throughput_per_s"]),
-        )
+        self.errors(&self.live).1
     }
 
     /// The forecast's errors on R and X.
     fn forecast_errors(&self) -> (f64, f64) {
-        (
-            rel(
-                f(&self.forecast["response_s"]),
-                f(&self.load["response_s"]["mean"]),
-            ),
-            rel(
-                f(&self.forecast["throughput_per_s"]),
-                f(&self.load["throughput_per_s"]),
-            ),
-        )
+        self.errors(&self.forecast)
     }
 
     /// Counted against the tolerance (the server was busy less than UTIL_LIMIT), and
@@ -1739,12 +1735,7 @@ mod tests {
             if p.cpu_busy >= REDUCED_UTIL_LIMIT || !off((r, x)) {
                 continue;
             }
-            let at_speed = p.forecast_at_speed.as_ref().map(|v| {
-                (
-                    rel(f(&v["response_s"]), f(&p.load["response_s"]["mean"])),
-                    rel(f(&v["throughput_per_s"]), f(&p.load["throughput_per_s"])),
-                )
-            });
+            let at_speed = p.forecast_at_speed.as_ref().map(|v| p.errors(v));
             match (p.host_speed, at_speed) {
                 (Some(k), Some(e)) if (k - 1.0).abs() >= HOST_DRIFT && !off(e) => eprintln!(
                     "  the host ran the signatures {:.1} % {} than in the window; the forecast told that speed (and the point's other work, {} CPUs): R {}, X {}",

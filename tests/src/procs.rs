@@ -118,7 +118,7 @@ pub fn pin_thread(tid: i32, cpu: usize) -> io::Result<()> {
     }
 }
 
-/// Run every thread of process `pid` on `cpu` only.
+/// Run every thread of process `pid` on `cpu` only (threads it starts later inherit it).
 pub fn pin(pid: u32, cpu: usize) -> io::Result<()> {
     for task in fs::read_dir(format!("/proc/{pid}/task"))? {
         let tid: i32 = task?
@@ -126,8 +126,13 @@ pub fn pin(pid: u32, cpu: usize) -> io::Result<()> {
             .to_string_lossy()
             .parse()
             .map_err(io::Error::other)?;
-        pin_thread(tid, cpu)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot pin {pid} to CPU {cpu}: {e}")))?;
+        match pin_thread(tid, cpu) {
+            // a thread that ended since the listing needs no pinning
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            r => r.map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot pin {pid} to CPU {cpu}: {e}"))
+            })?,
+        }
     }
     Ok(())
 }

@@ -1262,10 +1262,24 @@ fn other_work_on_the_servers_cpu_is_measured_and_modelled() {
             &[("work", "other")],
         )
     };
+    // the counter moves once a second, at the daemon's look: the rate is taken between
+    // two of its moves, so the window holds whole looks only (a wall-clock window may hold
+    // one look more or less, a quarter of four seconds)
+    let moved = |from: f64| {
+        let give_up = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = other();
+            if now != from || std::time::Instant::now() > give_up {
+                return (now, std::time::Instant::now());
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    };
     thread::sleep(Duration::from_secs(2));
-    let (before, at) = (other(), std::time::Instant::now());
-    thread::sleep(Duration::from_secs(4));
-    let rate = (other() - before) / at.elapsed().as_secs_f64();
+    let (before, at) = moved(other());
+    thread::sleep(Duration::from_millis(3_500));
+    let (after, then) = moved(other());
+    let rate = (after - before) / (then - at).as_secs_f64();
     drop(burner);
     assert_eq!(daemon.scrape().sum("hstrace_server_cpus", &[]), 1.0);
     assert!(

@@ -802,8 +802,12 @@ fn run_mix(rig: &Rig, mix: &Mix, index: usize, plan: &Plan) -> Result<Vec<Point>
             users: n,
             duration_s: plan.duration_s(n),
         };
-        let measured = measure(&run, &file)?;
-        points.push(predict(rig, &file, measured, &forecast_from)?);
+        let at = || format!("{}: mix {}: {n} users", rig.arch.key, index + 1);
+        let measured = measure(&run, &file).with_context(|| format!("{}: measuring", at()))?;
+        points.push(
+            predict(rig, &file, measured, &forecast_from)
+                .with_context(|| format!("{}: the models", at()))?,
+        );
     }
     Ok(points)
 }

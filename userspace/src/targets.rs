@@ -59,11 +59,43 @@ fn alive_with_parent(pid: u32) -> Option<u32> {
     fields.next()?.parse().ok()
 }
 
-/// The CPU time a process has used so far (user + system, all its threads), ns: from
-/// /proc/PID/stat, in clock ticks (the differences of two readings add up exactly).
-pub fn cpu_ns(pid: u32) -> Option<u64> {
-    let [utime, stime] = stat_fields(pid, [14, 15])?;
-    Some((utime + stime) * clock::tick_ns())
+/// The CPU time each thread of a process has run so far, ns, by thread id: the first field
+/// of /proc/PID/task/TID/schedstat, the scheduler's own count to the ns. (/proc/PID/stat's
+/// user and system time come in clock ticks, 10 ms a reading: too coarse for a process
+/// that serves a connection or two between two readings, as each of a prefork server's
+/// children does.) Where the kernel keeps no schedstat, the whole process's ticks as one
+/// thread 0. None when the process is gone.
+pub fn thread_cpu_ns(pid: u32) -> Option<Vec<(u32, u64)>> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut threads: Vec<(u32, u64)> = tasks
+        .filter_map(|t| {
+            let t = t.ok()?;
+            let tid = t.file_name().to_str()?.parse().ok()?;
+            // a thread that ended since the listing is left out
+            let text = fs::read_to_string(t.path().join("schedstat")).ok()?;
+            Some((tid, text.split_whitespace().next()?.parse().ok()?))
+        })
+        .collect();
+    if threads.is_empty() {
+        let [utime, stime] = stat_fields(pid, [14, 15])?;
+        threads.push((0, (utime + stime) * clock::tick_ns()));
+    }
+    threads.sort_unstable();
+    Some(threads)
+}
+
+/// The CPU a process's threads ran between two readings of `thread_cpu_ns`: each thread's
+/// difference, and the whole of a thread new since (it started after `before`). A thread
+/// that ended between the two took its CPU since `before` with it.
+pub fn ran_between(before: &[(u32, u64)], now: &[(u32, u64)]) -> u64 {
+    now.iter()
+        .map(
+            |&(tid, ns)| match before.binary_search_by_key(&tid, |&(t, _)| t) {
+                Ok(i) => ns.saturating_sub(before[i].1),
+                Err(_) => ns,
+            },
+        )
+        .sum()
 }
 
 /// When a process started, ns since boot (/proc/PID/stat's start time, in clock ticks).
@@ -321,14 +353,23 @@ mod tests {
     use super::*;
     use crate::clock::boottime_ns;
 
-    /// This process: it has run, and started before now on the boot clock (a tick's
+    /// This process: this thread has run most of the 30 ms spun here (others may have had
+    /// the CPU a while), and the process started before now on the boot clock (a tick's
     /// rounding down at most); a process that is not there has neither.
     #[test]
     fn a_process_cpu_time_and_start() {
         let me = std::process::id();
         let spin = std::time::Instant::now();
         while spin.elapsed() < std::time::Duration::from_millis(30) {}
-        assert!(cpu_ns(me).unwrap() > 0);
+        let threads = thread_cpu_ns(me).unwrap();
+        // SAFETY: gettid has no preconditions
+        let this_thread = unsafe { libc::gettid() } as u32;
+        assert!(
+            threads.iter().any(|&(tid, ns)| tid == this_thread
+                && ns >= 10_000_000
+                && ns % clock::tick_ns() != 0),
+            "{threads:?}: this thread's run time, to the ns (not in clock ticks)"
+        );
         let started = started_ns(me).unwrap();
         assert!(started > 0 && started <= boottime_ns());
         assert_eq!(
@@ -336,7 +377,17 @@ mod tests {
             None,
             "field 2, the comm, is not a number"
         );
-        assert_eq!(cpu_ns(u32::MAX >> 1), None);
+        assert_eq!(thread_cpu_ns(u32::MAX >> 1), None);
         assert_eq!(started_ns(u32::MAX >> 1), None);
+    }
+
+    #[test]
+    fn threads_ran_their_differences_and_a_new_thread_all_of_its_time() {
+        let before = [(10, 1_000), (11, 500), (12, 70)];
+        // 11 ended, 13 started since; 12 did not run
+        let now = [(10, 1_600), (12, 70), (13, 40)];
+        assert_eq!(ran_between(&before, &now), 600 + 40);
+        assert_eq!(ran_between(&[], &now), 1_710);
+        assert_eq!(ran_between(&before, &[]), 0);
     }
 }

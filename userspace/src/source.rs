@@ -338,8 +338,9 @@ impl Source {
     /// this look counts with its whole CPU time if it started since the last (a fork of
     /// the server); one that was traced already but is new to this look makes the look
     /// hand no CPUs' figure (its CPU since the last look is in the CPUs' busy time, not in
-    /// what the processes were seen to run). A process or thread that exited since the last
-    /// look took its last CPU with it: the other work is over-stated by that.
+    /// what the processes were seen to run), as does one whose reading changed kind (it
+    /// crossed `targets::thread_cpu_ns`'s thread limit). A process or thread that exited
+    /// since the last look took its last CPU with it: the other work is over-stated by that.
     fn feed_cpu(&mut self, sink: &mut dyn Sink) {
         let traced: Vec<u32> = self.tgids.keys().filter_map(|k| k.ok()).collect();
         self.cpu_seen.retain(|pid, _| traced.contains(pid));
@@ -352,21 +353,23 @@ impl Source {
             let Some(now) = targets::thread_cpu_ns(pid) else {
                 continue;
             };
-            let ran = self
-                .cpu_seen
-                .get(&pid)
-                .map(|before| targets::ran_between(before, &now));
-            match ran {
-                Some(ns) => {
-                    traced_ns += ns;
-                    sink.process_cpu(pid, ns);
-                }
-                None => match (last_look, targets::started_ns(pid)) {
-                    (Some(last), Some(start)) if start >= last => {
-                        traced_ns += targets::ran_between(&[], &now)
+            let ran = match self.cpu_seen.get(&pid) {
+                Some(before) => {
+                    let ran = targets::ran_between(before, &now);
+                    if let Some(ns) = ran {
+                        sink.process_cpu(pid, ns);
                     }
-                    _ => unseen = true,
+                    ran
+                }
+                // new to the looks: all its CPU counts if it started since the last one
+                None => match (last_look, targets::started_ns(pid)) {
+                    (Some(last), Some(start)) if start >= last => targets::ran_between(&[], &now),
+                    _ => None,
                 },
+            };
+            match ran {
+                Some(ns) => traced_ns += ns,
+                None => unseen = true,
             }
             self.cpu_seen.insert(pid, now);
             on.extend(host_cpu::allowed(pid).into_iter().flatten());

@@ -63,39 +63,67 @@ fn alive_with_parent(pid: u32) -> Option<u32> {
 /// of /proc/PID/task/TID/schedstat, the scheduler's own count to the ns. (/proc/PID/stat's
 /// user and system time come in clock ticks, 10 ms a reading: too coarse for a process
 /// that serves a connection or two between two readings, as each of a prefork server's
-/// children does.) Where the kernel keeps no schedstat, the whole process's ticks as one
-/// thread 0. None when the process is gone.
+/// children does.) A process of more than `THREADS_READ` threads, or where the kernel keeps
+/// no schedstat, gives its whole ticks as one thread 0 (one read: a process of so many
+/// threads seldom runs only a tick or two between two readings). None when the process is
+/// gone.
 pub fn thread_cpu_ns(pid: u32) -> Option<Vec<(u32, u64)>> {
-    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut threads: Vec<(u32, u64)> = tasks
-        .filter_map(|t| {
-            let t = t.ok()?;
-            let tid = t.file_name().to_str()?.parse().ok()?;
-            // a thread that ended since the listing is left out
-            let text = fs::read_to_string(t.path().join("schedstat")).ok()?;
-            Some((tid, text.split_whitespace().next()?.parse().ok()?))
-        })
+    threads_cpu_ns_upto(pid, THREADS_READ)
+}
+
+/// `thread_cpu_ns` reading each thread of a process of at most `limit` threads.
+fn threads_cpu_ns_upto(pid: u32, limit: usize) -> Option<Vec<(u32, u64)>> {
+    let tasks: Vec<_> = fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .filter_map(|t| t.ok())
         .collect();
+    let mut threads: Vec<(u32, u64)> = match tasks.len() <= limit {
+        true => tasks
+            .iter()
+            .filter_map(|t| {
+                let tid = t.file_name().to_str()?.parse().ok()?;
+                // a thread that ended since the listing is left out
+                let text = fs::read_to_string(t.path().join("schedstat")).ok()?;
+                Some((tid, text.split_whitespace().next()?.parse().ok()?))
+            })
+            .collect(),
+        false => Vec::new(),
+    };
     if threads.is_empty() {
         let [utime, stime] = stat_fields(pid, [14, 15])?;
-        threads.push((0, (utime + stime) * clock::tick_ns()));
+        threads.push((TICKS, (utime + stime) * clock::tick_ns()));
     }
     threads.sort_unstable();
     Some(threads)
 }
 
+/// The most threads whose schedstat a look reads in one process: the look's cost stays
+/// bounded however many threads a server runs.
+const THREADS_READ: usize = 256;
+
+/// The thread id of a whole process's ticks (no thread has id 0).
+const TICKS: u32 = 0;
+
 /// The CPU a process's threads ran between two readings of `thread_cpu_ns`: each thread's
 /// difference, and the whole of a thread new since (it started after `before`). A thread
-/// that ended between the two took its CPU since `before` with it.
-pub fn ran_between(before: &[(u32, u64)], now: &[(u32, u64)]) -> u64 {
-    now.iter()
-        .map(
-            |&(tid, ns)| match before.binary_search_by_key(&tid, |&(t, _)| t) {
-                Ok(i) => ns.saturating_sub(before[i].1),
-                Err(_) => ns,
-            },
-        )
-        .sum()
+/// that ended between the two took its CPU since `before` with it. None when one reading
+/// is of threads and the other of the whole process's ticks (the process crossed
+/// `THREADS_READ`): the two do not compare.
+pub fn ran_between(before: &[(u32, u64)], now: &[(u32, u64)]) -> Option<u64> {
+    let ticks = |r: &[(u32, u64)]| r.first().is_some_and(|&(tid, _)| tid == TICKS);
+    if !before.is_empty() && ticks(before) != ticks(now) {
+        return None;
+    }
+    Some(
+        now.iter()
+            .map(
+                |&(tid, ns)| match before.binary_search_by_key(&tid, |&(t, _)| t) {
+                    Ok(i) => ns.saturating_sub(before[i].1),
+                    Err(_) => ns,
+                },
+            )
+            .sum(),
+    )
 }
 
 /// When a process started, ns since boot (/proc/PID/stat's start time, in clock ticks).
@@ -378,6 +406,12 @@ mod tests {
             "field 2, the comm, is not a number"
         );
         assert_eq!(thread_cpu_ns(u32::MAX >> 1), None);
+        // more threads than read: the whole process's ticks
+        let whole = threads_cpu_ns_upto(me, 0).unwrap();
+        assert!(
+            matches!(whole[..], [(TICKS, ns)] if ns > 0 && ns % clock::tick_ns() == 0),
+            "{whole:?}"
+        );
         assert_eq!(started_ns(u32::MAX >> 1), None);
     }
 
@@ -386,8 +420,13 @@ mod tests {
         let before = [(10, 1_000), (11, 500), (12, 70)];
         // 11 ended, 13 started since; 12 did not run
         let now = [(10, 1_600), (12, 70), (13, 40)];
-        assert_eq!(ran_between(&before, &now), 600 + 40);
-        assert_eq!(ran_between(&[], &now), 1_710);
-        assert_eq!(ran_between(&before, &[]), 0);
+        assert_eq!(ran_between(&before, &now), Some(600 + 40));
+        assert_eq!(ran_between(&[], &now), Some(1_710));
+        assert_eq!(ran_between(&before, &[]), Some(0));
+        // a process's ticks against its ticks; against its threads' times, nothing
+        let ticks = |ns| [(TICKS, ns)];
+        assert_eq!(ran_between(&ticks(5_000), &ticks(25_000)), Some(20_000));
+        assert_eq!(ran_between(&before, &ticks(25_000)), None);
+        assert_eq!(ran_between(&ticks(5_000), &now), None);
     }
 }

@@ -88,9 +88,8 @@ pub struct Source {
     procs: Processes,
     /// the last full look for the selected processes
     resolved: Option<Resolved>,
-    /// each traced process's threads' CPU time (ns, by thread id) at the last look, for the
-    /// sinks' CPU figures
-    cpu_seen: HashMap<u32, Vec<(u32, u64)>>,
+    /// each traced process's CPU time (ns) at the last look, for the sinks' CPU figures
+    cpu_seen: HashMap<u32, u64>,
     /// the last look at the host's CPUs
     host_seen: Option<HostLook>,
     /// the kernel's `listen_ports` bitmap, and the ports set in it so far
@@ -338,9 +337,8 @@ impl Source {
     /// this look counts with its whole CPU time if it started since the last (a fork of
     /// the server); one that was traced already but is new to this look makes the look
     /// hand no CPUs' figure (its CPU since the last look is in the CPUs' busy time, not in
-    /// what the processes were seen to run), as does one whose reading changed kind (it
-    /// crossed `targets::thread_cpu_ns`'s thread limit). A process or thread that exited
-    /// since the last look took its last CPU with it: the other work is over-stated by that.
+    /// what the processes were seen to run). A process that exited since the last look took
+    /// its last CPU with it: the other work is over-stated by that.
     fn feed_cpu(&mut self, sink: &mut dyn Sink) {
         let traced: Vec<u32> = self.tgids.keys().filter_map(|k| k.ok()).collect();
         self.cpu_seen.retain(|pid, _| traced.contains(pid));
@@ -350,28 +348,24 @@ impl Source {
         let mut traced_ns = 0;
         let mut on = BTreeSet::new();
         for &pid in &traced {
-            let Some(now) = targets::thread_cpu_ns(pid) else {
+            let Some(now) = targets::cpu_ns(pid) else {
                 continue;
             };
-            let ran = match self.cpu_seen.get(&pid) {
+            match self.cpu_seen.insert(pid, now) {
                 Some(before) => {
-                    let ran = targets::ran_between(before, &now);
-                    if let Some(ns) = ran {
-                        sink.process_cpu(pid, ns);
-                    }
-                    ran
+                    let ns = now.saturating_sub(before);
+                    traced_ns += ns;
+                    sink.process_cpu(pid, ns);
                 }
-                // new to the looks: all its CPU counts if it started since the last one
+                // new to the looks: all its CPU is since the last one if it started since
                 None => match (last_look, targets::started_ns(pid)) {
-                    (Some(last), Some(start)) if start >= last => targets::ran_between(&[], &now),
-                    _ => None,
+                    (Some(last), Some(start)) if start >= last => {
+                        traced_ns += now;
+                        sink.process_cpu(pid, now);
+                    }
+                    _ => unseen = true,
                 },
-            };
-            match ran {
-                Some(ns) => traced_ns += ns,
-                None => unseen = true,
             }
-            self.cpu_seen.insert(pid, now);
             on.extend(host_cpu::allowed(pid).into_iter().flatten());
         }
         let Some(busy) = host_cpu::busy_ns() else {

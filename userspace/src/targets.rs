@@ -59,72 +59,35 @@ fn alive_with_parent(pid: u32) -> Option<u32> {
     fields.next()?.parse().ok()
 }
 
-/// The CPU time each thread of a process has run so far, ns, by thread id: the first field
-/// of /proc/PID/task/TID/schedstat, the scheduler's own count to the ns. (/proc/PID/stat's
-/// user and system time come in clock ticks, 10 ms a reading: too coarse for a process
-/// that serves a connection or two between two readings, as each of a prefork server's
-/// children does.) A process of more than `THREADS_READ` threads, or where the kernel keeps
-/// no schedstat, gives its whole ticks as one thread 0 (one read: a process of so many
-/// threads seldom runs only a tick or two between two readings). None when the process is
-/// gone.
-pub fn thread_cpu_ns(pid: u32) -> Option<Vec<(u32, u64)>> {
-    threads_cpu_ns_upto(pid, THREADS_READ)
-}
-
-/// `thread_cpu_ns` reading each thread of a process of at most `limit` threads.
-fn threads_cpu_ns_upto(pid: u32, limit: usize) -> Option<Vec<(u32, u64)>> {
-    let tasks: Vec<_> = fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .filter_map(|t| t.ok())
-        .collect();
-    let mut threads: Vec<(u32, u64)> = match tasks.len() <= limit {
-        true => tasks
-            .iter()
-            .filter_map(|t| {
-                let tid = t.file_name().to_str()?.parse().ok()?;
-                // a thread that ended since the listing is left out
-                let text = fs::read_to_string(t.path().join("schedstat")).ok()?;
-                Some((tid, text.split_whitespace().next()?.parse().ok()?))
-            })
-            .collect(),
-        false => Vec::new(),
-    };
-    if threads.is_empty() {
-        let [utime, stime] = stat_fields(pid, [14, 15])?;
-        threads.push((TICKS, (utime + stime) * clock::tick_ns()));
-    }
-    threads.sort_unstable();
-    Some(threads)
-}
-
-/// The most threads whose schedstat a look reads in one process: the look's cost stays
-/// bounded however many threads a server runs.
-const THREADS_READ: usize = 256;
-
-/// The thread id of a whole process's ticks (no thread has id 0).
-const TICKS: u32 = 0;
-
-/// The CPU a process's threads ran between two readings of `thread_cpu_ns`: each thread's
-/// difference, and the whole of a thread new since (it started after `before`). A thread
-/// that ended between the two took its CPU since `before` with it. None when one reading
-/// is of threads and the other of the whole process's ticks (the process crossed
-/// `THREADS_READ`): the two do not compare.
-pub fn ran_between(before: &[(u32, u64)], now: &[(u32, u64)]) -> Option<u64> {
-    let ticks = |r: &[(u32, u64)]| r.first().is_some_and(|&(tid, _)| tid == TICKS);
-    if !before.is_empty() && ticks(before) != ticks(now) {
+/// The CPU time a process has used so far, all its threads (those that have ended
+/// included), ns: the process's CPU-time clock (`clock_getcpuclockid`), the scheduler's own
+/// count to the ns. (/proc/PID/stat's user and system time come in clock ticks, 10 ms a
+/// reading: too coarse for a process that serves a connection or two between two
+/// readings, as each of a prefork server's children does.) None when the process is gone.
+pub fn cpu_ns(pid: u32) -> Option<u64> {
+    // a clock id holds a pid of up to the kernel's limit (2^22); past it the id would wrap
+    // to another clock (pid 0's: this process's)
+    if pid == 0 || pid > PID_MAX_LIMIT {
         return None;
     }
-    Some(
-        now.iter()
-            .map(
-                |&(tid, ns)| match before.binary_search_by_key(&tid, |&(t, _)| t) {
-                    Ok(i) => ns.saturating_sub(before[i].1),
-                    Err(_) => ns,
-                },
-            )
-            .sum(),
-    )
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: clock is a valid clockid_t for the call to fill
+    if unsafe { libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) } != 0 {
+        return None;
+    }
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: t is a valid timespec for the call to fill
+    if unsafe { libc::clock_gettime(clock, &mut t) } != 0 {
+        return None;
+    }
+    Some(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64)
 }
+
+/// The kernel's largest pid (PID_MAX_LIMIT on 64-bit).
+const PID_MAX_LIMIT: u32 = 1 << 22;
 
 /// When a process started, ns since boot (/proc/PID/stat's start time, in clock ticks).
 pub fn started_ns(pid: u32) -> Option<u64> {
@@ -381,22 +344,36 @@ mod tests {
     use super::*;
     use crate::clock::boottime_ns;
 
-    /// This process: this thread has run most of the 30 ms spun here (others may have had
-    /// the CPU a while), and the process started before now on the boot clock (a tick's
+    /// This process: the 30 ms of CPU a thread ran before it ended stay in the process's CPU
+    /// time, read to the ns; the process started before now on the boot clock (a tick's
     /// rounding down at most); a process that is not there has neither.
     #[test]
     fn a_process_cpu_time_and_start() {
         let me = std::process::id();
-        let spin = std::time::Instant::now();
-        while spin.elapsed() < std::time::Duration::from_millis(30) {}
-        let threads = thread_cpu_ns(me).unwrap();
-        // SAFETY: gettid has no preconditions
-        let this_thread = unsafe { libc::gettid() } as u32;
+        let before = cpu_ns(me).unwrap();
+        std::thread::spawn(|| {
+            let own = || {
+                let mut t = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                // SAFETY: t is a valid timespec for the call to fill
+                unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+                t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+            };
+            while own() < 30_000_000 {}
+        })
+        .join()
+        .unwrap();
+        let after = cpu_ns(me).unwrap();
         assert!(
-            threads.iter().any(|&(tid, ns)| tid == this_thread
-                && ns >= 10_000_000
-                && ns % clock::tick_ns() != 0),
-            "{threads:?}: this thread's run time, to the ns (not in clock ticks)"
+            after - before >= 30_000_000,
+            "{before} → {after}: an ended thread's CPU is the process's"
+        );
+        assert_ne!(
+            after % clock::tick_ns(),
+            0,
+            "{after}: to the ns, not in ticks"
         );
         let started = started_ns(me).unwrap();
         assert!(started > 0 && started <= boottime_ns());
@@ -405,28 +382,8 @@ mod tests {
             None,
             "field 2, the comm, is not a number"
         );
-        assert_eq!(thread_cpu_ns(u32::MAX >> 1), None);
-        // more threads than read: the whole process's ticks
-        let whole = threads_cpu_ns_upto(me, 0).unwrap();
-        assert!(
-            matches!(whole[..], [(TICKS, ns)] if ns > 0 && ns % clock::tick_ns() == 0),
-            "{whole:?}"
-        );
+        assert_eq!(cpu_ns(u32::MAX >> 1), None);
+        assert_eq!(cpu_ns(PID_MAX_LIMIT - 1), None, "no such process");
         assert_eq!(started_ns(u32::MAX >> 1), None);
-    }
-
-    #[test]
-    fn threads_ran_their_differences_and_a_new_thread_all_of_its_time() {
-        let before = [(10, 1_000), (11, 500), (12, 70)];
-        // 11 ended, 13 started since; 12 did not run
-        let now = [(10, 1_600), (12, 70), (13, 40)];
-        assert_eq!(ran_between(&before, &now), Some(600 + 40));
-        assert_eq!(ran_between(&[], &now), Some(1_710));
-        assert_eq!(ran_between(&before, &[]), Some(0));
-        // a process's ticks against its ticks; against its threads' times, nothing
-        let ticks = |ns| [(TICKS, ns)];
-        assert_eq!(ran_between(&ticks(5_000), &ticks(25_000)), Some(20_000));
-        assert_eq!(ran_between(&before, &ticks(25_000)), None);
-        assert_eq!(ran_between(&ticks(5_000), &now), None);
     }
 }

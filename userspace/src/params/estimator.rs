@@ -509,9 +509,8 @@ const MAX_UNREAD: f64 = 0.01;
 /// The CPU per connection of a server's connections (`acc`) from its processes' CPU
 /// (`procs`): each process's CPU time over the window divided among all the connections it
 /// accepted (whatever their server), averaged over this server's connections by process.
-/// A process may show no CPU at all: the kernel counts it in clock ticks, and a prefork
-/// child that served one short connection in the window may not have reached one; the
-/// server's processes together have. Unknown (nulls) when none of them showed CPU, or more
+/// A process may show no CPU of its own (a prefork child whose connection came before the
+/// look that first read it); the server's processes together hold the server's CPU. Unknown (nulls) when none of them showed CPU, or more
 /// than `MAX_UNREAD` of its served connections have no on-CPU time of their stages.
 fn server_cpu(acc: &ServerAcc, procs: &BTreeMap<u32, ProcAcc>) -> Cpu {
     let unknown = Cpu::default();
@@ -537,8 +536,8 @@ fn server_cpu(acc: &ServerAcc, procs: &BTreeMap<u32, ProcAcc>) -> Cpu {
     let stages = stages * n as f64 / (n as f64 - unread);
     Cpu {
         per_connection_s: Some(whole / n as f64),
-        // the stages' CPU is read at their edges, the processes' once a second (in
-        // ticks): over a short window the two can cross; never less than nothing outside
+        // the stages' CPU is read at their edges, the processes' once a second: over a
+        // short window the two can cross; never less than nothing outside
         outside_stages_s: Some((whole - stages).max(0.0) / n as f64),
         ..unknown
     }
@@ -983,11 +982,11 @@ mod tests {
         assert!((p.host.unwrap().other_cpus.unwrap() - 0.5).abs() < 1e-12);
     }
 
-    /// Prefork children each serve a connection now and then, and the kernel counts their
-    /// CPU in clock ticks: one that served a 1 ms connection may show none, another a
-    /// whole tick. Together they hold the server's CPU; none showing any is unknown.
+    /// Prefork children each serve a connection now and then: one whose connection came
+    /// before the look that first read it shows no CPU, another more than its own.
+    /// Together they hold the server's CPU; none showing any is unknown.
     #[test]
-    fn cpu_of_processes_below_a_clock_tick_is_the_servers_together() {
+    fn cpu_of_processes_that_show_none_is_the_servers_together() {
         let mut e = Estimator::new(Duration::from_secs(60), 8);
         let now = e.start + Duration::from_secs(10);
         let st = [(Stage::ServerFlight1, 1_000_000)];
@@ -1005,7 +1004,7 @@ mod tests {
         }
         let p = e.parameters(now + Duration::from_secs(1), SystemTime::now());
         assert_eq!(p.servers[0].cpu, Cpu::default(), "no CPU seen: unknown");
-        // one tick (10 ms) lands on child 31: 2.5 ms a connection, 1.5 ms outside the stages
+        // 10 ms land on child 31: 2.5 ms a connection, 1.5 ms outside the stages
         // (not the 9 ms of child 31 alone, nor the −1 ms of the others, over four)
         e.add_cpu(now, 31, 10_000_000);
         let p = e.parameters(now + Duration::from_secs(1), SystemTime::now());

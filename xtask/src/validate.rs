@@ -337,6 +337,181 @@ struct WakeupPoint {
     samples: usize,
 }
 
+/// What a fixed piece of work cost on an idle CPU after one pause.
+#[derive(Debug, Clone, Copy)]
+struct ColdPoint {
+    pause_s: f64,
+    /// the work's CPU time (its thread's CPU clock), median
+    median_s: f64,
+    samples: usize,
+}
+
+/// The CPU time of a fixed piece of work, what a TLS record costs a server (SHA-256 and
+/// AES-128-GCM over `COLD_WORK_BYTES`, OpenSSL's libcrypto), on `cpu` after sleeping
+/// `pause`, `samples` times: what a CPU that slept long pays to refill what it caches
+/// (code, data, TLB, branch history), which a one-user window's stages hold and a loaded
+/// server's mostly do not.
+fn cold_cpu(cpu: usize, pause: Duration, samples: usize) -> Result<ColdPoint> {
+    thread::spawn(move || -> Result<ColdPoint> {
+        pin_thread(0, cpu).with_context(|| format!("cannot pin to CPU {cpu}"))?;
+        let lib = libcrypto::Lib::load()?;
+        let record = vec![7u8; COLD_WORK_BYTES];
+        let mut sealed = vec![0u8; COLD_WORK_BYTES + 64];
+        let mut took = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            thread::sleep(pause);
+            let from = thread_cpu_ns();
+            lib.digest_and_seal(&record, &mut sealed)?;
+            took.push(thread_cpu_ns().saturating_sub(from));
+        }
+        took.sort_unstable();
+        Ok(ColdPoint {
+            pause_s: pause.as_secs_f64(),
+            median_s: took[took.len() / 2] as f64 / 1e9,
+            samples,
+        })
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the cold-CPU thread panicked"))?
+}
+
+/// `cold_cpu`'s work: a TLS record's worth.
+const COLD_WORK_BYTES: usize = 16 * 1024;
+
+/// The few libcrypto calls `cold_cpu` times (the library every server here links), found
+/// at run time: xtask builds before `setup` has installed any development package.
+mod libcrypto {
+    use anyhow::{anyhow, bail, Result};
+    use std::ffi::{c_int, c_uchar, c_uint, c_void, CStr};
+
+    type Method = unsafe extern "C" fn() -> *const c_void;
+    type Digest = unsafe extern "C" fn(
+        *const c_void,
+        usize,
+        *mut c_uchar,
+        *mut c_uint,
+        *const c_void,
+        *mut c_void,
+    ) -> c_int;
+    type CtxNew = unsafe extern "C" fn() -> *mut c_void;
+    type CtxFree = unsafe extern "C" fn(*mut c_void);
+    type Init = unsafe extern "C" fn(
+        *mut c_void,
+        *const c_void,
+        *mut c_void,
+        *const c_uchar,
+        *const c_uchar,
+    ) -> c_int;
+    type Update =
+        unsafe extern "C" fn(*mut c_void, *mut c_uchar, *mut c_int, *const c_uchar, c_int) -> c_int;
+
+    /// libcrypto's functions, by name.
+    pub struct Lib {
+        sha256: Method,
+        aes_128_gcm: Method,
+        digest: Digest,
+        ctx_new: CtxNew,
+        ctx_free: CtxFree,
+        init: Init,
+        update: Update,
+    }
+
+    impl Lib {
+        /// libcrypto.so.3 (OpenSSL 3), loaded once; never unloaded.
+        pub fn load() -> Result<Lib> {
+            // SAFETY: a NUL-terminated name; the handle is kept for the process's life
+            let lib = unsafe { libc::dlopen(c"libcrypto.so.3".as_ptr(), libc::RTLD_NOW) };
+            if lib.is_null() {
+                bail!("cannot load libcrypto.so.3: install libssl3");
+            }
+            let sym = |name: &CStr| -> Result<*mut c_void> {
+                // SAFETY: lib is a live handle, name NUL-terminated
+                let f = unsafe { libc::dlsym(lib, name.as_ptr()) };
+                (!f.is_null())
+                    .then_some(f)
+                    .ok_or_else(|| anyhow!("libcrypto.so.3 has no {name:?}"))
+            };
+            // SAFETY: each symbol is the OpenSSL 3 function of the type it is given
+            unsafe {
+                Ok(Lib {
+                    sha256: std::mem::transmute::<*mut c_void, Method>(sym(c"EVP_sha256")?),
+                    aes_128_gcm: std::mem::transmute::<*mut c_void, Method>(sym(
+                        c"EVP_aes_128_gcm",
+                    )?),
+                    digest: std::mem::transmute::<*mut c_void, Digest>(sym(c"EVP_Digest")?),
+                    ctx_new: std::mem::transmute::<*mut c_void, CtxNew>(sym(
+                        c"EVP_CIPHER_CTX_new",
+                    )?),
+                    ctx_free: std::mem::transmute::<*mut c_void, CtxFree>(sym(
+                        c"EVP_CIPHER_CTX_free",
+                    )?),
+                    init: std::mem::transmute::<*mut c_void, Init>(sym(c"EVP_EncryptInit_ex")?),
+                    update: std::mem::transmute::<*mut c_void, Update>(sym(c"EVP_EncryptUpdate")?),
+                })
+            }
+        }
+
+        /// SHA-256 of `data`, then `data` sealed with AES-128-GCM into `out` (at least 16
+        /// bytes longer).
+        pub fn digest_and_seal(&self, data: &[u8], out: &mut [u8]) -> Result<()> {
+            if out.len() < data.len() + 16 {
+                bail!("no room to seal {} bytes", data.len());
+            }
+            let (key, iv) = ([1u8; 16], [2u8; 12]);
+            let mut md = [0u8; 64];
+            let mut md_len: c_uint = 0;
+            let mut out_len: c_int = 0;
+            // SAFETY: every pointer is to a live buffer of the length given with it (md
+            // holds any digest); the context is created, used and freed here only
+            let ok = unsafe {
+                let digest = (self.digest)(
+                    data.as_ptr().cast(),
+                    data.len(),
+                    md.as_mut_ptr(),
+                    &mut md_len,
+                    (self.sha256)(),
+                    std::ptr::null_mut(),
+                );
+                let ctx = (self.ctx_new)();
+                if ctx.is_null() {
+                    bail!("EVP_CIPHER_CTX_new failed");
+                }
+                let sealed = (self.init)(
+                    ctx,
+                    (self.aes_128_gcm)(),
+                    std::ptr::null_mut(),
+                    key.as_ptr(),
+                    iv.as_ptr(),
+                ) == 1
+                    && (self.update)(
+                        ctx,
+                        out.as_mut_ptr(),
+                        &mut out_len,
+                        data.as_ptr(),
+                        data.len() as c_int,
+                    ) == 1;
+                (self.ctx_free)(ctx);
+                digest == 1 && sealed
+            };
+            if !ok {
+                bail!("libcrypto refused SHA-256 or AES-128-GCM");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The calling thread's CPU time, ns.
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: t is a valid timespec for the call to fill
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// How long a thread asleep in `epoll_wait` on `cpu`, idle, takes to run after a message
 /// is sent to its loopback TCP socket from `sender_cpu`, `samples` times, `pause` apart. A
 /// platform's part of an event loop that no stage measures; with one user, each of a
@@ -819,6 +994,9 @@ struct Platform {
     /// how long the worker's idle CPU takes to run it after an event, by how long it had
     /// slept (`wakeup_latency` after each of `WAKEUP_PAUSES`): the model is given the means
     wakeup: Vec<WakeupPoint>,
+    /// what a fixed piece of work cost the idle CPU by how long it had slept (`cold_cpu`
+    /// after each of `WAKEUP_PAUSES`, and back to back): shown, not given to the model
+    cold: Vec<ColdPoint>,
 }
 
 impl Platform {
@@ -829,7 +1007,26 @@ impl Platform {
             .iter()
             .map(|&(pause, samples)| wakeup_latency(0, 1, pause, samples))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Platform { wakeup })
+        let cold = std::iter::once((Duration::ZERO, 100))
+            .chain(WAKEUP_PAUSES)
+            .map(|(pause, samples)| cold_cpu(0, pause, samples.min(100)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Platform { wakeup, cold })
+    }
+
+    /// The cold-CPU curve in words, for the log and the document.
+    fn cold_words(&self) -> String {
+        self.cold
+            .iter()
+            .map(|p| {
+                let after = match p.pause_s {
+                    0.0 => "back to back".to_string(),
+                    s => format!("after {} ms asleep", ms(s)),
+                };
+                format!("{:.1} µs {after} ({} runs)", p.median_s * 1e6, p.samples)
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     /// `hstrace model --wakeup`'s value: IDLE=TIME,... in seconds, the idle ascending.
@@ -1180,6 +1377,8 @@ fn report(
             ("SIMULATED", SIMULATED.to_string()),
             ("FROM_USERS", FORECAST_FROM_USERS.to_string()),
             ("WAKEUP", platform.wakeup_words()),
+            ("COLD", platform.cold_words()),
+            ("COLD_KIB", (COLD_WORK_BYTES / 1024).to_string()),
             ("TOLERANCE_PCT", format!("{:.0}", TOLERANCE * 100.0)),
             ("UTIL_LIMIT_PCT", format!("{:.0}", UTIL_LIMIT * 100.0)),
             ("ARCHES", sections.join("\n").trim_end().to_string()),
@@ -1526,6 +1725,11 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
         "xtask: an idle CPU 0 wakes a thread in epoll_wait in {}",
         platform.wakeup_words()
     );
+    eprintln!(
+        "xtask: SHA-256 and AES-128-GCM over {} KiB cost CPU 0 {}",
+        COLD_WORK_BYTES / 1024,
+        platform.cold_words()
+    );
     let mut archs = Vec::new();
     for arch in ARCHES.iter().filter(|a| chosen(a.key)) {
         let server = Server::start(arch, KEY, &dir)?;
@@ -1628,6 +1832,14 @@ mod tests {
             words.contains("a plain response: no point read enough of both"),
             "{words}"
         );
+    }
+
+    /// The cold-CPU work runs (libcrypto found at run time) and costs some CPU.
+    #[test]
+    fn the_cold_cpu_work_runs() {
+        let p = cold_cpu(0, Duration::from_millis(1), 5).unwrap();
+        assert_eq!(p.samples, 5);
+        assert!(p.median_s > 0.0 && p.median_s < 0.1, "{p:?}");
     }
 
     #[test]

@@ -465,11 +465,20 @@ pub fn mix(server: &ServerInput, knobs: &Knobs, secure_fraction: Option<f64>) ->
         .hit_ratio
         .unwrap_or(if tls > 0.0 { resumed / tls } else { 0.0 });
     let tls = secure_fraction.unwrap_or(tls);
+    // a share within rounding of 0 is none (a fraction computed as 0.9999999999999999
+    // leaves plain requests 1e-16)
     let mix = [
         tls * (1.0 - resumed_of_tls),
         tls * resumed_of_tls,
         1.0 - tls,
-    ];
+    ]
+    .map(|share| {
+        if share.abs() < MIX_ROUNDING {
+            0.0
+        } else {
+            share
+        }
+    });
     for c in &server.classes {
         let share = mix[c.class.index()];
         if share > 0.0 && !c.measured() {
@@ -487,6 +496,9 @@ pub fn mix(server: &ServerInput, knobs: &Knobs, secure_fraction: Option<f64>) ->
     }
     Ok(mix)
 }
+
+/// Shares of the mix closer to 0 than this are rounding, and taken as 0.
+const MIX_ROUNDING: f64 = 1e-9;
 
 /// The stage a certificate's key signs in: the server's first flight of a full handshake
 /// (TLS 1.3 CertificateVerify, TLS 1.2 ECDHE ServerKeyExchange). A resumed handshake and a
@@ -992,6 +1004,27 @@ mod tests {
                 && e.contains("nginx:28080"),
             "{e}"
         );
+    }
+
+    /// A fraction a script computed as 0.9999999999999999 asks for no plain requests, and
+    /// a hit ratio of 1e-17 for no resumed handshakes: neither is refused for want of
+    /// their stages.
+    #[test]
+    fn a_share_within_rounding_of_nothing_is_nothing() {
+        let mut s = seed();
+        s.classes[2].stages.clear();
+        s.classes[0].share = 1.0;
+        s.classes[2].share = 0.0;
+        let m = mix(&s, &Knobs::default(), Some(0.9999999999999999)).unwrap();
+        assert_eq!(m[2], 0.0, "{m:?}");
+        let k = Knobs {
+            hit_ratio: Some(1e-17),
+            ..Knobs::default()
+        };
+        assert_eq!(mix(&s, &k, None).unwrap()[1], 0.0);
+        // a real share still needs its stages
+        let e = mix(&s, &Knobs::default(), Some(0.999)).unwrap_err();
+        assert!(e.to_string().contains("no plain stages measured"), "{e}");
     }
 
     #[test]

@@ -2,13 +2,19 @@
 //! records print them as RFC 3339 UTC.
 
 fn clock_ns(id: libc::clockid_t) -> u64 {
+    read_ns(id).unwrap_or(0)
+}
+
+/// Clock `id`'s time, ns; None when the kernel refuses it (a process's CPU-time clock once
+/// the process is gone).
+pub fn read_ns(id: libc::clockid_t) -> Option<u64> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: valid pointer to a timespec
-    unsafe { libc::clock_gettime(id, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// Now, on the kernel's clock (CLOCK_MONOTONIC ns, as bpf_ktime_get_ns).

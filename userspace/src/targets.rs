@@ -75,15 +75,7 @@ pub fn cpu_ns(pid: u32) -> Option<u64> {
     if unsafe { libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) } != 0 {
         return None;
     }
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: t is a valid timespec for the call to fill
-    if unsafe { libc::clock_gettime(clock, &mut t) } != 0 {
-        return None;
-    }
-    Some(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64)
+    clock::read_ns(clock)
 }
 
 /// The kernel's largest pid (PID_MAX_LIMIT on 64-bit).
@@ -352,16 +344,7 @@ mod tests {
         let me = std::process::id();
         let before = cpu_ns(me).unwrap();
         std::thread::spawn(|| {
-            let own = || {
-                let mut t = libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                };
-                // SAFETY: t is a valid timespec for the call to fill
-                unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-                t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-            };
-            while own() < 30_000_000 {}
+            while clock::read_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap() < 30_000_000 {}
         })
         .join()
         .unwrap();

@@ -36,6 +36,7 @@ use hstrace_tests::{
     fixtures::make_ecdsa_cert,
     procs::{pin, pin_thread, process_cpu_secs, process_run_secs},
     servers::{Apache, Nginx, TestServer},
+    util::median,
 };
 use serde_json::Value;
 
@@ -362,12 +363,11 @@ fn cold_cpu(cpu: usize, pause: Duration, samples: usize) -> Result<ColdPoint> {
             thread::sleep(pause);
             let from = thread_cpu_ns();
             lib.digest_and_seal(&record, &mut sealed)?;
-            took.push(thread_cpu_ns().saturating_sub(from));
+            took.push(thread_cpu_ns().saturating_sub(from) as f64 / 1e9);
         }
-        took.sort_unstable();
         Ok(ColdPoint {
             pause_s: pause.as_secs_f64(),
-            median_s: took[took.len() / 2] as f64 / 1e9,
+            median_s: median(took),
             samples,
         })
     })

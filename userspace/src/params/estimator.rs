@@ -510,8 +510,9 @@ const MAX_UNREAD: f64 = 0.01;
 /// (`procs`): each process's CPU time over the window divided among all the connections it
 /// accepted (whatever their server), averaged over this server's connections by process.
 /// A process may show no CPU of its own (a prefork child whose connection came before the
-/// look that first read it); the server's processes together hold the server's CPU. Unknown (nulls) when none of them showed CPU, or more
-/// than `MAX_UNREAD` of its served connections have no on-CPU time of their stages.
+/// look that first read it); the server's processes together hold the server's CPU.
+/// Unknown (nulls) when none of them showed CPU, or more than `MAX_UNREAD` of its served
+/// connections have no on-CPU time of their stages.
 fn server_cpu(acc: &ServerAcc, procs: &BTreeMap<u32, ProcAcc>) -> Cpu {
     let unknown = Cpu::default();
     let (mut whole, mut stages, mut n, mut unread) = (0.0, 0.0, 0u64, 0.0);

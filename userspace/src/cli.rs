@@ -361,6 +361,18 @@ enum Command {
         /// less --sleep-cpu; else 0]
         #[arg(long, value_name = "TIME|IDLE=TIME,...", allow_hyphen_values = true)]
         wakeup: Option<String>,
+        /// With event-loop-sim: the CPU a stage pays when it runs cold, beyond its warm
+        /// cost, by how long since it last ran on that CPU (SINCE=TIME,..., e.g.
+        /// 1ms=2us,25ms=40us,200ms=60us): a one-user window's stages ran cold, a loaded
+        /// server's run warm. `measure` times a TLS record's work (SHA-256 and AES-128-GCM
+        /// over 16 KiB, this host's libcrypto) on CPU 0 after pauses of 0.2 ms to 0.2 s,
+        /// about 5 s, so run it on the server's host [default: none]
+        #[arg(
+            long,
+            value_name = "measure|SINCE=TIME,...",
+            allow_hyphen_values = true
+        )]
+        cold_start: Option<String>,
         /// text (a table), json (hstrace.model/v1), csv (a row per curve, N and class)
         #[arg(long, value_enum, default_value = "text")]
         format: ModelFormatArg,
@@ -559,6 +571,7 @@ pub fn run(cli: Cli) -> Result<()> {
             overhead,
             sleep_cpu,
             wakeup,
+            cold_start,
             format,
             plot,
             measured,
@@ -613,7 +626,7 @@ pub fn run(cli: Cli) -> Result<()> {
                     .transpose()?
                     .unwrap_or(0.0),
                 overhead_given: overhead.is_some(),
-                wakeup: knobs::parse_wakeup(wakeup.as_deref().unwrap_or("0"))?,
+                wakeup: knobs::parse_idle_curve("--wakeup", wakeup.as_deref().unwrap_or("0"))?,
                 wakeup_given: wakeup.is_some(),
                 sleep_cpu_s: sleep_cpu
                     .as_deref()
@@ -621,6 +634,13 @@ pub fn run(cli: Cli) -> Result<()> {
                     .transpose()?
                     .unwrap_or(0.0),
                 sleep_cpu_given: sleep_cpu.is_some(),
+                cold_start: match cold_start.as_deref() {
+                    None | Some("measure") => Default::default(),
+                    Some(c) => knobs::parse_idle_curve("--cold-start", c)?,
+                },
+                cold_start_given: cold_start.is_some(),
+                // measured by model::run, once the discipline is known
+                cold_start_measured: None,
                 // measured by model::run, once the parameters are read
                 key_change: None,
             };
@@ -638,6 +658,7 @@ pub fn run(cli: Cli) -> Result<()> {
                     Some(s) => keys::parse_sign_costs(&s)?,
                     None => Vec::new(),
                 },
+                measure_cold_start: cold_start.as_deref() == Some("measure"),
                 format: match format {
                     ModelFormatArg::Text => ModelFormat::Text,
                     ModelFormatArg::Json => ModelFormat::Json,

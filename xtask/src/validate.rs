@@ -18,6 +18,7 @@
 //! nginx with one worker, one mix, three user counts, short windows.
 
 use std::{
+    cell::OnceCell,
     fmt::Write as _,
     fs,
     io::{BufRead, BufReader, Read, Write as _},
@@ -36,7 +37,6 @@ use hstrace_tests::{
     fixtures::make_ecdsa_cert,
     procs::{pin, pin_thread, process_cpu_secs, process_run_secs},
     servers::{Apache, Nginx, TestServer},
-    util::median,
 };
 use serde_json::Value;
 
@@ -338,180 +338,6 @@ struct WakeupPoint {
     samples: usize,
 }
 
-/// What a fixed piece of work cost on an idle CPU after one pause.
-#[derive(Debug, Clone, Copy)]
-struct ColdPoint {
-    pause_s: f64,
-    /// the work's CPU time (its thread's CPU clock), median
-    median_s: f64,
-    samples: usize,
-}
-
-/// The CPU time of a fixed piece of work, what a TLS record costs a server (SHA-256 and
-/// AES-128-GCM over `COLD_WORK_BYTES`, OpenSSL's libcrypto), on `cpu` after sleeping
-/// `pause`, `samples` times: what a CPU that slept long pays to refill what it caches
-/// (code, data, TLB, branch history), which a one-user window's stages hold and a loaded
-/// server's mostly do not.
-fn cold_cpu(cpu: usize, pause: Duration, samples: usize) -> Result<ColdPoint> {
-    thread::spawn(move || -> Result<ColdPoint> {
-        pin_thread(0, cpu).with_context(|| format!("cannot pin to CPU {cpu}"))?;
-        let lib = libcrypto::Lib::load()?;
-        let record = vec![7u8; COLD_WORK_BYTES];
-        let mut sealed = vec![0u8; COLD_WORK_BYTES + 64];
-        let mut took = Vec::with_capacity(samples);
-        for _ in 0..samples {
-            thread::sleep(pause);
-            let from = thread_cpu_ns();
-            lib.digest_and_seal(&record, &mut sealed)?;
-            took.push(thread_cpu_ns().saturating_sub(from) as f64 / 1e9);
-        }
-        Ok(ColdPoint {
-            pause_s: pause.as_secs_f64(),
-            median_s: median(took),
-            samples,
-        })
-    })
-    .join()
-    .map_err(|_| anyhow::anyhow!("the cold-CPU thread panicked"))?
-}
-
-/// `cold_cpu`'s work: a TLS record's worth.
-const COLD_WORK_BYTES: usize = 16 * 1024;
-
-/// The few libcrypto calls `cold_cpu` times (the library every server here links), found
-/// at run time: xtask builds before `setup` has installed any development package.
-mod libcrypto {
-    use anyhow::{anyhow, bail, Result};
-    use std::ffi::{c_int, c_uchar, c_uint, c_void, CStr};
-
-    type Method = unsafe extern "C" fn() -> *const c_void;
-    type Digest = unsafe extern "C" fn(
-        *const c_void,
-        usize,
-        *mut c_uchar,
-        *mut c_uint,
-        *const c_void,
-        *mut c_void,
-    ) -> c_int;
-    type CtxNew = unsafe extern "C" fn() -> *mut c_void;
-    type CtxFree = unsafe extern "C" fn(*mut c_void);
-    type Init = unsafe extern "C" fn(
-        *mut c_void,
-        *const c_void,
-        *mut c_void,
-        *const c_uchar,
-        *const c_uchar,
-    ) -> c_int;
-    type Update =
-        unsafe extern "C" fn(*mut c_void, *mut c_uchar, *mut c_int, *const c_uchar, c_int) -> c_int;
-
-    /// libcrypto's functions, by name.
-    pub struct Lib {
-        sha256: Method,
-        aes_128_gcm: Method,
-        digest: Digest,
-        ctx_new: CtxNew,
-        ctx_free: CtxFree,
-        init: Init,
-        update: Update,
-    }
-
-    impl Lib {
-        /// libcrypto.so.3 (OpenSSL 3), loaded once; never unloaded.
-        pub fn load() -> Result<Lib> {
-            // SAFETY: a NUL-terminated name; the handle is kept for the process's life
-            let lib = unsafe { libc::dlopen(c"libcrypto.so.3".as_ptr(), libc::RTLD_NOW) };
-            if lib.is_null() {
-                bail!("cannot load libcrypto.so.3: install libssl3");
-            }
-            let sym = |name: &CStr| -> Result<*mut c_void> {
-                // SAFETY: lib is a live handle, name NUL-terminated
-                let f = unsafe { libc::dlsym(lib, name.as_ptr()) };
-                (!f.is_null())
-                    .then_some(f)
-                    .ok_or_else(|| anyhow!("libcrypto.so.3 has no {name:?}"))
-            };
-            // SAFETY: each symbol is the OpenSSL 3 function of the type it is given
-            unsafe {
-                Ok(Lib {
-                    sha256: std::mem::transmute::<*mut c_void, Method>(sym(c"EVP_sha256")?),
-                    aes_128_gcm: std::mem::transmute::<*mut c_void, Method>(sym(
-                        c"EVP_aes_128_gcm",
-                    )?),
-                    digest: std::mem::transmute::<*mut c_void, Digest>(sym(c"EVP_Digest")?),
-                    ctx_new: std::mem::transmute::<*mut c_void, CtxNew>(sym(
-                        c"EVP_CIPHER_CTX_new",
-                    )?),
-                    ctx_free: std::mem::transmute::<*mut c_void, CtxFree>(sym(
-                        c"EVP_CIPHER_CTX_free",
-                    )?),
-                    init: std::mem::transmute::<*mut c_void, Init>(sym(c"EVP_EncryptInit_ex")?),
-                    update: std::mem::transmute::<*mut c_void, Update>(sym(c"EVP_EncryptUpdate")?),
-                })
-            }
-        }
-
-        /// SHA-256 of `data`, then `data` sealed with AES-128-GCM into `out` (at least 16
-        /// bytes longer).
-        pub fn digest_and_seal(&self, data: &[u8], out: &mut [u8]) -> Result<()> {
-            if out.len() < data.len() + 16 {
-                bail!("no room to seal {} bytes", data.len());
-            }
-            let (key, iv) = ([1u8; 16], [2u8; 12]);
-            let mut md = [0u8; 64];
-            let mut md_len: c_uint = 0;
-            let mut out_len: c_int = 0;
-            // SAFETY: every pointer is to a live buffer of the length given with it (md
-            // holds any digest); the context is created, used and freed here only
-            let ok = unsafe {
-                let digest = (self.digest)(
-                    data.as_ptr().cast(),
-                    data.len(),
-                    md.as_mut_ptr(),
-                    &mut md_len,
-                    (self.sha256)(),
-                    std::ptr::null_mut(),
-                );
-                let ctx = (self.ctx_new)();
-                if ctx.is_null() {
-                    bail!("EVP_CIPHER_CTX_new failed");
-                }
-                let sealed = (self.init)(
-                    ctx,
-                    (self.aes_128_gcm)(),
-                    std::ptr::null_mut(),
-                    key.as_ptr(),
-                    iv.as_ptr(),
-                ) == 1
-                    && (self.update)(
-                        ctx,
-                        out.as_mut_ptr(),
-                        &mut out_len,
-                        data.as_ptr(),
-                        data.len() as c_int,
-                    ) == 1;
-                (self.ctx_free)(ctx);
-                digest == 1 && sealed
-            };
-            if !ok {
-                bail!("libcrypto refused SHA-256 or AES-128-GCM");
-            }
-            Ok(())
-        }
-    }
-}
-
-/// The calling thread's CPU time, ns.
-fn thread_cpu_ns() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: t is a valid timespec for the call to fill
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
 /// How long a thread asleep in `epoll_wait` on `cpu`, idle, takes to run after a message
 /// is sent to its loopback TCP socket from `sender_cpu`, `samples` times, `pause` apart. A
 /// platform's part of an event loop that no stage measures; with one user, each of a
@@ -754,6 +580,81 @@ fn model(bin: &Path, args: &[String]) -> Result<Value> {
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
+/// The cold start as hstrace measures it on this host (`hstrace model --cold-start
+/// measure`), once, at the first forecast: each forecast after it is given the same curve,
+/// so that all are made with one measurement.
+#[derive(Default)]
+struct ColdStart(OnceCell<(String, Value)>);
+
+impl ColdStart {
+    /// `hstrace model ARGS` with the cold start: measured at the first call, given since.
+    fn model(&self, bin: &Path, args: &[String]) -> Result<Value> {
+        let with = |value: &str| [args, &["--cold-start".into(), value.into()]].concat();
+        if let Some((curve, _)) = self.0.get() {
+            return model(bin, &with(curve));
+        }
+        let answer = model(bin, &with("measure"))?;
+        let knobs = &answer["knobs"];
+        let curve = knobs["cold_start_after"]
+            .as_array()
+            .filter(|points| !points.is_empty())
+            .context("hstrace model --cold-start measure gave no curve")?
+            .iter()
+            .map(|p| format!("{:.9}={:.9}", f(&p["since_s"]), f(&p["cpu_s"])))
+            .collect::<Vec<_>>()
+            .join(",");
+        let measured = knobs["cold_start_measured"].clone();
+        eprintln!(
+            "xtask: hstrace's cold start: {}",
+            cold_start_words(&measured)
+        );
+        let _ = self.0.set((curve, measured));
+        Ok(answer)
+    }
+
+    /// `--cold-start CURVE` as measured (none before the first forecast).
+    fn args(&self) -> Vec<String> {
+        self.0
+            .get()
+            .map(|(curve, _)| vec!["--cold-start".into(), curve.clone()])
+            .unwrap_or_default()
+    }
+
+    /// What was measured, in words (before the first forecast: not yet).
+    fn words(&self) -> String {
+        self.0
+            .get()
+            .map_or("not measured".into(), |(_, m)| cold_start_words(m))
+    }
+}
+
+/// `--cold-start measure`'s runs (its `cold_start_measured`) in words: the work, then its
+/// CPU back to back and after each pause.
+fn cold_start_words(measured: &Value) -> String {
+    let runs = measured["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let after = match f(&r["pause_s"]) {
+                0.0 => "back to back".to_string(),
+                s => format!("after {} ms asleep", ms(s)),
+            };
+            format!(
+                "{:.1} µs {after} ({} runs)",
+                f(&r["cpu_s"]) * 1e6,
+                r["runs"]
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    format!(
+        "{} on CPU {}: {runs}",
+        measured["work"].as_str().unwrap_or("?"),
+        measured["cpu"]
+    )
+}
+
 /// The one point of a one-user-count answer.
 fn point(answer: &Value) -> Value {
     answer["curves"][0]["points"][0].clone()
@@ -784,6 +685,8 @@ struct Rig<'a> {
     /// the harness's wake-up curve, given to the same-point fit of an event loop (None:
     /// the reduced run, which checks the forecast only)
     platform: Option<&'a Platform>,
+    /// hstrace's cold start, given to every forecast of an event loop
+    cold_start: &'a ColdStart,
 }
 
 /// `hstrace model`'s arguments for `params` at `users` users thinking `think` seconds, with
@@ -841,6 +744,7 @@ fn predict(
         bin,
         arch,
         platform,
+        cold_start,
         ..
     } = *rig;
     let params: Value = serde_json::from_str(&fs::read_to_string(file)?)?;
@@ -901,10 +805,14 @@ fn predict(
         .ok()
         .map(|a| point(&a));
     // the forecast: hstrace's own measurements at low load, only the mix set to this
-    // point's (no harness wake-up curve)
+    // point's (no harness wake-up curve); an event loop's with hstrace's cold start
+    let forecast_model = |args: &[String]| match event_loop {
+        true => cold_start.model(bin, args),
+        false => model(bin, args),
+    };
     let mut args = with(forecast_from, arch.discipline);
     args.extend(mix_args(&load));
-    let forecast = point(&model(bin, &args)?);
+    let forecast = point(&forecast_model(&args)?);
     let base: Value = serde_json::from_str(&fs::read_to_string(forecast_from)?)?;
     let host_speed = signature_cpu_s(&base)
         .zip(signature_cpu_s(&params))
@@ -915,7 +823,7 @@ fn predict(
             if let Some(o) = other_cpus {
                 args.extend(["--other-cpus".into(), o.to_string()]);
             }
-            Some(point(&model(bin, &args)?))
+            Some(point(&forecast_model(&args)?))
         }
         None => None,
     };
@@ -994,9 +902,6 @@ struct Platform {
     /// how long the worker's idle CPU takes to run it after an event, by how long it had
     /// slept (`wakeup_latency` after each of `WAKEUP_PAUSES`): the model is given the means
     wakeup: Vec<WakeupPoint>,
-    /// what a fixed piece of work cost the idle CPU by how long it had slept (`cold_cpu`
-    /// after each of `WAKEUP_PAUSES`, and back to back): shown, not given to the model
-    cold: Vec<ColdPoint>,
 }
 
 impl Platform {
@@ -1007,26 +912,7 @@ impl Platform {
             .iter()
             .map(|&(pause, samples)| wakeup_latency(0, 1, pause, samples))
             .collect::<Result<Vec<_>>>()?;
-        let cold = std::iter::once((Duration::ZERO, 100))
-            .chain(WAKEUP_PAUSES)
-            .map(|(pause, samples)| cold_cpu(0, pause, samples.min(100)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Platform { wakeup, cold })
-    }
-
-    /// The cold-CPU curve in words, for the log and the document.
-    fn cold_words(&self) -> String {
-        self.cold
-            .iter()
-            .map(|p| {
-                let after = match p.pause_s {
-                    0.0 => "back to back".to_string(),
-                    s => format!("after {} ms asleep", ms(s)),
-                };
-                format!("{:.1} µs {after} ({} runs)", p.median_s * 1e6, p.samples)
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
+        Ok(Platform { wakeup })
     }
 
     /// `hstrace model --wakeup`'s value: IDLE=TIME,... in seconds, the idle ascending.
@@ -1272,6 +1158,33 @@ struct WhatIfPoint {
     forecast: Value,
     /// the same base window with the key unchanged, for scale
     unchanged: Value,
+    /// the client's delays a request, hstrace's reading at the point (`delays_s`)
+    delays_s: f64,
+}
+
+/// The delay stages (the client's work and the network) of a mean request in a parameters
+/// document: each server's classes weighted by their shares, the servers by their
+/// connections.
+fn delays_s(params: &Value) -> f64 {
+    let (mut sum, mut conns) = (0.0, 0.0);
+    for s in params["servers"].as_array().into_iter().flatten() {
+        let n = f(&s["connections"]);
+        for c in CLASSES {
+            let class = &s["classes"][c];
+            let stages = class["stages"].as_object().into_iter().flatten();
+            let delay: f64 = stages
+                .filter(|(_, m)| m["class"] == "delay")
+                .map(|(_, m)| f(&m["mean_s"]))
+                .sum();
+            sum += n * f(&class["share"]).max(0.0) * delay;
+        }
+        conns += n;
+    }
+    if conns > 0.0 {
+        sum / conns
+    } else {
+        0.0
+    }
 }
 
 /// The what-if's rows, its verdicts counted.
@@ -1289,7 +1202,7 @@ fn whatif_rows(points: &[WhatIfPoint], misses: &mut Misses) -> String {
         misses.whatif += usize::from(counted && !ok);
         let _ = writeln!(
             rows,
-            "| {} | {} | {:.1} % | {:.1} % | {measured_x:.1} | {:.1} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {:.1} % | {:.1} % | {measured_x:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
             p.key.name(),
             p.users,
             p.cpu_busy * 100.0,
@@ -1300,6 +1213,7 @@ fn whatif_rows(points: &[WhatIfPoint], misses: &mut Misses) -> String {
             ms(f(&p.forecast["response_s"])),
             pct(dr),
             ms(f(&p.unchanged["response_s"])),
+            ms(p.delays_s),
             verdict(counted, ok),
         );
     }
@@ -1313,6 +1227,7 @@ fn report(
     whatif: &WhatIf,
     plan: &Plan,
     platform: &Platform,
+    cold_start: &ColdStart,
     commit: &str,
 ) -> Result<(String, Misses)> {
     let mut misses = Misses::default();
@@ -1334,6 +1249,7 @@ fn report(
             ("FROM", WHATIF_FROM.name()),
             ("FROM_USERS", FORECAST_FROM_USERS.to_string()),
             ("SIGN_COSTS", whatif.sign_costs.clone()),
+            ("WINDOW_DELAYS", ms(whatif.window_delays_s)),
             (
                 "ROWS",
                 whatif_rows(&whatif.points, &mut misses)
@@ -1377,8 +1293,7 @@ fn report(
             ("SIMULATED", SIMULATED.to_string()),
             ("FROM_USERS", FORECAST_FROM_USERS.to_string()),
             ("WAKEUP", platform.wakeup_words()),
-            ("COLD", platform.cold_words()),
-            ("COLD_KIB", (COLD_WORK_BYTES / 1024).to_string()),
+            ("COLD", cold_start.words()),
             ("TOLERANCE_PCT", format!("{:.0}", TOLERANCE * 100.0)),
             ("UTIL_LIMIT_PCT", format!("{:.0}", UTIL_LIMIT * 100.0)),
             ("ARCHES", sections.join("\n").trim_end().to_string()),
@@ -1482,12 +1397,20 @@ struct WhatIf {
     sign_costs: String,
     /// the base window's parameters
     base: PathBuf,
+    /// the client's delays a request in the base window (`delays_s`)
+    window_delays_s: f64,
 }
 
 /// From one window of mix 1 with `FORECAST_FROM_USERS` users on nginx (one worker) with
 /// `WHATIF_FROM`, the forecast with each key of `WHATIF_TO`, and the real server with that
 /// key at its user counts (the plan's duration; a quick plan takes the first and last).
-fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<WhatIf> {
+fn run_whatif(
+    bin: &Path,
+    hsload: &Path,
+    dir: &Path,
+    plan: &Plan,
+    cold_start: &ColdStart,
+) -> Result<WhatIf> {
     let arch = &NGINX_ONE;
     let mix = &MIXES[0];
     let base = dir.join(format!(
@@ -1532,16 +1455,17 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
             let think = load["think_time_measured_s"].as_f64().unwrap_or(THINK_S);
             let mut args = model_args(&base, &server_arg, n, think, SIMULATED, 1);
             args.extend(mix_args(&load));
-            let unchanged = point(&model(bin, &args)?);
+            let unchanged = point(&cold_start.model(bin, &args)?);
             args.extend([
                 "--key-change".into(),
                 format!("{}:{}", WHATIF_FROM.name(), key.name()),
             ]);
-            let answer = model(bin, &args)?;
+            let answer = cold_start.model(bin, &args)?;
             // openssl's costs, once per key
             if i == 0 {
                 sign_costs.push(key_change_words(&answer));
             }
+            let params: Value = serde_json::from_str(&fs::read_to_string(&file)?)?;
             points.push(WhatIfPoint {
                 key,
                 users: n,
@@ -1549,12 +1473,14 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
                 cpu_busy,
                 forecast: point(&answer),
                 unchanged,
+                delays_s: delays_s(&params),
             });
         }
     }
     Ok(WhatIf {
         points,
         sign_costs: sign_costs.join("; "),
+        window_delays_s: delays_s(&base_params),
         base,
     })
 }
@@ -1627,13 +1553,14 @@ fn without_users(args: Vec<String>) -> Vec<String> {
 }
 
 /// Every picture of the document: per architecture and mix the forecast from its one-user
-/// window, per key of the what-if its forecast.
+/// window, per key of the what-if its forecast (each with the forecasts' cold start).
 fn pictures(
     bin: &Path,
     dir: &Path,
     docs: &Path,
     archs: &[(&Arch, Vec<Vec<Point>>)],
     whatif: &WhatIf,
+    cold_start: &ColdStart,
 ) -> Result<()> {
     for (arch, mixes) in archs {
         for (i, points) in mixes.iter().enumerate() {
@@ -1643,7 +1570,7 @@ fn pictures(
             let think = first.load["think_time_measured_s"]
                 .as_f64()
                 .unwrap_or(THINK_S);
-            let args = without_users(model_args(
+            let mut args = without_users(model_args(
                 &from,
                 &server,
                 1,
@@ -1651,6 +1578,9 @@ fn pictures(
                 arch.discipline,
                 arch.servers,
             ));
+            if arch.discipline == SIMULATED {
+                args.extend(cold_start.args());
+            }
             let measured: Vec<(u32, &Value)> = points.iter().map(|p| (p.users, &p.load)).collect();
             let name = format!("{}-mix{}", arch.key, i + 1);
             plot(bin, &args, &measured, (dir, docs, &name))?;
@@ -1672,6 +1602,7 @@ fn pictures(
             "--key-change".into(),
             format!("{}:{}", WHATIF_FROM.name(), key.name()),
         ]);
+        args.extend(cold_start.args());
         let measured: Vec<(u32, &Value)> = points.iter().map(|p| (p.users, &p.load)).collect();
         let name = format!("whatif-{}", key.name());
         plot(bin, &args, &measured, (dir, docs, &name))?;
@@ -1725,11 +1656,7 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
         "xtask: an idle CPU 0 wakes a thread in epoll_wait in {}",
         platform.wakeup_words()
     );
-    eprintln!(
-        "xtask: SHA-256 and AES-128-GCM over {} KiB cost CPU 0 {}",
-        COLD_WORK_BYTES / 1024,
-        platform.cold_words()
-    );
+    let cold_start = ColdStart::default();
     let mut archs = Vec::new();
     for arch in ARCHES.iter().filter(|a| chosen(a.key)) {
         let server = Server::start(arch, KEY, &dir)?;
@@ -1740,6 +1667,7 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
             server: &server,
             dir: &dir,
             platform: Some(&platform),
+            cold_start: &cold_start,
         };
         let mut mixes = Vec::new();
         for (i, mix) in MIXES.iter().enumerate() {
@@ -1748,16 +1676,17 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
         archs.push((arch, mixes));
     }
     let whatif = match chosen("whatif") {
-        true => run_whatif(bin, hsload, &dir, plan)?,
+        true => run_whatif(bin, hsload, &dir, plan, &cold_start)?,
         false => WhatIf {
             points: Vec::new(),
             sign_costs: "not run".into(),
             base: PathBuf::new(),
+            window_delays_s: 0.0,
         },
     };
-    let (doc, misses) = report(&archs, &whatif, plan, &platform, &commit()?)?;
+    let (doc, misses) = report(&archs, &whatif, plan, &platform, &cold_start, &commit()?)?;
     if only.is_empty() && plan.is_full() {
-        pictures(bin, &dir, &root.join("docs"), &archs, &whatif)?;
+        pictures(bin, &dir, &root.join("docs"), &archs, &whatif, &cold_start)?;
         fs::write(root.join("docs/model-validation.md"), &doc)?;
         eprintln!("xtask: wrote docs/model-validation.md");
     } else {
@@ -1804,6 +1733,7 @@ mod tests {
             server: &server,
             dir: &dir,
             platform: None,
+            cold_start: &ColdStart::default(),
         };
         run_mix(&rig, &MIXES[0], 0, &plan)
     }
@@ -1832,14 +1762,6 @@ mod tests {
             words.contains("a plain response: no point read enough of both"),
             "{words}"
         );
-    }
-
-    /// The cold-CPU work runs (libcrypto found at run time) and costs some CPU.
-    #[test]
-    fn the_cold_cpu_work_runs() {
-        let p = cold_cpu(0, Duration::from_millis(1), 5).unwrap();
-        assert_eq!(p.samples, 5);
-        assert!(p.median_s > 0.0 && p.median_s < 0.1, "{p:?}");
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub struct ClassInput {
     pub class: RequestClass,
     /// the class's part of the server's requests
     pub share: f64,
+    /// its requests a second over the window (None where the source does not say): how
+    /// long each of its stages had been away from the CPU when it ran
+    pub rate_per_s: Option<f64>,
     /// empty when the class was not seen
     pub stages: Vec<StageMean>,
 }
@@ -145,6 +148,7 @@ fn server_input(s: &v1::ServerParams, origin: &str) -> Result<ServerInput> {
         Ok(ClassInput {
             class,
             share: c.share,
+            rate_per_s: Some(c.rate_per_s).filter(|r| r.is_finite() && *r > 0.0),
             stages,
         })
     };
@@ -281,6 +285,13 @@ pub fn merge(parts: Vec<ServerInput>, origin: &str) -> Result<ServerInput> {
         ClassInput {
             class,
             share: of.iter().map(|(n, _)| n).sum::<f64>() / connections,
+            // the ports' connections share the server's CPUs: their rates add up
+            rate_per_s: parts
+                .iter()
+                .filter(|p| p.classes[i].measured())
+                .map(|p| p.classes[i].rate_per_s)
+                .sum::<Option<f64>>()
+                .filter(|&r| r > 0.0),
             stages,
         }
     });
@@ -576,6 +587,7 @@ fn prom_server(base: &str, server: String, w: &str) -> Result<ServerInput> {
         .map(|(class, n, stages)| ClassInput {
             class,
             share: n / total,
+            rate_per_s: None,
             stages,
         }),
         // the daemons export no per-process CPU series, nor the architecture

@@ -7,9 +7,10 @@ use std::borrow::Cow;
 use anyhow::{anyhow, bail, Result};
 
 use super::{
+    cold::ColdStart,
     input::{ClassInput, ServerInput, StageMean},
     keys::KeyChange,
-    network::{Discipline, Network, Step, Wakeup},
+    network::{Discipline, IdleCurve, Network, Step},
     pick::DisciplineFrom,
 };
 use crate::stage::{RequestClass, Stage, StageClass};
@@ -58,7 +59,7 @@ pub struct Knobs {
     /// CPU outside the stages (`ServerInput::outside_stages_s`) where they have it
     pub overhead_given: bool,
     /// `--wakeup`: how long an idle worker takes to run after an event, by how long it slept
-    pub wakeup: Wakeup,
+    pub wakeup: IdleCurve,
     /// `--wakeup` was given; otherwise event-loop-sim takes it from the parameters' queue
     /// stages, when they were measured at low load
     pub wakeup_given: bool,
@@ -67,6 +68,13 @@ pub struct Knobs {
     /// `--sleep-cpu` was given; otherwise event-loop-sim takes the parameters' measured
     /// CPU across a wait (`ServerInput::per_wait_s`)
     pub sleep_cpu_given: bool,
+    /// `--cold-start`: the CPU a visit pays beyond its warm cost, by how long since it
+    /// last ran on its CPU
+    pub cold_start: IdleCurve,
+    /// `--cold-start` was given (a curve, or `measure`)
+    pub cold_start_given: bool,
+    /// `--cold-start measure`: what was measured (`cold_start` is its curve)
+    pub cold_start_measured: Option<ColdStart>,
     /// `--key-change`: another certificate key, and what a signature costs with each
     pub key_change: Option<KeyChange>,
 }
@@ -89,10 +97,13 @@ impl Default for Knobs {
             seed: 1,
             overhead_s: 0.0,
             overhead_given: false,
-            wakeup: Wakeup::default(),
+            wakeup: IdleCurve::default(),
             wakeup_given: false,
             sleep_cpu_s: 0.0,
             sleep_cpu_given: false,
+            cold_start: IdleCurve::default(),
+            cold_start_given: false,
+            cold_start_measured: None,
             key_change: None,
         }
     }
@@ -199,25 +210,26 @@ pub fn parse_seconds(flag: &str, s: &str) -> Result<f64> {
     }
 }
 
-/// `--wakeup`: one time (the same after any idle), or `IDLE=TIME,...` (how long the worker
-/// had slept, and its wake-up then), idle strictly ascending.
-pub fn parse_wakeup(s: &str) -> Result<Wakeup> {
+/// `--wakeup`, `--cold-start` (`flag`): one time (the same after any idle), or
+/// `IDLE=TIME,...` (how long the worker had slept, or been away from the work, and the
+/// time then), idle strictly ascending.
+pub fn parse_idle_curve(flag: &str, s: &str) -> Result<IdleCurve> {
     if !s.contains('=') {
-        return Ok(Wakeup::constant(parse_seconds("--wakeup", s)?));
+        return Ok(IdleCurve::constant(parse_seconds(flag, s)?));
     }
     let mut points: Vec<(f64, f64)> = Vec::new();
     for pair in s.split(',') {
-        let Some((idle, wake)) = pair.split_once('=') else {
-            bail!("--wakeup {s:?}: {pair:?} is not IDLE=TIME: give e.g. --wakeup 1ms=50us,200ms=300us");
+        let Some((idle, time)) = pair.split_once('=') else {
+            bail!("{flag} {s:?}: {pair:?} is not IDLE=TIME: give e.g. {flag} 1ms=50us,200ms=300us");
         };
-        let idle = parse_seconds("--wakeup", idle)?;
-        let wake = parse_seconds("--wakeup", wake)?;
+        let idle = parse_seconds(flag, idle)?;
+        let time = parse_seconds(flag, time)?;
         if points.last().is_some_and(|&(last, _)| idle <= last) {
-            bail!("--wakeup {s:?}: give the idle times in ascending order, each once");
+            bail!("{flag} {s:?}: give the idle times in ascending order, each once");
         }
-        points.push((idle, wake));
+        points.push((idle, time));
     }
-    Ok(Wakeup::curve(points))
+    Ok(IdleCurve::curve(points))
 }
 
 /// A fraction in [0, 1].
@@ -420,6 +432,7 @@ pub fn route(class: &ClassInput, knobs: &Knobs) -> Vec<Step> {
                     out.push(Step::Visit {
                         queue: Some(m.name.clone()),
                         service_s: 0.0,
+                        cold: false,
                     });
                 }
                 open = known;
@@ -431,6 +444,7 @@ pub fn route(class: &ClassInput, knobs: &Knobs) -> Vec<Step> {
                     _ => out.push(Step::Visit {
                         queue: None,
                         service_s: s,
+                        cold: false,
                     }),
                 }
                 open = false;
@@ -444,6 +458,69 @@ pub fn route(class: &ClassInput, knobs: &Knobs) -> Vec<Step> {
         }
     }
     out
+}
+
+/// The classes' routes with each visit's service split into a warm part and the cold
+/// start, where the window's rates are known. A visit is its kind of handler call (its
+/// queue stage: the ClientHello read, client flight 2, the request), whichever the class:
+/// the server's code for it (the event loop, OpenSSL's record layer, the kernel's TCP) is
+/// much the same. In the window each kind had last run about one interval of its classes'
+/// requests before (1 / their rates summed), and its measured time holds the cold start
+/// after that long (`cold_start`); the rest is the visit's warm part, never below zero, and
+/// the simulation adds the cold start after however long that kind had been away when the
+/// visit runs (under load, a short while). A visit with no service runs nothing; without
+/// every measured class's rate the routes are taken as measured. Also what was taken out
+/// of each class's visits, per request.
+fn warm(
+    mut routes: [Vec<Step>; 3],
+    rates: [Option<f64>; 3],
+    cold_start: &IdleCurve,
+) -> ([Vec<Step>; 3], [f64; 3]) {
+    let served = |s: &Step| matches!(s, Step::Visit { service_s, .. } if *service_s > 0.0);
+    let known = (0..3).all(|c| rates[c].is_some() || !routes[c].iter().any(served));
+    let mut taken = [0.0; 3];
+    if cold_start.is_zero() || !known {
+        return (routes, taken);
+    }
+    // each kind's window rate: the classes' that visit it
+    let rate_of = |kind: &Option<String>, own: usize| -> f64 {
+        match kind {
+            None => rates[own].unwrap_or(0.0),
+            Some(q) => (0..3)
+                .filter(|&c| {
+                    routes[c]
+                        .iter()
+                        .any(|s| matches!(s, Step::Visit { queue: Some(r), .. } if r == q))
+                })
+                .map(|c| rates[c].unwrap_or(0.0))
+                .sum(),
+        }
+    };
+    let paid: [Vec<f64>; 3] = std::array::from_fn(|c| {
+        routes[c]
+            .iter()
+            .map(|s| match s {
+                Step::Visit { queue, .. } if served(s) => cold_start.after(1.0 / rate_of(queue, c)),
+                _ => 0.0,
+            })
+            .collect()
+    });
+    for ((route, paid), taken) in routes.iter_mut().zip(paid).zip(&mut taken) {
+        for (step, paid) in route.iter_mut().zip(paid) {
+            if let Step::Visit {
+                service_s, cold, ..
+            } = step
+            {
+                if *service_s > 0.0 {
+                    let warm = (*service_s - paid).max(0.0);
+                    *taken += *service_s - warm;
+                    *service_s = warm;
+                    *cold = true;
+                }
+            }
+        }
+    }
+    (routes, taken)
 }
 
 /// The product of the --scale-stage factors naming `stage`.
@@ -569,6 +646,15 @@ pub fn network(
         overhead_s = 0.0;
     }
     let visits = server.classes.each_ref().map(|c| visits(c, knobs));
+    let cold_start = match knobs.discipline {
+        Discipline::EventLoopSim => knobs.cold_start.divided(knobs.speed()),
+        _ => IdleCurve::default(),
+    };
+    let (routes, cold_paid_s) = warm(
+        server.classes.each_ref().map(|c| route(c, knobs)),
+        server.classes.each_ref().map(|c| c.rate_per_s),
+        &cold_start,
+    );
     let net = Network {
         think_s: knobs.think_s,
         servers: knobs.servers,
@@ -578,7 +664,7 @@ pub fn network(
         discipline: knobs.discipline,
         visits: visits.each_ref().map(|v| v.len() as f64),
         visit_sq_s: visits.map(|v| v.iter().map(|s| s * s).sum()),
-        routes: server.classes.each_ref().map(|c| route(c, knobs)),
+        routes,
         seed: knobs.seed,
         overhead_s,
         wakeup: knobs.wakeup.clone(),
@@ -586,11 +672,13 @@ pub fn network(
         cpus_left: knobs
             .cpus_left
             .filter(|_| knobs.discipline == Discipline::EventLoopSim),
+        cold_start,
+        cold_paid_s,
     };
     if knobs.discipline != Discipline::EventLoopSim
-        && (!knobs.wakeup.is_zero() || knobs.sleep_cpu_s > 0.0)
+        && (!knobs.wakeup.is_zero() || knobs.sleep_cpu_s > 0.0 || knobs.cold_start_given)
     {
-        bail!("--wakeup and --sleep-cpu are parts of the simulated event loop: give --discipline event-loop-sim");
+        bail!("--wakeup, --sleep-cpu and --cold-start are parts of the simulated event loop: give --discipline event-loop-sim");
     }
     if knobs.discipline == Discipline::EventLoop && knobs.overhead_s > 0.0 {
         bail!("--overhead is CPU the simulated event loop or processor sharing adds to each request: give --discipline event-loop-sim or processor-sharing");
@@ -612,6 +700,86 @@ mod tests {
     use super::*;
     use crate::model::input::seed_parameters as seed;
 
+    /// With a cold start and the window's rates, each visit that served something is its
+    /// warm part (never below 0) and cold, the cold start taken at the interval of the
+    /// classes that make that kind of visit; without a served class's rate, or a curve,
+    /// the routes as measured.
+    #[test]
+    fn the_window_rates_split_each_visit_into_warm_and_cold() {
+        let curve = IdleCurve::curve(vec![(0.0, 0.0), (0.1, 40e-6), (1.0, 60e-6)]);
+        let visit = |queue: &str, service_s: f64, cold: bool| Step::Visit {
+            queue: Some(queue.into()),
+            service_s,
+            cold,
+        };
+        let routes = [
+            vec![
+                Step::Accept { listener: 0 },
+                visit("client_hello_queue", 0.5e-3, false),
+                Step::Delay { mean_s: 1e-3 },
+                visit("request_queue", 30e-6, false),
+                visit("client_flight_2_queue", 0.0, false),
+            ],
+            vec![
+                Step::Accept { listener: 0 },
+                visit("client_hello_queue", 0.2e-3, false),
+            ],
+            vec![],
+        ];
+        // one request of each class a second: the ClientHello read, which both make, had
+        // been away half a second in the window; the request, the first class's only, one
+        let (got, taken) = warm(routes.clone(), [Some(1.0), Some(1.0), None], &curve);
+        let (hello, request) = (curve.after(0.5), curve.after(1.0));
+        assert!(hello > 40e-6 && hello < request && request == 60e-6);
+        let want = [
+            vec![
+                Step::Accept { listener: 0 },
+                visit("client_hello_queue", 0.5e-3 - hello, true),
+                Step::Delay { mean_s: 1e-3 },
+                visit("request_queue", 0.0, true),
+                visit("client_flight_2_queue", 0.0, false),
+            ],
+            vec![
+                Step::Accept { listener: 0 },
+                visit("client_hello_queue", 0.2e-3 - hello, true),
+            ],
+            vec![],
+        ];
+        for (got, want) in got.iter().zip(&want) {
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(want) {
+                match (g, w) {
+                    (
+                        Step::Visit {
+                            service_s: a,
+                            cold: c,
+                            ..
+                        },
+                        Step::Visit {
+                            service_s: b,
+                            cold: d,
+                            ..
+                        },
+                    ) => assert!((a - b).abs() < 1e-15 && c == d, "{got:?}"),
+                    (g, w) => assert_eq!(g, w),
+                }
+            }
+        }
+        // taken: all of what the window paid, but no more than the visit had
+        assert!((taken[0] - (hello + 30e-6)).abs() < 1e-15 && (taken[1] - hello).abs() < 1e-15);
+        assert_eq!(taken[2], 0.0);
+        let none = (routes.clone(), [0.0; 3]);
+        assert_eq!(warm(routes.clone(), [Some(1.0), None, None], &curve), none);
+        assert_eq!(
+            warm(
+                routes.clone(),
+                [Some(1.0), Some(1.0), None],
+                &IdleCurve::default()
+            ),
+            none
+        );
+    }
+
     #[test]
     fn visits_from_the_queue_stages() {
         let stage = |name: &str, ms: f64| StageMean {
@@ -622,6 +790,7 @@ mod tests {
         let class = |stages: Vec<StageMean>| ClassInput {
             class: RequestClass::TlsResumed,
             share: 1.0,
+            rate_per_s: None,
             stages,
         };
         // a full handshake under load: accept, ClientHello, client flight 2, request
@@ -665,11 +834,13 @@ mod tests {
         let class = |c: RequestClass, stages: Vec<StageMean>| ClassInput {
             class: c,
             share: 0.5,
+            rate_per_s: None,
             stages,
         };
         let visit = |queue: &str, ms: f64| Step::Visit {
             queue: Some(queue.into()),
             service_s: ms * 1e-3,
+            cold: false,
         };
         let delay = |ms: f64| Step::Delay { mean_s: ms * 1e-3 };
         let close = |a: &[Step], b: &[Step]| {
@@ -679,12 +850,14 @@ mod tests {
                         Step::Visit {
                             queue: q,
                             service_s: s,
+                            cold: a,
                         },
                         Step::Visit {
                             queue: r,
                             service_s: t,
+                            cold: b,
                         },
-                    ) => q == r && (s - t).abs() < 1e-15,
+                    ) => q == r && (s - t).abs() < 1e-15 && a == b,
                     (Step::Delay { mean_s: s }, Step::Delay { mean_s: t }) => (s - t).abs() < 1e-15,
                     (x, y) => x == y,
                 })
@@ -796,11 +969,14 @@ mod tests {
                     .all(|(g, w)| (g.0 - w.0).abs() < 1e-15 && (g.1 - w.1).abs() < 1e-15)
         };
         assert!(close(
-            parse_wakeup("80us").unwrap().points(),
+            parse_idle_curve("--wakeup", "80us").unwrap().points(),
             &[(0.0, 80e-6)]
         ));
-        assert_eq!(parse_wakeup("0").unwrap(), Wakeup::default());
-        let curve = parse_wakeup("1ms=50us, 200ms=0.3ms").unwrap();
+        assert_eq!(
+            parse_idle_curve("--wakeup", "0").unwrap(),
+            IdleCurve::default()
+        );
+        let curve = parse_idle_curve("--wakeup", "1ms=50us, 200ms=0.3ms").unwrap();
         assert!(
             close(curve.points(), &[(1e-3, 50e-6), (0.2, 0.3e-3)]),
             "{curve:?}"
@@ -811,7 +987,7 @@ mod tests {
             ("1ms=50us,200ms", "IDLE=TIME"),
             ("1ms=-5us", "between 0 and a day"),
         ] {
-            let e = parse_wakeup(bad).unwrap_err().to_string();
+            let e = parse_idle_curve("--wakeup", bad).unwrap_err().to_string();
             assert!(e.contains(says) && e.contains("--wakeup"), "{bad}: {e}");
         }
         assert!(parse_seconds("--think-time", "-1s").is_err());
@@ -1057,7 +1233,7 @@ mod tests {
                 ..Knobs::default()
             },
             Knobs {
-                wakeup: Wakeup::constant(1e-4),
+                wakeup: IdleCurve::constant(1e-4),
                 discipline: Discipline::EventLoop,
                 ..Knobs::default()
             },

@@ -25,6 +25,7 @@
 //! service stages carry time the thread spent on other connections. Queue stages are never
 //! an input: queueing is what the model predicts.
 
+pub mod cold;
 pub mod input;
 pub mod keys;
 pub mod knobs;
@@ -96,6 +97,8 @@ pub struct ModelOptions {
     pub key_change: Option<(Key, Key)>,
     /// `--sign-cost`: each key's CPU per signature, instead of measuring it
     pub sign_costs: Vec<(Key, f64)>,
+    /// `--cold-start measure`: measure the cold start on this host (`cold::measure`)
+    pub measure_cold_start: bool,
     pub format: ModelFormat,
     pub plot: Option<PathBuf>,
     pub measured: Option<PathBuf>,
@@ -240,7 +243,7 @@ fn measured_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
     }
     if !k.wakeup_given {
         if let Some(q) = low_load_queue(server, &k) {
-            k.wakeup = network::Wakeup::constant((q - k.sleep_cpu_s).max(0.0));
+            k.wakeup = network::IdleCurve::constant((q - k.sleep_cpu_s).max(0.0));
         }
     }
     k
@@ -328,7 +331,16 @@ pub fn run(opts: ModelOptions) -> Result<()> {
         knobs.key_change = Some(keys::key_change(from, to, &opts.sign_costs)?);
     }
     let given_other = knobs.other_cpus.is_some();
-    let knobs = effective_knobs(&pick::pick(&knobs, &server), &server);
+    let mut knobs = effective_knobs(&pick::pick(&knobs, &server), &server);
+    if opts.measure_cold_start {
+        if knobs.discipline != Discipline::EventLoopSim {
+            bail!("--cold-start is part of the simulated event loop: give --discipline event-loop-sim");
+        }
+        let measured = cold::measure()?;
+        eprintln!("hstrace: --cold-start measure: {}", measured.words());
+        knobs.cold_start = measured.curve();
+        knobs.cold_start_measured = Some(measured);
+    }
     if let (Some(other), Some(left)) = (knobs.other_cpus, knobs.cpus_left) {
         if left < f64::from(knobs.servers) {
             let from = if given_other {

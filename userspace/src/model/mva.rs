@@ -87,7 +87,7 @@ mod tests {
     use super::*;
     use crate::model::{
         ctmc::{self, Phase, Route},
-        network::{Discipline, Step, Wakeup},
+        network::{Discipline, IdleCurve, Step},
         solve_at,
     };
 
@@ -149,6 +149,7 @@ mod tests {
                         true => Step::Visit {
                             queue: None,
                             service_s: p.mean_s,
+                            cold: false,
                         },
                         false => Step::Delay { mean_s: p.mean_s },
                     })
@@ -156,9 +157,11 @@ mod tests {
             }),
             seed: 1,
             overhead_s: 0.0,
-            wakeup: Wakeup::default(),
+            wakeup: IdleCurve::default(),
             sleep_cpu_s: 0.0,
             cpus_left: None,
+            cold_start: IdleCurve::default(),
+            cold_paid_s: [0.0; 3],
         }
     }
 
@@ -212,9 +215,11 @@ mod tests {
             routes: Default::default(),
             seed: 1,
             overhead_s: 0.0,
-            wakeup: Wakeup::default(),
+            wakeup: IdleCurve::default(),
             sleep_cpu_s: 0.0,
             cpus_left: None,
+            cold_start: IdleCurve::default(),
+            cold_paid_s: [0.0; 3],
         };
         let ps = Network {
             discipline: Discipline::ProcessorSharing,

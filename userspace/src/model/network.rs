@@ -70,7 +70,7 @@ pub struct Network {
     pub overhead_s: f64,
     /// `EventLoopSim`: how long a worker asleep in `epoll_wait` takes to run after an
     /// event, by how long it slept
-    pub wakeup: Wakeup,
+    pub wakeup: IdleCurve,
     /// `EventLoopSim`: the worker's CPU each time it sleeps and is woken (back to its
     /// loop, into `epoll_wait`, out of it, the event dispatched), paid when a handler call
     /// finds it asleep: at low load every call, under load almost none
@@ -78,6 +78,12 @@ pub struct Network {
     /// `EventLoopSim`: the CPUs the workers share beside the other work on them (None:
     /// each worker has a CPU of its own)
     pub cpus_left: Option<f64>,
+    /// `EventLoopSim`: the CPU a visit's service pays beyond its route's (warm) time, by
+    /// how long since a visit of its kind (its queue stage) last ran on its worker's CPU
+    pub cold_start: IdleCurve,
+    /// `EventLoopSim`: what the window's cold start took out of each class's visits, per
+    /// request (`service_s` still holds it; the routes do not)
+    pub cold_paid_s: [f64; 3],
 }
 
 /// 95 % confidence half-widths of a simulated solution.
@@ -209,39 +215,44 @@ pub enum Step {
     Accept { listener: usize },
     /// The client's message is in: the connection waits on the ready list for its turn
     /// (`queue`, the queue stage that wait is; None for a service stage with no queue stage
-    /// before it), then is served `service_s`, to completion.
+    /// before it), then is served `service_s`, to completion; `cold`: it also pays the
+    /// network's cold start (`Network::cold_start`), by how long since it last ran.
     Visit {
         queue: Option<String>,
         service_s: f64,
+        cold: bool,
     },
     /// Waiting for the client and the network (an infinite-server delay).
     Delay { mean_s: f64 },
 }
 
-/// How long a worker asleep in `epoll_wait` takes to run once something is ready, by how
-/// long it had slept: points (idle, wake-up), idle ascending; between two points the
-/// wake-up is interpolated on log(idle), outside them it is the nearest point's. A CPU
-/// that slept briefly is still polling (the guest's halt-polling) or in a shallow state;
-/// one that slept long waits for its host to run it again. One point: the same after any
-/// idle. No points: no wake-up.
+/// A time by how long a CPU had been idle, or away from a piece of work: points (idle,
+/// time), idle ascending; between two points the time is interpolated on log(idle),
+/// outside them it is the nearest point's. One point: the same after any idle. No points:
+/// none. Two of the simulated loop's parts are such curves: the wake-up (how long a worker
+/// asleep in `epoll_wait` takes to run once something is ready: a CPU that slept briefly is
+/// still polling, the guest's halt-polling, or in a shallow state; one that slept long
+/// waits for its host to run it again) and the cold start (the CPU a stage pays beyond its
+/// warm cost, by how long since it last ran on its CPU: what the CPU cached of its code
+/// and data is gone).
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Wakeup(Vec<(f64, f64)>);
+pub struct IdleCurve(Vec<(f64, f64)>);
 
-impl Wakeup {
-    /// The same wake-up after any idle (0: none).
-    pub fn constant(wake_s: f64) -> Wakeup {
-        Wakeup(if wake_s > 0.0 {
+impl IdleCurve {
+    /// The same time after any idle (0: none).
+    pub fn constant(wake_s: f64) -> IdleCurve {
+        IdleCurve(if wake_s > 0.0 {
             vec![(0.0, wake_s)]
         } else {
             Vec::new()
         })
     }
 
-    /// A curve of (idle, wake-up) points; idle strictly ascending, every time finite and
+    /// A curve of (idle, time) points; idle strictly ascending, every time finite and
     /// not negative (the caller has checked).
-    pub fn curve(points: Vec<(f64, f64)>) -> Wakeup {
+    pub fn curve(points: Vec<(f64, f64)>) -> IdleCurve {
         debug_assert!(points.windows(2).all(|w| w[0].0 < w[1].0));
-        Wakeup(points)
+        IdleCurve(points)
     }
 
     pub fn is_zero(&self) -> bool {
@@ -253,12 +264,17 @@ impl Wakeup {
         &self.0
     }
 
-    /// The wake-up after the longest idle given (0: none).
+    /// Every time divided by `k` (the same work on a K times faster CPU).
+    pub fn divided(&self, k: f64) -> IdleCurve {
+        IdleCurve(self.0.iter().map(|&(idle, t)| (idle, t / k)).collect())
+    }
+
+    /// The time after the longest idle given (0: none).
     pub fn longest(&self) -> f64 {
         self.0.last().map_or(0.0, |&(_, w)| w)
     }
 
-    /// The wake-up after `idle_s` asleep.
+    /// The time after `idle_s` idle.
     pub fn after(&self, idle_s: f64) -> f64 {
         let p = &self.0;
         match p.iter().position(|&(idle, _)| idle >= idle_s) {

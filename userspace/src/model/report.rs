@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     knobs::Knobs,
-    network::{Bounds, Discipline, Network, Solution},
+    network::{Bounds, Discipline, IdleCurve, Network, Solution},
 };
 use crate::stage::RequestClass;
 
@@ -172,6 +172,16 @@ impl Report {
                 "wakeup_after_idle": self.knobs.wakeup.points().iter()
                     .map(|&(idle, wake)| json!({"idle_s": idle, "wakeup_s": wake}))
                     .collect::<Vec<_>>(),
+                "cold_start_after": self.knobs.cold_start.points().iter()
+                    .map(|&(since, cpu)| json!({"since_s": since, "cpu_s": cpu}))
+                    .collect::<Vec<_>>(),
+                "cold_start_measured": self.knobs.cold_start_measured.as_ref().map(|m| json!({
+                    "cpu": m.cpu,
+                    "work": m.work(),
+                    "runs": m.points.iter()
+                        .map(|p| json!({"pause_s": p.pause_s, "cpu_s": p.cpu_s, "runs": p.runs}))
+                        .collect::<Vec<_>>(),
+                })),
                 "key_change": self.knobs.key_change.as_ref().zip(self.key_change_s)
                     .map(|(k, (measured, with_key))| json!({
                         "from": k.from.name(),
@@ -298,24 +308,12 @@ impl Report {
                 ms(k.sleep_cpu_s)
             ));
         }
-        match k.wakeup.points() {
-            [] => {}
-            [(_, wake)] if *wake == 0.0 => {}
-            [(_, wake)] => what_if.push(format!("{} ms to wake the worker", ms(*wake))),
-            points => what_if.push(format!(
-                "{} to wake the worker after idle {}",
-                points
-                    .iter()
-                    .map(|(_, w)| format!("{} ms", ms(*w)))
-                    .collect::<Vec<_>>()
-                    .join(" / "),
-                points
-                    .iter()
-                    .map(|(i, _)| format!("{} ms", ms(*i)))
-                    .collect::<Vec<_>>()
-                    .join(" / ")
-            )),
-        }
+        what_if.extend(curve_words(&k.wakeup, "to wake the worker", "after idle"));
+        what_if.extend(curve_words(
+            &k.cold_start,
+            "of CPU a visit run cold",
+            "since it last ran",
+        ));
         if !what_if.is_empty() {
             s.push_str(&format!("what if: {}\n", what_if.join(", ")));
         }
@@ -398,5 +396,27 @@ impl Report {
             }
         }
         s
+    }
+}
+/// A curve by idle in a few words (None: none): `3 ms to wake the worker`, or
+/// `0.05 ms / 0.3 ms to wake the worker after idle 1 ms / 200 ms`.
+fn curve_words(curve: &IdleCurve, what: &str, after: &str) -> Option<String> {
+    let join = |f: &dyn Fn(&(f64, f64)) -> f64| {
+        curve
+            .points()
+            .iter()
+            .map(|p| format!("{} ms", ms(f(p))))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    match curve.points() {
+        [] => None,
+        [(_, t)] if *t == 0.0 => None,
+        [(_, t)] => Some(format!("{} ms {what}", ms(*t))),
+        _ => Some(format!(
+            "{} {what} {after} {}",
+            join(&|p| p.1),
+            join(&|p| p.0)
+        )),
     }
 }

@@ -36,7 +36,10 @@
 //! measured part of each (the connection's flight is out: only the others wait for it);
 //! and the time a worker asleep in `epoll_wait` takes to run once something is ready (its
 //! CPU waking up), paid by the pass that wakes it: a constant, or a curve of how long the
-//! worker had slept (`Wakeup`: an idle CPU that slept longer sleeps deeper).
+//! worker had slept (`IdleCurve`: an idle CPU that slept longer sleeps deeper). And, given
+//! (`--cold-start`), the cold start: a visit's CPU beyond its warm part, by how long since
+//! a visit of its kind (`VisitKinds`) last ran on the worker's CPU (the route's service is
+//! then the warm part: `knobs::warm`).
 //!
 //! Estimates: after a warm-up, `BATCHES` batches of requests; the means over all of them,
 //! and the 95 % confidence half-width from the batch means (Student's t). Deterministic
@@ -47,7 +50,7 @@ use std::{
     collections::{BinaryHeap, VecDeque},
 };
 
-use super::network::{Ci95, Network, Solution, Step, Wakeup};
+use super::network::{Ci95, IdleCurve, Network, Solution, Step};
 
 /// How a time is drawn from its mean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,15 +228,53 @@ struct Loop {
     state: Worker,
     /// when it last fell asleep in `epoll_wait`
     asleep_since: f64,
+    /// per kind of visit (`VisitKinds`): when one last ran here (−∞: never)
+    last_ran: Vec<f64>,
 }
 
 impl Loop {
-    fn new() -> Loop {
+    fn new(kinds: usize) -> Loop {
         Loop {
             ready: VecDeque::new(),
             pass: VecDeque::new(),
             state: Worker::Asleep,
             asleep_since: 0.0,
+            last_ran: vec![f64::NEG_INFINITY; kinds],
+        }
+    }
+}
+
+/// Each step's kind of visit, per class: its queue stage (the ClientHello read, client
+/// flight 2, the request: the same handler call whichever the class); a visit with no
+/// queue stage is a kind of its own. What the cold start is reckoned by.
+struct VisitKinds {
+    of: [Vec<usize>; 3],
+    count: usize,
+}
+
+impl VisitKinds {
+    fn new(routes: &[Vec<Step>; 3]) -> VisitKinds {
+        let mut names: Vec<Option<&str>> = Vec::new();
+        let of = routes.each_ref().map(|r| {
+            r.iter()
+                .map(|s| {
+                    let name = match s {
+                        Step::Visit { queue, .. } => queue.as_deref(),
+                        _ => None,
+                    };
+                    match names.iter().position(|n| n.is_some() && *n == name) {
+                        Some(i) => i,
+                        None => {
+                            names.push(name);
+                            names.len() - 1
+                        }
+                    }
+                })
+                .collect()
+        });
+        VisitKinds {
+            of,
+            count: names.len(),
         }
     }
 }
@@ -268,9 +309,15 @@ struct Sim<'a> {
     /// per class, the worker's time after each handler call that no stage measures
     unmeasured_s: [f64; 3],
     /// an asleep worker's time to run after an event, by how long it slept
-    wakeup: &'a Wakeup,
+    wakeup: &'a IdleCurve,
     /// its CPU for each sleep, paid on waking
     sleep_cpu_s: f64,
+    /// a cold visit's CPU beyond its warm part, by how long since its kind last ran on
+    /// the CPU
+    cold_start: &'a IdleCurve,
+    kinds: VisitKinds,
+    /// the cold start charged while measuring
+    cold_charged_s: f64,
     /// the CPUs the workers share beside other work (None: each its own)
     cpus_left: Option<f64>,
     completed: u64,
@@ -522,13 +569,25 @@ impl<'a> Sim<'a> {
                     self.wait_done(u);
                     let user = &mut self.users[u as usize];
                     user.data = false;
-                    let class = user.class;
-                    let service = match &routes[class][user.step] {
-                        Step::Visit { service_s, .. } => *service_s,
+                    let (class, step) = (user.class, user.step);
+                    let (service, cold) = match &routes[class][step] {
+                        Step::Visit {
+                            service_s, cold, ..
+                        } => (*service_s, *cold),
                         other => unreachable!("a ready connection is at a visit, not {other:?}"),
                     };
                     user.step += 1;
-                    let s = self.rng.draw(service, self.set.service);
+                    let mut s = self.rng.draw(service, self.set.service);
+                    if cold {
+                        let kind = self.kinds.of[class][step];
+                        let last = &mut self.loops[w].last_ran[kind];
+                        let cold = self.cold_start.after(self.now - *last);
+                        *last = self.now;
+                        s += cold;
+                        if self.measuring_from.is_some() {
+                            self.cold_charged_s += cold;
+                        }
+                    }
                     if s > 0.0 {
                         let s = self.on_cpu(s);
                         self.loops[w].state = Worker::Serving(u);
@@ -636,6 +695,7 @@ pub fn simulate(net: &Network, users: u32, set: Settings) -> Solution {
 
 impl<'a> Sim<'a> {
     fn new(net: &'a Network, users: u32, set: Settings) -> Sim<'a> {
+        let kinds = VisitKinds::new(&net.routes);
         let workers = net.servers.max(1) as usize;
         let mut cum = [0.0; 3];
         let mut acc = 0.0;
@@ -661,7 +721,7 @@ impl<'a> Sim<'a> {
                 };
                 listeners(net)
             ],
-            loops: vec![Loop::new(); workers],
+            loops: vec![Loop::new(kinds.count); workers],
             unmeasured_s: std::array::from_fn(|c| {
                 let calls = net.routes[c]
                     .iter()
@@ -675,6 +735,9 @@ impl<'a> Sim<'a> {
             }),
             wakeup: &net.wakeup,
             sleep_cpu_s: net.sleep_cpu_s,
+            cold_start: &net.cold_start,
+            kinds,
+            cold_charged_s: 0.0,
             cpus_left: net.cpus_left,
             completed: 0,
             measuring_from: None,
@@ -746,7 +809,11 @@ impl<'a> Sim<'a> {
             response_s: mixed(class_response_s),
             class_response_s,
             class_web_server_s,
-            utilisation: x * net.service_demand() / net.processors(),
+            // the cold start as charged under this load, not as the window paid it
+            utilisation: x
+                * (net.service_demand() - mixed(net.cold_paid_s)
+                    + self.cold_charged_s / requests.max(1) as f64)
+                / net.processors(),
             web_server_users: x * mixed(class_web_server_s),
             ci95: Some(Ci95 {
                 response_s: response_ci,
@@ -788,6 +855,7 @@ mod tests {
         Step::Visit {
             queue: Some(queue.into()),
             service_s: ms * 1e-3,
+            cold: false,
         }
     }
 
@@ -832,9 +900,11 @@ mod tests {
             routes,
             seed: 7,
             overhead_s: 0.0,
-            wakeup: Wakeup::default(),
+            wakeup: IdleCurve::default(),
             sleep_cpu_s: 0.0,
             cpus_left: None,
+            cold_start: IdleCurve::default(),
+            cold_paid_s: [0.0; 3],
         }
     }
 
@@ -1158,7 +1228,7 @@ mod tests {
     fn waking_up_costs_each_call_that_finds_the_worker_asleep() {
         let wakeup = 0.1e-3;
         let net = Network {
-            wakeup: Wakeup::constant(wakeup),
+            wakeup: IdleCurve::constant(wakeup),
             ..tls(0.2)
         };
         let set = Settings {
@@ -1181,11 +1251,71 @@ mod tests {
         assert!(extra < 3.5 * wakeup, "{busy:?} {asleep:?}");
     }
 
+    /// A cold visit pays the cold start for how long since a visit of its kind last ran on
+    /// its CPU: one user thinking longer than the curve's last point pays the most
+    /// at every visit; under load each visit ran a few milliseconds before, warm, and the
+    /// server's throughput is its warm parts'.
+    #[test]
+    fn a_cold_visit_pays_for_how_long_it_was_away() {
+        let most = 0.5e-3;
+        let cold_start = IdleCurve::curve(vec![(0.0, 0.0), (0.05, 0.0), (1.0, most)]);
+        let net = Network {
+            routes: tls(2.0).routes.map(|r| {
+                r.into_iter()
+                    .map(|s| match s {
+                        Step::Visit {
+                            queue, service_s, ..
+                        } => Step::Visit {
+                            queue,
+                            service_s,
+                            cold: true,
+                        },
+                        s => s,
+                    })
+                    .collect()
+            }),
+            cold_start,
+            ..tls(2.0)
+        };
+        let set = Settings {
+            delay: Dist::Constant,
+            think: Dist::Constant,
+            ..Settings::for_users(1, 1)
+        };
+        let s = simulate(&net, 1, set);
+        for (c, visits) in [(0, 3.0), (1, 2.0)] {
+            let want = net.service_s[c] + net.delay_s[c] + visits * most;
+            // (hours of simulated time: the clock's rounding)
+            assert!(
+                (s.class_response_s[c] - want).abs() < 1e-9,
+                "class {c}: {} want {want}",
+                s.class_response_s[c]
+            );
+        }
+        // far past N*: each visit of a class ran a few ms before, within the warm 50 ms
+        let top = (3.0 * net.n_star()).ceil() as u32;
+        let loaded = simulate(&net, top, Settings::for_users(1, top));
+        let x_max = 1.0 / net.service_demand();
+        assert!(
+            (loaded.throughput_per_s / x_max - 1.0).abs() < 0.01,
+            "{loaded:?} vs {x_max}"
+        );
+        // busy all the time, on the warm parts (the cold start charged is counted)
+        assert!((loaded.utilisation - 1.0).abs() < 0.01, "{loaded:?}");
+        assert!(
+            s.utilisation > s.throughput_per_s * net.service_demand(),
+            "{s:?}"
+        );
+        // the same visits not cold: no difference anywhere
+        let warm = simulate(&tls(2.0), 1, set);
+        assert!((s.response_s - warm.response_s - 2.5 * most).abs() < 1e-9);
+    }
+
     /// A wake-up by how long the worker slept: each point exact, log-interpolated between,
     /// the nearest outside them; one point is a constant.
     #[test]
     fn a_wakeup_curve_interpolates_on_log_idle() {
-        let w = Wakeup::curve(vec![(1e-4, 10e-6), (0.1, 1e-3)]);
+        let w = IdleCurve::curve(vec![(1e-4, 10e-6), (0.1, 1e-3)]);
         assert_eq!(w.after(1e-4), 10e-6);
         assert_eq!(w.after(0.1), 1e-3);
         assert_eq!(w.after(1e-6), 10e-6);
@@ -1193,13 +1323,13 @@ mod tests {
         // 1 ms is a third of the way from 0.1 ms to 100 ms on log(idle)
         assert!((w.after(1e-3) - (10e-6 + 990e-6 / 3.0)).abs() < 1e-15);
         assert_eq!(w.longest(), 1e-3);
-        let c = Wakeup::constant(5e-5);
+        let c = IdleCurve::constant(5e-5);
         assert_eq!(
             (c.after(0.0), c.after(1e-6), c.after(100.0)),
             (5e-5, 5e-5, 5e-5)
         );
-        assert!(Wakeup::constant(0.0).is_zero() && Wakeup::default().is_zero());
-        assert_eq!(Wakeup::default().after(1.0), 0.0);
+        assert!(IdleCurve::constant(0.0).is_zero() && IdleCurve::default().is_zero());
+        assert_eq!(IdleCurve::default().after(1.0), 0.0);
     }
 
     /// With one user and constant times the worker's sleeps are known: before the accept,
@@ -1207,7 +1337,7 @@ mod tests {
     /// take no unmeasured time). Each call pays the curve's wake-up for its own sleep.
     #[test]
     fn each_call_pays_the_wakeup_of_its_own_sleep() {
-        let curve = Wakeup::curve(vec![(1e-4, 10e-6), (0.1, 1e-3)]);
+        let curve = IdleCurve::curve(vec![(1e-4, 10e-6), (0.1, 1e-3)]);
         let net = Network {
             wakeup: curve.clone(),
             ..tls(0.2)
@@ -1238,7 +1368,7 @@ mod tests {
             s.response_s
                 < simulate(
                     &Network {
-                        wakeup: Wakeup::constant(1e-3),
+                        wakeup: IdleCurve::constant(1e-3),
                         ..tls(0.2)
                     },
                     1,

@@ -1,0 +1,314 @@
+//! `--cold-start measure`: what a CPU pays to run a piece of work cold, by how long since
+//! it last ran it. A stage of a one-user window runs after the CPU has been away from the
+//! server's code for a think time (asleep, or running other work): the caches, the TLB and
+//! the branch history it left are gone, and the stage pays to refill them; under load the
+//! same stage ran a few milliseconds before and runs warm. The model takes that part of
+//! the window's stages out and adds it back by how long each visit had been away (see
+//! `knobs::warm`).
+//!
+//! The work timed is a TLS record's: SHA-256 and AES-128-GCM over `WORK_BYTES`, from the
+//! host's OpenSSL libcrypto (the library its TLS servers run), loaded at run time, on one
+//! CPU, by the thread's CPU clock, back to back and after each pause of `PAUSES`.
+
+use std::{thread, time::Duration};
+
+use anyhow::{anyhow, Context, Result};
+
+use super::network::IdleCurve;
+
+/// The work: a TLS record's worth of bytes.
+const WORK_BYTES: usize = 16 * 1024;
+
+/// The pauses after which the work is timed, and how often each: from the gaps between a
+/// connection's flights under load (0.2-5 ms) to a one-user think time (0.2 s). About 5 s.
+const PAUSES: [(Duration, usize); 5] = [
+    (Duration::from_micros(200), 100),
+    (Duration::from_millis(1), 100),
+    (Duration::from_millis(5), 100),
+    (Duration::from_millis(25), 40),
+    (Duration::from_millis(200), 15),
+];
+
+/// Back-to-back runs, the warm cost every pause's is measured against.
+const WARM_RUNS: usize = 100;
+
+/// One pause's run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ColdPoint {
+    /// how long the thread slept before each run, seconds (0: back to back)
+    pub pause_s: f64,
+    /// the work's CPU time, median, seconds
+    pub cpu_s: f64,
+    pub runs: usize,
+}
+
+/// What was measured, and where.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColdStart {
+    pub cpu: usize,
+    /// back to back first, then each pause, ascending
+    pub points: Vec<ColdPoint>,
+}
+
+impl ColdStart {
+    /// The curve the model takes: the CPU beyond the back-to-back cost, by pause (from 0
+    /// back to back; never below 0).
+    pub fn curve(&self) -> IdleCurve {
+        let warm = self.points.first().map_or(0.0, |p| p.cpu_s);
+        IdleCurve::curve(
+            self.points
+                .iter()
+                .map(|p| (p.pause_s, (p.cpu_s - warm).max(0.0)))
+                .collect(),
+        )
+    }
+
+    /// The work timed, in words.
+    pub fn work(&self) -> String {
+        format!(
+            "SHA-256 and AES-128-GCM over {} KiB (a TLS record's work, libcrypto)",
+            WORK_BYTES / 1024
+        )
+    }
+
+    /// In words, for stderr: `14.0 µs back to back, 14.9 µs after 0.2 ms, …`.
+    pub fn words(&self) -> String {
+        let runs = self
+            .points
+            .iter()
+            .map(|p| {
+                let us = p.cpu_s * 1e6;
+                match p.pause_s {
+                    0.0 => format!("{us:.1} µs back to back"),
+                    s => format!("{us:.1} µs after {:.1} ms", s * 1e3),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("{} cost CPU {}: {runs}", self.work(), self.cpu)
+    }
+}
+
+/// Times the work on the first CPU this process may run on, back to back and after each
+/// pause (about 5 s, mostly asleep).
+pub fn measure() -> Result<ColdStart> {
+    let cpu = first_allowed_cpu()?;
+    let points = thread::spawn(move || -> Result<Vec<ColdPoint>> {
+        pin(cpu)?;
+        let lib = libcrypto::Lib::load()?;
+        let record = vec![7u8; WORK_BYTES];
+        let mut sealed = vec![0u8; WORK_BYTES + 64];
+        std::iter::once((Duration::ZERO, WARM_RUNS))
+            .chain(PAUSES)
+            .map(|(pause, runs)| {
+                let mut took = Vec::with_capacity(runs);
+                for _ in 0..runs {
+                    if !pause.is_zero() {
+                        thread::sleep(pause);
+                    }
+                    let from = thread_cpu_ns()?;
+                    lib.digest_and_seal(&record, &mut sealed)?;
+                    took.push(thread_cpu_ns()?.saturating_sub(from) as f64 / 1e9);
+                }
+                Ok(ColdPoint {
+                    pause_s: pause.as_secs_f64(),
+                    cpu_s: median(&mut took),
+                    runs,
+                })
+            })
+            .collect()
+    })
+    .join()
+    .map_err(|_| anyhow!("--cold-start measure: the measuring thread panicked"))??;
+    Ok(ColdStart { cpu, points })
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn thread_cpu_ns() -> Result<u64> {
+    crate::clock::read_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+        .ok_or_else(|| anyhow!("cannot read this thread's CPU clock"))
+}
+
+/// The lowest CPU in this process's affinity mask.
+fn first_allowed_cpu() -> Result<usize> {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set, filled by the call
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: set is a cpu_set_t of the size given
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("sched_getaffinity");
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: cpu is below CPU_SETSIZE
+        .find(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .ok_or_else(|| anyhow!("this process may run on no CPU"))
+}
+
+/// The calling thread on `cpu` only.
+fn pin(cpu: usize) -> Result<()> {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set; cpu is below CPU_SETSIZE
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: set is a cpu_set_t of the size given; 0 is this thread
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("cannot run the measuring thread on CPU {cpu}"));
+    }
+    Ok(())
+}
+
+/// The few libcrypto calls the work makes, found at run time: hstrace links no OpenSSL.
+mod libcrypto {
+    use anyhow::{anyhow, bail, Result};
+    use std::ffi::{c_int, c_uchar, c_uint, c_void, CStr};
+
+    type Method = unsafe extern "C" fn() -> *const c_void;
+    type Digest = unsafe extern "C" fn(
+        *const c_void,
+        usize,
+        *mut c_uchar,
+        *mut c_uint,
+        *const c_void,
+        *mut c_void,
+    ) -> c_int;
+    type CtxNew = unsafe extern "C" fn() -> *mut c_void;
+    type CtxFree = unsafe extern "C" fn(*mut c_void);
+    type Init = unsafe extern "C" fn(
+        *mut c_void,
+        *const c_void,
+        *mut c_void,
+        *const c_uchar,
+        *const c_uchar,
+    ) -> c_int;
+    type Update =
+        unsafe extern "C" fn(*mut c_void, *mut c_uchar, *mut c_int, *const c_uchar, c_int) -> c_int;
+
+    /// libcrypto's functions, by name.
+    pub struct Lib {
+        sha256: Method,
+        aes_128_gcm: Method,
+        digest: Digest,
+        ctx_new: CtxNew,
+        ctx_free: CtxFree,
+        init: Init,
+        update: Update,
+    }
+
+    impl Lib {
+        /// libcrypto.so.3 (OpenSSL 3); never unloaded.
+        pub fn load() -> Result<Lib> {
+            // SAFETY: a NUL-terminated name; the handle is kept for the process's life
+            let lib = unsafe { libc::dlopen(c"libcrypto.so.3".as_ptr(), libc::RTLD_NOW) };
+            if lib.is_null() {
+                bail!("--cold-start measure times OpenSSL's libcrypto.so.3, which this host does not have: install libssl3, or give --cold-start SINCE=TIME,... measured on the server's host");
+            }
+            let sym = |name: &CStr| -> Result<*mut c_void> {
+                // SAFETY: lib is a live handle, name NUL-terminated
+                let f = unsafe { libc::dlsym(lib, name.as_ptr()) };
+                (!f.is_null())
+                    .then_some(f)
+                    .ok_or_else(|| anyhow!("libcrypto.so.3 has no {name:?}"))
+            };
+            // SAFETY: each symbol is the OpenSSL 3 function of the type it is given
+            unsafe {
+                Ok(Lib {
+                    sha256: std::mem::transmute::<*mut c_void, Method>(sym(c"EVP_sha256")?),
+                    aes_128_gcm: std::mem::transmute::<*mut c_void, Method>(sym(
+                        c"EVP_aes_128_gcm",
+                    )?),
+                    digest: std::mem::transmute::<*mut c_void, Digest>(sym(c"EVP_Digest")?),
+                    ctx_new: std::mem::transmute::<*mut c_void, CtxNew>(sym(
+                        c"EVP_CIPHER_CTX_new",
+                    )?),
+                    ctx_free: std::mem::transmute::<*mut c_void, CtxFree>(sym(
+                        c"EVP_CIPHER_CTX_free",
+                    )?),
+                    init: std::mem::transmute::<*mut c_void, Init>(sym(c"EVP_EncryptInit_ex")?),
+                    update: std::mem::transmute::<*mut c_void, Update>(sym(c"EVP_EncryptUpdate")?),
+                })
+            }
+        }
+
+        /// SHA-256 of `data`, then `data` sealed with AES-128-GCM into `out` (at least 16
+        /// bytes longer).
+        pub fn digest_and_seal(&self, data: &[u8], out: &mut [u8]) -> Result<()> {
+            if out.len() < data.len() + 16 {
+                bail!("no room to seal {} bytes", data.len());
+            }
+            let (key, iv) = ([1u8; 16], [2u8; 12]);
+            let mut md = [0u8; 64];
+            let mut md_len: c_uint = 0;
+            let mut out_len: c_int = 0;
+            // SAFETY: every pointer is to a live buffer of the length given with it (md
+            // holds any digest); the context is created, used and freed here only
+            let ok = unsafe {
+                let digest = (self.digest)(
+                    data.as_ptr().cast(),
+                    data.len(),
+                    md.as_mut_ptr(),
+                    &mut md_len,
+                    (self.sha256)(),
+                    std::ptr::null_mut(),
+                );
+                let ctx = (self.ctx_new)();
+                if ctx.is_null() {
+                    bail!("EVP_CIPHER_CTX_new failed");
+                }
+                let sealed = (self.init)(
+                    ctx,
+                    (self.aes_128_gcm)(),
+                    std::ptr::null_mut(),
+                    key.as_ptr(),
+                    iv.as_ptr(),
+                ) == 1
+                    && (self.update)(
+                        ctx,
+                        out.as_mut_ptr(),
+                        &mut out_len,
+                        data.as_ptr(),
+                        data.len() as c_int,
+                    ) == 1;
+                (self.ctx_free)(ctx);
+                digest == 1 && sealed
+            };
+            if !ok {
+                bail!("libcrypto refused SHA-256 or AES-128-GCM");
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The curve is each pause's cost beyond back to back, never below 0.
+    #[test]
+    fn the_curve_is_the_cost_beyond_back_to_back() {
+        let p = |pause_s: f64, us: f64| ColdPoint {
+            pause_s,
+            cpu_s: us * 1e-6,
+            runs: 10,
+        };
+        let c = ColdStart {
+            cpu: 0,
+            points: vec![p(0.0, 14.0), p(1e-3, 13.0), p(0.025, 54.0), p(0.2, 72.0)],
+        };
+        let got = c.curve();
+        let want = [(0.0, 0.0), (1e-3, 0.0), (0.025, 40e-6), (0.2, 58e-6)];
+        assert_eq!(got.points().len(), want.len());
+        for (g, w) in got.points().iter().zip(want) {
+            assert!(
+                (g.0 - w.0).abs() < 1e-12 && (g.1 - w.1).abs() < 1e-12,
+                "{got:?}"
+            );
+        }
+        assert!(c
+            .words()
+            .contains("14.0 µs back to back, 13.0 µs after 1.0 ms"));
+    }
+}

@@ -739,8 +739,23 @@ fn bad_command_lines_get_one_clear_line() {
         (
             vec!["--params", seed, "--cold-start", "measure"],
             vec![
-                "--cold-start is part of the simulated event loop",
+                "--cold-start are parts of the simulated event loop",
                 "event-loop-sim",
+            ],
+        ),
+        (
+            vec![
+                "--params",
+                seed,
+                "--discipline",
+                "event-loop-sim",
+                "--cold-start",
+                "measure",
+            ],
+            vec![
+                "--cold-start needs each class's rate over the window (rate_per_s)",
+                "seed002:443",
+                "give parameters hstrace wrote",
             ],
         ),
         (

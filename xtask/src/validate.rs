@@ -595,14 +595,14 @@ impl ColdStart {
         }
         let answer = model(bin, &with("measure"))?;
         let knobs = &answer["knobs"];
-        let curve = knobs["cold_start_after"]
-            .as_array()
-            .filter(|points| !points.is_empty())
-            .context("hstrace model --cold-start measure gave no curve")?
-            .iter()
-            .map(|p| format!("{:.9}={:.9}", f(&p["since_s"]), f(&p["cpu_s"])))
-            .collect::<Vec<_>>()
-            .join(",");
+        let curve = curve_arg(
+            knobs["cold_start_after"]
+                .as_array()
+                .filter(|points| !points.is_empty())
+                .context("hstrace model --cold-start measure gave no curve")?
+                .iter()
+                .map(|p| (f(&p["since_s"]), f(&p["cpu_s"]))),
+        );
         let measured = knobs["cold_start_measured"].clone();
         eprintln!(
             "xtask: hstrace's cold start: {}",
@@ -626,6 +626,15 @@ impl ColdStart {
             .get()
             .map_or("not measured".into(), |(_, m)| cold_start_words(m))
     }
+}
+
+/// A curve as `hstrace model` takes it (`--wakeup`, `--cold-start`): IDLE=TIME,... in
+/// seconds.
+fn curve_arg(points: impl Iterator<Item = (f64, f64)>) -> String {
+    points
+        .map(|(idle, t)| format!("{idle:.9}={t:.9}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `--cold-start measure`'s runs (its `cold_start_measured`) in words: the work, then its
@@ -920,11 +929,7 @@ impl Platform {
         let mut points = self.wakeup.clone();
         points.sort_by(|a, b| a.idle_s.total_cmp(&b.idle_s));
         points.dedup_by(|b, a| b.idle_s <= a.idle_s);
-        points
-            .iter()
-            .map(|p| format!("{:.9}={:.9}", p.idle_s, p.mean_s))
-            .collect::<Vec<_>>()
-            .join(",")
+        curve_arg(points.iter().map(|p| (p.idle_s, p.mean_s)))
     }
 
     /// The curve in words, for the log and the document.

@@ -432,7 +432,7 @@ pub fn route(class: &ClassInput, knobs: &Knobs) -> Vec<Step> {
                     out.push(Step::Visit {
                         queue: Some(m.name.clone()),
                         service_s: 0.0,
-                        cold: false,
+                        cold: 0.0,
                     });
                 }
                 open = known;
@@ -444,7 +444,7 @@ pub fn route(class: &ClassInput, knobs: &Knobs) -> Vec<Step> {
                     _ => out.push(Step::Visit {
                         queue: None,
                         service_s: s,
-                        cold: false,
+                        cold: 0.0,
                     }),
                 }
                 open = false;
@@ -462,18 +462,21 @@ pub fn route(class: &ClassInput, knobs: &Knobs) -> Vec<Step> {
 
 /// The classes' routes with each visit's service split into a warm part and the cold
 /// start, where the window's rates are known. A visit is its kind of handler call (its
-/// queue stage: the ClientHello read, client flight 2, the request), whichever the class:
-/// the server's code for it (the event loop, OpenSSL's record layer, the kernel's TCP) is
-/// much the same. In the window each kind had last run about one interval of its classes'
-/// requests before (1 / their rates summed), and its measured time holds the cold start
-/// after that long (`cold_start`); the rest is the visit's warm part, never below zero, and
-/// the simulation adds the cold start after however long that kind had been away when the
-/// visit runs (under load, a short while). A visit with no service runs nothing; without
-/// every measured class's rate the routes are taken as measured. Also what was taken out
-/// of each class's visits, per request.
+/// queue stage: the ClientHello read, client flight 2, the request): the server's code for
+/// it (the event loop, OpenSSL's record layer, the kernel's TCP) is much the same whichever
+/// the class. In the window each kind had last run on a worker about one interval of the
+/// requests that serve it there before (`workers` / their classes' rates summed), and its
+/// measured time holds the cold start after that long (`cold_start`); the rest is the
+/// visit's warm part, and the simulation adds the cold start back after however long that
+/// kind had been away when the visit runs (under load, a short while). A visit that held
+/// less than that (its warm part floored at 0) pays that share of it. A visit with no
+/// service runs nothing; without every measured class's rate the routes are taken as
+/// measured (`check_cold_start` refuses that first). Also what was taken out of each
+/// class's visits, per request.
 fn warm(
     mut routes: [Vec<Step>; 3],
     rates: [Option<f64>; 3],
+    workers: u32,
     cold_start: &IdleCurve,
 ) -> ([Vec<Step>; 3], [f64; 3]) {
     let served = |s: &Step| matches!(s, Step::Visit { service_s, .. } if *service_s > 0.0);
@@ -482,15 +485,15 @@ fn warm(
     if cold_start.is_zero() || !known {
         return (routes, taken);
     }
-    // each kind's window rate: the classes' that visit it
+    // each kind's window rate: the classes' whose visits of it serve something
     let rate_of = |kind: &Option<String>, own: usize| -> f64 {
         match kind {
             None => rates[own].unwrap_or(0.0),
             Some(q) => (0..3)
                 .filter(|&c| {
-                    routes[c]
-                        .iter()
-                        .any(|s| matches!(s, Step::Visit { queue: Some(r), .. } if r == q))
+                    routes[c].iter().any(|s| {
+                        served(s) && matches!(s, Step::Visit { queue: Some(r), .. } if r == q)
+                    })
                 })
                 .map(|c| rates[c].unwrap_or(0.0))
                 .sum(),
@@ -500,7 +503,9 @@ fn warm(
         routes[c]
             .iter()
             .map(|s| match s {
-                Step::Visit { queue, .. } if served(s) => cold_start.after(1.0 / rate_of(queue, c)),
+                Step::Visit { queue, .. } if served(s) => {
+                    cold_start.after(f64::from(workers.max(1)) / rate_of(queue, c))
+                }
                 _ => 0.0,
             })
             .collect()
@@ -514,13 +519,35 @@ fn warm(
                 if *service_s > 0.0 {
                     let warm = (*service_s - paid).max(0.0);
                     *taken += *service_s - warm;
+                    *cold = if paid > 0.0 {
+                        (*service_s - warm) / paid
+                    } else {
+                        1.0
+                    };
                     *service_s = warm;
-                    *cold = true;
                 }
             }
         }
     }
     (routes, taken)
+}
+
+/// `--cold-start` is taken out of the window's visits at each class's rate: every measured
+/// class needs one (parameters hstrace wrote; not from Prometheus, nor a file written by
+/// hand before hstrace measured rates).
+pub fn check_cold_start(server: &ServerInput) -> Result<()> {
+    if let Some(c) = server
+        .classes
+        .iter()
+        .find(|c| c.measured() && c.rate_per_s.is_none())
+    {
+        bail!(
+            "--cold-start needs each class's rate over the window (rate_per_s), and server {}'s {} has none (parameters from Prometheus, or written by hand): give parameters hstrace wrote (hstrace export, or --from a daemon), or leave --cold-start out",
+            server.server,
+            c.class.name()
+        );
+    }
+    Ok(())
 }
 
 /// The product of the --scale-stage factors naming `stage`.
@@ -573,6 +600,9 @@ pub fn mix(server: &ServerInput, knobs: &Knobs, secure_fraction: Option<f64>) ->
     }
     Ok(mix)
 }
+
+/// The loop's own knobs given to another discipline.
+pub const NOT_SIMULATED: &str = "--wakeup, --sleep-cpu and --cold-start are parts of the simulated event loop: give --discipline event-loop-sim";
 
 /// Shares of the mix closer to 0 than this are rounding, and taken as 0.
 const MIX_ROUNDING: f64 = 1e-9;
@@ -650,9 +680,13 @@ pub fn network(
         Discipline::EventLoopSim => knobs.cold_start.divided(knobs.speed()),
         _ => IdleCurve::default(),
     };
+    if !cold_start.is_zero() {
+        check_cold_start(server)?;
+    }
     let (routes, cold_paid_s) = warm(
         server.classes.each_ref().map(|c| route(c, knobs)),
         server.classes.each_ref().map(|c| c.rate_per_s),
+        knobs.servers,
         &cold_start,
     );
     let net = Network {
@@ -678,7 +712,7 @@ pub fn network(
     if knobs.discipline != Discipline::EventLoopSim
         && (!knobs.wakeup.is_zero() || knobs.sleep_cpu_s > 0.0 || knobs.cold_start_given)
     {
-        bail!("--wakeup, --sleep-cpu and --cold-start are parts of the simulated event loop: give --discipline event-loop-sim");
+        bail!("{NOT_SIMULATED}");
     }
     if knobs.discipline == Discipline::EventLoop && knobs.overhead_s > 0.0 {
         bail!("--overhead is CPU the simulated event loop or processor sharing adds to each request: give --discipline event-loop-sim or processor-sharing");
@@ -701,13 +735,13 @@ mod tests {
     use crate::model::input::seed_parameters as seed;
 
     /// With a cold start and the window's rates, each visit that served something is its
-    /// warm part (never below 0) and cold, the cold start taken at the interval of the
-    /// classes that make that kind of visit; without a served class's rate, or a curve,
-    /// the routes as measured.
+    /// warm part (never below 0) and cold (the share of the cold start it held), the cold
+    /// start taken at the interval of the classes that make that kind of visit on one
+    /// worker; without a served class's rate, or a curve, the routes as measured.
     #[test]
     fn the_window_rates_split_each_visit_into_warm_and_cold() {
         let curve = IdleCurve::curve(vec![(0.0, 0.0), (0.1, 40e-6), (1.0, 60e-6)]);
-        let visit = |queue: &str, service_s: f64, cold: bool| Step::Visit {
+        let visit = |queue: &str, service_s: f64, cold: f64| Step::Visit {
             queue: Some(queue.into()),
             service_s,
             cold,
@@ -715,33 +749,37 @@ mod tests {
         let routes = [
             vec![
                 Step::Accept { listener: 0 },
-                visit("client_hello_queue", 0.5e-3, false),
+                visit("client_hello_queue", 0.5e-3, 0.0),
                 Step::Delay { mean_s: 1e-3 },
-                visit("request_queue", 30e-6, false),
-                visit("client_flight_2_queue", 0.0, false),
+                visit("request_queue", 30e-6, 0.0),
+                visit("client_flight_2_queue", 0.0, 0.0),
             ],
             vec![
                 Step::Accept { listener: 0 },
-                visit("client_hello_queue", 0.2e-3, false),
+                visit("client_hello_queue", 0.2e-3, 0.0),
+                visit("client_flight_2_queue", 0.1e-3, 0.0),
             ],
             vec![],
         ];
-        // one request of each class a second: the ClientHello read, which both make, had
-        // been away half a second in the window; the request, the first class's only, one
-        let (got, taken) = warm(routes.clone(), [Some(1.0), Some(1.0), None], &curve);
-        let (hello, request) = (curve.after(0.5), curve.after(1.0));
-        assert!(hello > 40e-6 && hello < request && request == 60e-6);
+        // two requests of each class a second on two workers: the ClientHello read, which
+        // both classes make, had been away half a second in the window on a worker; the
+        // request, the first class's only, and client flight 2, served by the second
+        // class's only (the first's serves nothing), one second
+        let (got, taken) = warm(routes.clone(), [Some(2.0), Some(2.0), None], 2, &curve);
+        let (hello, once) = (curve.after(0.5), curve.after(1.0));
+        assert!(hello > 40e-6 && hello < once && once == 60e-6);
         let want = [
             vec![
                 Step::Accept { listener: 0 },
-                visit("client_hello_queue", 0.5e-3 - hello, true),
+                visit("client_hello_queue", 0.5e-3 - hello, 1.0),
                 Step::Delay { mean_s: 1e-3 },
-                visit("request_queue", 0.0, true),
-                visit("client_flight_2_queue", 0.0, false),
+                visit("request_queue", 0.0, 0.5),
+                visit("client_flight_2_queue", 0.0, 0.0),
             ],
             vec![
                 Step::Accept { listener: 0 },
-                visit("client_hello_queue", 0.2e-3 - hello, true),
+                visit("client_hello_queue", 0.2e-3 - hello, 1.0),
+                visit("client_flight_2_queue", 0.1e-3 - once, 1.0),
             ],
             vec![],
         ];
@@ -760,24 +798,97 @@ mod tests {
                             cold: d,
                             ..
                         },
-                    ) => assert!((a - b).abs() < 1e-15 && c == d, "{got:?}"),
+                    ) => assert!((a - b).abs() < 1e-15 && (c - d).abs() < 1e-12, "{got:?}"),
                     (g, w) => assert_eq!(g, w),
                 }
             }
         }
         // taken: all of what the window paid, but no more than the visit had
-        assert!((taken[0] - (hello + 30e-6)).abs() < 1e-15 && (taken[1] - hello).abs() < 1e-15);
+        assert!((taken[0] - (hello + 30e-6)).abs() < 1e-15);
+        assert!((taken[1] - (hello + once)).abs() < 1e-15);
         assert_eq!(taken[2], 0.0);
         let none = (routes.clone(), [0.0; 3]);
-        assert_eq!(warm(routes.clone(), [Some(1.0), None, None], &curve), none);
+        assert_eq!(
+            warm(routes.clone(), [Some(2.0), None, None], 2, &curve),
+            none
+        );
         assert_eq!(
             warm(
                 routes.clone(),
-                [Some(1.0), Some(1.0), None],
+                [Some(2.0), Some(2.0), None],
+                2,
                 &IdleCurve::default()
             ),
             none
         );
+    }
+
+    /// One user away from the server as long as the window's interval pays back exactly
+    /// what the window's visits held, a visit that held less than the curve too: the
+    /// window's response time. Far past the knee the visits run warm and the server is
+    /// busy all the time on their warm parts.
+    #[test]
+    fn the_window_gets_back_what_it_paid() {
+        use super::super::sim::{simulate, Dist, Settings};
+        let curve = IdleCurve::curve(vec![(0.0, 0.0), (0.05, 0.0), (1.0, 60e-6)]);
+        let visit = |queue: &str, ms: f64| Step::Visit {
+            queue: Some(queue.into()),
+            service_s: ms * 1e-3,
+            cold: 0.0,
+        };
+        let routes = [
+            vec![
+                Step::Accept { listener: 0 },
+                Step::Delay { mean_s: 1e-4 },
+                visit("client_hello_queue", 0.5),
+                Step::Delay { mean_s: 1e-3 },
+                visit("request_queue", 0.03),
+            ],
+            vec![],
+            vec![],
+        ];
+        let net = |routes: [Vec<Step>; 3], cold_start: IdleCurve, cold_paid_s: [f64; 3]| Network {
+            think_s: 2.0,
+            servers: 1,
+            mix: [1.0, 0.0, 0.0],
+            service_s: [0.53e-3, 0.0, 0.0],
+            delay_s: [1.1e-3, 0.0, 0.0],
+            discipline: Discipline::EventLoopSim,
+            visits: [3.0, 0.0, 0.0],
+            visit_sq_s: [0.25e-6 + 0.9e-9, 0.0, 0.0],
+            routes,
+            seed: 1,
+            overhead_s: 0.0,
+            wakeup: IdleCurve::default(),
+            sleep_cpu_s: 0.0,
+            cpus_left: None,
+            cold_start,
+            cold_paid_s,
+        };
+        // the window: a request every 2 s, each visit's kind away that long
+        let (warmed, paid) = warm(routes.clone(), [Some(0.5), None, None], 1, &curve);
+        assert!((paid[0] - 90e-6).abs() < 1e-15, "{paid:?}");
+        let (measured, cold) = (
+            net(routes, IdleCurve::default(), [0.0; 3]),
+            net(warmed, curve, paid),
+        );
+        let one = Settings {
+            think: Dist::Constant,
+            delay: Dist::Constant,
+            ..Settings::for_users(1, 1)
+        };
+        let (a, b) = (simulate(&measured, 1, one), simulate(&cold, 1, one));
+        assert!((a.response_s - b.response_s).abs() < 1e-9, "{a:?} {b:?}");
+        assert!((a.utilisation - b.utilisation).abs() < 1e-9, "{a:?} {b:?}");
+        let top = 3 * cold.n_star().ceil() as u32;
+        let loaded = simulate(&cold, top, Settings::for_users(1, top));
+        let warm_demand = 0.53e-3 - 90e-6;
+        assert!((cold.least_service_demand() - warm_demand).abs() < 1e-15);
+        assert!(
+            (loaded.throughput_per_s * warm_demand - 1.0).abs() < 0.01,
+            "{loaded:?}"
+        );
+        assert!((loaded.utilisation - 1.0).abs() < 0.01, "{loaded:?}");
     }
 
     #[test]
@@ -840,7 +951,7 @@ mod tests {
         let visit = |queue: &str, ms: f64| Step::Visit {
             queue: Some(queue.into()),
             service_s: ms * 1e-3,
-            cold: false,
+            cold: 0.0,
         };
         let delay = |ms: f64| Step::Delay { mean_s: ms * 1e-3 };
         let close = |a: &[Step], b: &[Step]| {

@@ -333,9 +333,11 @@ pub fn run(opts: ModelOptions) -> Result<()> {
     let given_other = knobs.other_cpus.is_some();
     let mut knobs = effective_knobs(&pick::pick(&knobs, &server), &server);
     if opts.measure_cold_start {
+        // refused before seconds of measuring, as network() would after them
         if knobs.discipline != Discipline::EventLoopSim {
-            bail!("--cold-start is part of the simulated event loop: give --discipline event-loop-sim");
+            bail!("{}", knobs::NOT_SIMULATED);
         }
+        knobs::check_cold_start(&server)?;
         let measured = cold::measure()?;
         eprintln!("hstrace: --cold-start measure: {}", measured.words());
         knobs.cold_start = measured.curve();

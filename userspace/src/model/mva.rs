@@ -149,7 +149,7 @@ mod tests {
                         true => Step::Visit {
                             queue: None,
                             service_s: p.mean_s,
-                            cold: false,
+                            cold: 0.0,
                         },
                         false => Step::Delay { mean_s: p.mean_s },
                     })

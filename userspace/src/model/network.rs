@@ -169,9 +169,28 @@ impl Network {
         self.cpus_left.map_or(servers, |left| left.min(servers))
     }
 
-    /// D_max: the bottleneck's demand per processor (the delay centre has no bottleneck).
+    /// The mean request's demand at the server at its least: with a cold start, its warm
+    /// parts and the cold start right after another visit of each kind (as under load);
+    /// else the service demand.
+    pub fn least_service_demand(&self) -> f64 {
+        let floor = self.cold_start.after(0.0);
+        let least: [f64; 3] = std::array::from_fn(|c| {
+            let cold: f64 = self.routes[c]
+                .iter()
+                .map(|s| match s {
+                    Step::Visit { cold, .. } => cold * floor,
+                    _ => 0.0,
+                })
+                .sum();
+            cold - self.cold_paid_s[c]
+        });
+        self.service_demand() + mixed(&self.mix, &least)
+    }
+
+    /// D_max: the bottleneck's demand per processor (the delay centre has no bottleneck),
+    /// at its least (`least_service_demand`).
     pub fn bottleneck_demand(&self) -> f64 {
-        self.service_demand() / self.processors()
+        self.least_service_demand() / self.processors()
     }
 
     /// N* = (D + Z) / D_max: where the two asymptotes cross, the user count past which
@@ -182,7 +201,9 @@ impl Network {
 
     pub fn bounds(&self, users: u32) -> Bounds {
         let n = f64::from(users);
-        let (d, dmax, z) = (self.demand(), self.bottleneck_demand(), self.think_s);
+        // with a cold start, a request's least (each visit warm): bounds that hold at any load
+        let d = self.demand() - self.service_demand() + self.least_service_demand();
+        let (dmax, z) = (self.bottleneck_demand(), self.think_s);
         Bounds {
             throughput_max_per_s: (n / (d + z)).min(1.0 / dmax),
             response_min_s: d.max(n * dmax - z),
@@ -215,12 +236,13 @@ pub enum Step {
     Accept { listener: usize },
     /// The client's message is in: the connection waits on the ready list for its turn
     /// (`queue`, the queue stage that wait is; None for a service stage with no queue stage
-    /// before it), then is served `service_s`, to completion; `cold`: it also pays the
-    /// network's cold start (`Network::cold_start`), by how long since it last ran.
+    /// before it), then is served `service_s`, to completion; and `cold` times the
+    /// network's cold start (`Network::cold_start`), by how long since its kind last ran:
+    /// 1 where the window's visits held all of it, less where they held less, 0 for none.
     Visit {
         queue: Option<String>,
         service_s: f64,
-        cold: bool,
+        cold: f64,
     },
     /// Waiting for the client and the network (an infinite-server delay).
     Delay { mean_s: f64 },

@@ -578,10 +578,10 @@ impl<'a> Sim<'a> {
                     };
                     user.step += 1;
                     let mut s = self.rng.draw(service, self.set.service);
-                    if cold {
+                    if cold > 0.0 {
                         let kind = self.kinds.of[class][step];
                         let last = &mut self.loops[w].last_ran[kind];
-                        let cold = self.cold_start.after(self.now - *last);
+                        let cold = cold * self.cold_start.after(self.now - *last);
                         *last = self.now;
                         s += cold;
                         if self.measuring_from.is_some() {
@@ -855,7 +855,7 @@ mod tests {
         Step::Visit {
             queue: Some(queue.into()),
             service_s: ms * 1e-3,
-            cold: false,
+            cold: 0.0,
         }
     }
 
@@ -1268,7 +1268,7 @@ mod tests {
                         } => Step::Visit {
                             queue,
                             service_s,
-                            cold: true,
+                            cold: 1.0,
                         },
                         s => s,
                     })
@@ -1306,7 +1306,7 @@ mod tests {
             s.utilisation > s.throughput_per_s * net.service_demand(),
             "{s:?}"
         );
-        // the same visits not cold: no difference anywhere
+        // the same visits not cold: one user pays every visit's whole cold start less
         let warm = simulate(&tls(2.0), 1, set);
         assert!((s.response_s - warm.response_s - 2.5 * most).abs() < 1e-9);
     }

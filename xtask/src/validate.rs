@@ -1161,10 +1161,15 @@ struct WhatIfPoint {
     cpu_busy: f64,
     /// `--key-change FROM:KEY` from the base window
     forecast: Value,
+    /// its knobs (the key change: the signing stage it took)
+    forecast_knobs: Value,
     /// the same base window with the key unchanged, for scale
     unchanged: Value,
     /// the client's delays a request, hstrace's reading at the point (`delays_s`)
     delays_s: f64,
+    /// a full handshake's first flight on CPU at the point, hstrace's reading (the new
+    /// key's signature in it: `signature_cpu_s`)
+    signing_s: Option<f64>,
 }
 
 /// The delay stages (the client's work and the network) of a mean request in a parameters
@@ -1192,6 +1197,22 @@ fn delays_s(params: &Value) -> f64 {
     }
 }
 
+/// A what-if point's signing stage, measured / forecast (`--key-change`'s window mean with
+/// the new key's signature), ms, and how much faster the host ran it than the forecast
+/// took.
+fn signing_words(p: &WhatIfPoint) -> String {
+    let forecast = f(&p.forecast_knobs["key_change"]["server_flight_1_s"]["with_key"]);
+    match p.signing_s {
+        Some(measured) if forecast > 0.0 => format!(
+            "{} / {} ({})",
+            ms(measured),
+            ms(forecast),
+            pct(forecast / measured - 1.0)
+        ),
+        _ => "–".into(),
+    }
+}
+
 /// The what-if's rows, its verdicts counted.
 fn whatif_rows(points: &[WhatIfPoint], misses: &mut Misses) -> String {
     let mut rows = String::new();
@@ -1207,7 +1228,7 @@ fn whatif_rows(points: &[WhatIfPoint], misses: &mut Misses) -> String {
         misses.whatif += usize::from(counted && !ok);
         let _ = writeln!(
             rows,
-            "| {} | {} | {:.1} % | {:.1} % | {measured_x:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {:.1} % | {:.1} % | {measured_x:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
             p.key.name(),
             p.users,
             p.cpu_busy * 100.0,
@@ -1219,6 +1240,7 @@ fn whatif_rows(points: &[WhatIfPoint], misses: &mut Misses) -> String {
             pct(dr),
             ms(f(&p.unchanged["response_s"])),
             ms(p.delays_s),
+            signing_words(p),
             verdict(counted, ok),
         );
     }
@@ -1477,8 +1499,10 @@ fn run_whatif(
                 load,
                 cpu_busy,
                 forecast: point(&answer),
+                forecast_knobs: answer["knobs"].clone(),
                 unchanged,
                 delays_s: delays_s(&params),
+                signing_s: signature_cpu_s(&params),
             });
         }
     }
@@ -1741,6 +1765,26 @@ mod tests {
             cold_start: &ColdStart::default(),
         };
         run_mix(&rig, &MIXES[0], 0, &plan)
+    }
+
+    /// The what-if's signing column: measured / forecast, and the host's speed from them;
+    /// – without the measurement.
+    #[test]
+    fn the_signing_stage_is_shown_against_the_forecasts() {
+        let mut p = WhatIfPoint {
+            key: Key::Rsa(4096),
+            users: 4,
+            load: json!({}),
+            cpu_busy: 0.05,
+            forecast: json!({}),
+            forecast_knobs: json!({"key_change": {"server_flight_1_s": {"with_key": 0.0045}}}),
+            unchanged: json!({}),
+            delays_s: 0.0006,
+            signing_s: Some(0.005),
+        };
+        assert_eq!(signing_words(&p), "5.00 / 4.50 (-10.0 %)");
+        p.signing_s = None;
+        assert_eq!(signing_words(&p), "–");
     }
 
     /// The cold/warm words: a point's split counts only with enough stages read each way,

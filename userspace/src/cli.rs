@@ -365,8 +365,9 @@ enum Command {
         /// cost, by how long since it last ran on that CPU (SINCE=TIME,..., e.g.
         /// 1ms=2us,25ms=40us,200ms=60us): a one-user window's stages ran cold, a loaded
         /// server's run warm. `measure` times a TLS record's work (SHA-256 and AES-128-GCM
-        /// over 16 KiB, this host's libcrypto) on CPU 0 after pauses of 0.2 ms to 0.2 s,
-        /// about 5 s, so run it on the server's host [default: none]
+        /// over 16 KiB, this host's libcrypto) on the first CPU hstrace may run on, back to
+        /// back and after pauses of 0.2 ms to 0.2 s, about 5 s, so run it on the server's
+        /// host. Needs the parameters' rate_per_s (not from Prometheus) [default: none]
         #[arg(
             long,
             value_name = "measure|SINCE=TIME,...",

@@ -133,29 +133,24 @@ fn thread_cpu_ns() -> Result<u64> {
         .ok_or_else(|| anyhow!("cannot read this thread's CPU clock"))
 }
 
-/// The lowest CPU in this process's affinity mask.
+/// The lowest CPU this thread may run on.
 fn first_allowed_cpu() -> Result<usize> {
-    // SAFETY: an all-zero cpu_set_t is a valid empty set, filled by the call
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: set is a cpu_set_t of the size given
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("sched_getaffinity");
-    }
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: cpu is below CPU_SETSIZE
-        .find(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .ok_or_else(|| anyhow!("this process may run on no CPU"))
+    crate::host_cpu::allowed(0)
+        .and_then(|cpus| cpus.first().copied())
+        .map(|cpu| cpu as usize)
+        .context("cannot read which CPUs hstrace may run on (sched_getaffinity)")
 }
 
 /// The calling thread on `cpu` only.
 fn pin(cpu: usize) -> Result<()> {
-    // SAFETY: an all-zero cpu_set_t is a valid empty set; cpu is below CPU_SETSIZE
+    // SAFETY: an all-zero cpu_set_t is a valid empty set
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET checks cpu against the set's size
     unsafe { libc::CPU_SET(cpu, &mut set) };
     // SAFETY: set is a cpu_set_t of the size given; 0 is this thread
     if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
         return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("cannot run the measuring thread on CPU {cpu}"));
+            .with_context(|| format!("cannot run the measuring thread on CPU {cpu} (offline, or outside hstrace's cpuset? `taskset -p $$` shows the CPUs allowed): give --cold-start SINCE=TIME,... measured elsewhere"));
     }
     Ok(())
 }
@@ -210,7 +205,7 @@ mod libcrypto {
                 let f = unsafe { libc::dlsym(lib, name.as_ptr()) };
                 (!f.is_null())
                     .then_some(f)
-                    .ok_or_else(|| anyhow!("libcrypto.so.3 has no {name:?}"))
+                    .ok_or_else(|| anyhow!("libcrypto.so.3 has no {name:?}: --cold-start measure needs OpenSSL 3's (install libssl3)"))
             };
             // SAFETY: each symbol is the OpenSSL 3 function of the type it is given
             unsafe {

@@ -2,7 +2,7 @@
 //! server's measured parameters. Also the parsing of the model's option values, each bad
 //! one refused with one line saying what to give.
 
-use std::borrow::Cow;
+use std::{borrow::Cow, collections::BTreeSet};
 
 use anyhow::{anyhow, bail, Result};
 
@@ -10,7 +10,7 @@ use super::{
     cold::ColdStart,
     input::{ClassInput, ServerInput, StageMean},
     keys::KeyChange,
-    network::{Discipline, IdleCurve, Network, Step},
+    network::{Discipline, IdleCurve, Network, Step, VisitKinds},
     pick::DisciplineFrom,
 };
 use crate::stage::{RequestClass, Stage, StageClass};
@@ -486,27 +486,25 @@ fn warm(
         return (routes, taken);
     }
     // each kind's window rate: the classes' whose visits of it serve something
-    let rate_of = |kind: &Option<String>, own: usize| -> f64 {
-        match kind {
-            None => rates[own].unwrap_or(0.0),
-            Some(q) => (0..3)
-                .filter(|&c| {
-                    routes[c].iter().any(|s| {
-                        served(s) && matches!(s, Step::Visit { queue: Some(r), .. } if r == q)
-                    })
-                })
-                .map(|c| rates[c].unwrap_or(0.0))
-                .sum(),
+    let kinds = VisitKinds::new(&routes);
+    let mut kind_rate = vec![0.0; kinds.count];
+    for (c, route) in routes.iter().enumerate() {
+        let serving: BTreeSet<usize> = (route.iter().enumerate())
+            .filter(|(_, s)| served(s))
+            .map(|(step, _)| kinds.of[c][step])
+            .collect();
+        for kind in serving {
+            kind_rate[kind] += rates[c].unwrap_or(0.0);
         }
-    };
+    }
     let paid: [Vec<f64>; 3] = std::array::from_fn(|c| {
-        routes[c]
-            .iter()
-            .map(|s| match s {
-                Step::Visit { queue, .. } if served(s) => {
-                    cold_start.after(f64::from(workers.max(1)) / rate_of(queue, c))
+        (routes[c].iter().enumerate())
+            .map(|(step, s)| match served(s) {
+                true => {
+                    let rate = kind_rate[kinds.of[c][step]];
+                    cold_start.after(f64::from(workers.max(1)) / rate)
                 }
-                _ => 0.0,
+                false => 0.0,
             })
             .collect()
     });

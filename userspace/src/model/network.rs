@@ -174,17 +174,22 @@ impl Network {
     /// else the service demand.
     pub fn least_service_demand(&self) -> f64 {
         let floor = self.cold_start.after(0.0);
-        let least: [f64; 3] = std::array::from_fn(|c| {
-            let cold: f64 = self.routes[c]
+        let cold: [f64; 3] = std::array::from_fn(|c| {
+            self.routes[c]
                 .iter()
                 .map(|s| match s {
                     Step::Visit { cold, .. } => cold * floor,
                     _ => 0.0,
                 })
-                .sum();
-            cold - self.cold_paid_s[c]
+                .sum()
         });
-        self.service_demand() + mixed(&self.mix, &least)
+        self.warm_service_demand() + mixed(&self.mix, &cold)
+    }
+
+    /// The mean request's demand at the server with each visit's cold start left out (the
+    /// window's, `cold_paid_s`); the service demand without a cold start.
+    pub fn warm_service_demand(&self) -> f64 {
+        self.service_demand() - mixed(&self.mix, &self.cold_paid_s)
     }
 
     /// D_max: the bottleneck's demand per processor (the delay centre has no bottleneck),
@@ -246,6 +251,42 @@ pub enum Step {
     },
     /// Waiting for the client and the network (an infinite-server delay).
     Delay { mean_s: f64 },
+}
+
+/// Each step's kind of visit, per class: its queue stage (the ClientHello read, client
+/// flight 2, the request: the same handler call whichever the class); a visit with no
+/// queue stage is a kind of its own. What the cold start is reckoned by (`knobs::warm`,
+/// the simulation).
+pub struct VisitKinds {
+    pub of: [Vec<usize>; 3],
+    pub count: usize,
+}
+
+impl VisitKinds {
+    pub fn new(routes: &[Vec<Step>; 3]) -> VisitKinds {
+        let mut names: Vec<Option<&str>> = Vec::new();
+        let of = routes.each_ref().map(|r| {
+            r.iter()
+                .map(|s| {
+                    let name = match s {
+                        Step::Visit { queue, .. } => queue.as_deref(),
+                        _ => None,
+                    };
+                    match names.iter().position(|n| n.is_some() && *n == name) {
+                        Some(i) => i,
+                        None => {
+                            names.push(name);
+                            names.len() - 1
+                        }
+                    }
+                })
+                .collect()
+        });
+        VisitKinds {
+            of,
+            count: names.len(),
+        }
+    }
 }
 
 /// A time by how long a CPU had been idle, or away from a piece of work: points (idle,

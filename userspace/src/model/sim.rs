@@ -50,7 +50,7 @@ use std::{
     collections::{BinaryHeap, VecDeque},
 };
 
-use super::network::{Ci95, IdleCurve, Network, Solution, Step};
+use super::network::{Ci95, IdleCurve, Network, Solution, Step, VisitKinds};
 
 /// How a time is drawn from its mean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,41 +240,6 @@ impl Loop {
             state: Worker::Asleep,
             asleep_since: 0.0,
             last_ran: vec![f64::NEG_INFINITY; kinds],
-        }
-    }
-}
-
-/// Each step's kind of visit, per class: its queue stage (the ClientHello read, client
-/// flight 2, the request: the same handler call whichever the class); a visit with no
-/// queue stage is a kind of its own. What the cold start is reckoned by.
-struct VisitKinds {
-    of: [Vec<usize>; 3],
-    count: usize,
-}
-
-impl VisitKinds {
-    fn new(routes: &[Vec<Step>; 3]) -> VisitKinds {
-        let mut names: Vec<Option<&str>> = Vec::new();
-        let of = routes.each_ref().map(|r| {
-            r.iter()
-                .map(|s| {
-                    let name = match s {
-                        Step::Visit { queue, .. } => queue.as_deref(),
-                        _ => None,
-                    };
-                    match names.iter().position(|n| n.is_some() && *n == name) {
-                        Some(i) => i,
-                        None => {
-                            names.push(name);
-                            names.len() - 1
-                        }
-                    }
-                })
-                .collect()
-        });
-        VisitKinds {
-            of,
-            count: names.len(),
         }
     }
 }
@@ -811,8 +776,7 @@ impl<'a> Sim<'a> {
             class_web_server_s,
             // the cold start as charged under this load, not as the window paid it
             utilisation: x
-                * (net.service_demand() - mixed(net.cold_paid_s)
-                    + self.cold_charged_s / requests.max(1) as f64)
+                * (net.warm_service_demand() + self.cold_charged_s / requests.max(1) as f64)
                 / net.processors(),
             web_server_users: x * mixed(class_web_server_s),
             ci95: Some(Ci95 {

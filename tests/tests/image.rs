@@ -134,6 +134,23 @@ fn traces_and_serves(options: &[&str], nginx: &TestServer, rounds: u32) {
         scrape.sum("hstrace_connections_accepted_total", &[]) as u64,
         made
     );
+    // the image carries the libcrypto the cold start is timed on: the parameters have it
+    // within seconds of the daemon's start
+    let start = Instant::now();
+    let host = loop {
+        let (_, body) = http::try_get(&addr, "/api/v1/parameters").expect("/api/v1/parameters");
+        let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if !doc["host"]["cold_start"].is_null() || start.elapsed() > Duration::from_secs(20) {
+            break doc["host"].clone();
+        }
+        thread::sleep(Duration::from_millis(250));
+    };
+    assert_eq!(
+        host["cold_start"]["runs"].as_array().map(Vec::len),
+        Some(6),
+        "{host}\n{}",
+        c.logs()
+    );
     assert_eq!(c.stop(), 0, "{}", c.logs());
 }
 

@@ -364,13 +364,15 @@ enum Command {
         /// With event-loop-sim: the CPU a stage pays when it runs cold, beyond its warm
         /// cost, by how long since it last ran on that CPU (SINCE=TIME,..., e.g.
         /// 1ms=2us,25ms=40us,200ms=60us): a one-user window's stages ran cold, a loaded
-        /// server's run warm. `measure` times a TLS record's work (SHA-256 and AES-128-GCM
-        /// over 16 KiB, this host's libcrypto) on the first CPU hstrace may run on, back to
-        /// back and after pauses of 0.2 ms to 0.2 s, about 5 s, so run it on the server's
-        /// host. Needs the parameters' rate_per_s (not from Prometheus) [default: none]
+        /// server's run warm. By default the parameters' host.cold_start, which serve and
+        /// export measure on a CPU the servers run on: a TLS record's work (SHA-256 and
+        /// AES-128-GCM over 16 KiB, the host's libcrypto) back to back and after pauses of
+        /// 0.2 ms to 0.2 s. `measure` times the same here, on the first CPU hstrace may run
+        /// on (about 5 s); `none` leaves it out. Needs the parameters' rate_per_s (not from
+        /// Prometheus) [default: the parameters']
         #[arg(
             long,
-            value_name = "measure|SINCE=TIME,...",
+            value_name = "measure|none|SINCE=TIME,...",
             allow_hyphen_values = true
         )]
         cold_start: Option<String>,
@@ -446,6 +448,7 @@ impl SourceArgs {
             pods_dir: self
                 .pods_dir
                 .unwrap_or_else(|| PathBuf::from(crate::container::PODS_DIR)),
+            cold_start: false,
         })
     }
 }
@@ -485,6 +488,7 @@ pub fn run(cli: Cli) -> Result<()> {
             // (docs/cost.md); --uprobes handshake asks for them
             let opts = Options {
                 end_when_selection_exits: false,
+                cold_start: true,
                 ..source.options(Uprobes::None)?
             };
             let listen: SocketAddr = listen.parse().map_err(|_| {
@@ -524,7 +528,10 @@ pub fn run(cli: Cli) -> Result<()> {
                 (Some(url), _) => export::from_daemon(&url, format),
                 (None, Some(d)) => {
                     let d = seconds("--duration", d)?;
-                    let opts = source.options(Uprobes::Handshake)?;
+                    let opts = Options {
+                        cold_start: true,
+                        ..source.options(Uprobes::Handshake)?
+                    };
                     runtime()?.block_on(export::traced(opts, d, format))
                 }
                 (None, None) => bail!(
@@ -636,12 +643,17 @@ pub fn run(cli: Cli) -> Result<()> {
                     .unwrap_or(0.0),
                 sleep_cpu_given: sleep_cpu.is_some(),
                 cold_start: match cold_start.as_deref() {
-                    None | Some("measure") => Default::default(),
+                    None | Some("measure") | Some("none") => Default::default(),
                     Some(c) => knobs::parse_idle_curve("--cold-start", c)?,
                 },
                 cold_start_given: cold_start.is_some(),
-                // measured by model::run, once the discipline is known
+                // measured (or taken from the parameters) by model::run, once the
+                // discipline is known
                 cold_start_measured: None,
+                cold_start_from: match cold_start.as_deref() {
+                    None | Some("measure") | Some("none") => knobs::ColdStartFrom::None,
+                    Some(_) => knobs::ColdStartFrom::Given,
+                },
                 // measured by model::run, once the parameters are read
                 key_change: None,
             };

@@ -9,6 +9,7 @@
 //! - `ties`: whether a process's OpenSSL calls can be tied to its connections
 //! - `container`: which container (and Kubernetes pod) a traced process runs in
 //! - `host_cpu`: the CPUs the traced processes may use, and how busy they were
+//! - `cold_start`: what a CPU the servers run on pays to run a TLS record's work cold
 //!
 //! One record source, many sinks:
 //! - `source`: load, attach, follow processes (forks, ties), drain, sweep, account (`Health`)
@@ -45,6 +46,7 @@ pub mod abi;
 pub mod assemble;
 pub mod cli;
 pub mod clock;
+pub mod cold_start;
 pub mod container;
 pub mod export;
 pub mod failures;

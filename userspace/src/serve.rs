@@ -149,6 +149,10 @@ impl Sink for DaemonSink {
         self.0.metrics.lock().expect("metrics lock").host_cpu(h);
         self.0.params.lock().expect("params lock").host_cpu(h);
     }
+
+    fn cold_start(&mut self, c: &crate::cold_start::ColdStart) {
+        self.0.params.lock().expect("params lock").cold_start(c);
+    }
 }
 
 /// Run the daemon until Ctrl-C or SIGTERM.

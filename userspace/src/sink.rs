@@ -5,6 +5,7 @@
 use std::io;
 
 use crate::{
+    cold_start::ColdStart,
     health::Health,
     host_cpu::HostCpu,
     record::{CloseRecord, Record},
@@ -30,6 +31,9 @@ pub trait Sink {
     /// About once a second, after `process_cpu`: the traced processes' CPUs since the
     /// last call.
     fn host_cpu(&mut self, _h: &HostCpu) {}
+    /// Once, when asked for (`source::Options::cold_start`): the cold start measured on a
+    /// CPU the traced processes run on.
+    fn cold_start(&mut self, _c: &ColdStart) {}
 }
 
 /// Two sinks fed the same records.
@@ -64,5 +68,10 @@ impl Sink for Both<'_> {
     fn host_cpu(&mut self, h: &HostCpu) {
         self.0.host_cpu(h);
         self.1.host_cpu(h);
+    }
+
+    fn cold_start(&mut self, c: &ColdStart) {
+        self.0.cold_start(c);
+        self.1.cold_start(c);
     }
 }

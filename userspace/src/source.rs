@@ -20,7 +20,7 @@ use tokio::io::unix::AsyncFd;
 use crate::{
     abi,
     assemble::{Pipeline, Seen},
-    clock,
+    clock, cold_start,
     container::Containers,
     health::{Health, ProbeChoice},
     host_cpu, preflight, probes,
@@ -57,6 +57,9 @@ pub struct Options {
     pub container_labels: bool,
     /// Where the kubelet keeps its pods' log directories, which name them (`--pods-dir`)
     pub pods_dir: PathBuf,
+    /// Measure the cold start once on a CPU the traced processes run on, for the
+    /// parameters (`cold_start`; serve, export)
+    pub cold_start: bool,
 }
 
 pub struct Source {
@@ -92,6 +95,8 @@ pub struct Source {
     cpu_seen: HashMap<u32, u64>,
     /// the last look at the host's CPUs
     host_seen: Option<HostLook>,
+    /// the cold start's measurement, when asked for (`Options::cold_start`)
+    cold_start: Option<cold_start::Background>,
     /// the kernel's `listen_ports` bitmap, and the ports set in it so far
     listen_ports: Array<MapData, u64>,
     ports_marked: HashSet<u16>,
@@ -223,6 +228,7 @@ impl Source {
             Array::try_from(bpf.take_map("listen_ports").context("map listen_ports")?)?;
         let tables = Tables::take(&mut bpf)?;
         let max_conns = opts.max_conns as usize;
+        let cold_start = opts.cold_start.then(cold_start::Background::default);
         let mut s = Source {
             bpf,
             ssl,
@@ -243,6 +249,7 @@ impl Source {
             resolved: None,
             cpu_seen: HashMap::new(),
             host_seen: None,
+            cold_start,
             listen_ports,
             ports_marked: HashSet::new(),
             ports_looked: None,
@@ -367,6 +374,9 @@ impl Source {
                 },
             }
             on.extend(host_cpu::allowed(pid).into_iter().flatten());
+        }
+        if let Some(measured) = self.cold_start.as_mut().and_then(|b| b.poll(&on)) {
+            pass_cold_start(measured, sink);
         }
         let Some(busy) = host_cpu::busy_ns() else {
             return;
@@ -638,6 +648,12 @@ impl Source {
         // the records already in the ring buffer
         let last = drain_ring(ring.get_mut(), &mut self.pipe, &mut self.procs, sink);
         self.detach_untied();
+        if let Some(b) = self.cold_start.as_mut().filter(|b| b.running()) {
+            eprintln!("hstrace: finishing the cold start's measurement (a few seconds)");
+            if let Some(measured) = b.finish() {
+                pass_cold_start(measured, sink);
+            }
+        }
         self.census = self.tables.census();
         self.table_entries = self.tables.entries();
         let health = self.health();
@@ -648,6 +664,19 @@ impl Source {
             .and_then(|_| sink.tick(&health))
             .map_err(anyhow::Error::from)?;
         Ok(health)
+    }
+}
+
+/// The cold start's measurement to the sink; why none, to the user.
+fn pass_cold_start(measured: Result<cold_start::ColdStart>, sink: &mut dyn Sink) {
+    match measured {
+        Ok(c) => {
+            log::info!("cold start: {}", c.words());
+            sink.cold_start(&c);
+        }
+        Err(e) => eprintln!(
+            "hstrace: no cold start in the parameters ({e:#}); hstrace model forecasts without it"
+        ),
     }
 }
 

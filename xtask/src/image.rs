@@ -1,7 +1,8 @@
 //! `cargo xtask image`: the container image of the DaemonSet, `localhost/hstrace:<version>`,
 //! built with buildah from nothing but files of this machine (no registry is needed or
 //! reached): the package's stripped /usr/bin/hstrace, the shared libraries it links (from
-//! Debian's libc6 and libgcc-s1) and their copyright files. No shell, no package manager:
+//! Debian's libc6 and libgcc-s1) and the one it loads at run time (libssl3's libcrypto,
+//! which the cold start is timed on) and their copyright files. No shell, no package manager:
 //! the entrypoint is hstrace itself, `serve` on 0.0.0.0:9725 unless told otherwise.
 //! Also written as an OCI archive, target/package/hstrace-image_<version>.tar, for
 //! `podman load` or `skopeo copy` to a registry.
@@ -50,7 +51,10 @@ pub fn image(packages: &package::Packages) -> Result<Image> {
         &packages.tree.join("usr/share/doc/hstrace/copyright"),
         &rootfs.join("usr/share/doc/hstrace/copyright"),
     )?;
-    for lib in libraries(&bin)? {
+    for lib in libraries(&bin)?
+        .into_iter()
+        .chain([run_time_library(RUN_TIME_LIBRARY)?])
+    {
         copy(&lib, &rootfs.join(lib.strip_prefix("/")?))?;
         // the Debian package the library came from, and its copyright file
         let owner = output(Command::new("dpkg-query").arg("-S").arg(&lib))?;
@@ -112,6 +116,25 @@ pub fn image(packages: &package::Packages) -> Result<Image> {
         .env("CONTAINERS_CONF", &conf))?;
     eprintln!("xtask: built {name} and wrote {}", archive.display());
     Ok(Image { name, archive })
+}
+
+/// What hstrace loads at run time (`dlopen`), not named by `ldd`: the libcrypto it times
+/// the host's cold start on (userspace/src/cold_start.rs).
+const RUN_TIME_LIBRARY: &str = "libcrypto.so.3";
+
+/// Where the loader finds `name` on this machine (`ldconfig -p`).
+fn run_time_library(name: &str) -> Result<PathBuf> {
+    let cache = output(Command::new("ldconfig").arg("-p"))?;
+    cache
+        .lines()
+        .filter(|l| l.trim_start().starts_with(&format!("{name} ")))
+        .filter_map(|l| l.split(" => ").nth(1))
+        .map(|p| PathBuf::from(p.trim()))
+        .next()
+        .with_context(|| format!("no {name} on this machine (ldconfig -p): install libssl3, whose libcrypto the image carries"))?
+        // (through /lib → /usr/lib, where its package installed it and dpkg knows it)
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {name}'s path"))
 }
 
 /// The shared libraries `bin` loads, the dynamic loader among them (from `ldd`).

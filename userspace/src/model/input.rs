@@ -9,6 +9,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
 use crate::{
+    cold_start::ColdStart,
     http_client,
     params::{v1, Parameters},
     stage::{Kind, RequestClass, Stage, StageClass},
@@ -80,6 +81,8 @@ pub struct ServerInput {
     pub server_cpus: Option<u32>,
     /// how many of those CPUs other work kept busy (`host.other_cpus`)
     pub other_cpus: Option<f64>,
+    /// the cold start measured on a CPU the servers run on (`host.cold_start`)
+    pub cold_start: Option<ColdStart>,
     /// read from Prometheus, which carries neither
     pub from_prometheus: bool,
 }
@@ -89,12 +92,16 @@ pub struct ServerInput {
 /// negative, and each stage hstrace knows in the class its stage table gives it.
 pub fn parse_parameters(text: &str, origin: &str) -> Result<Vec<ServerInput>> {
     let doc = Parameters::from_json(text, origin)?;
-    let cpus = doc.host.map(|h| h.cpus).filter(|&c| c > 0);
-    let server_cpus = doc.host.and_then(|h| h.server_cpus).filter(|&c| c > 0);
-    let other_cpus = doc
-        .host
+    let host = doc.host.as_ref();
+    let cpus = host.map(|h| h.cpus).filter(|&c| c > 0);
+    let server_cpus = host.and_then(|h| h.server_cpus).filter(|&c| c > 0);
+    let other_cpus = host
         .and_then(|h| h.other_cpus)
         .filter(|o| o.is_finite() && *o >= 0.0);
+    let cold_start = host.and_then(|h| h.cold_start.clone());
+    if let Some(c) = &cold_start {
+        c.check().with_context(|| origin.to_owned())?;
+    }
     doc.servers
         .iter()
         .map(|s| {
@@ -102,6 +109,7 @@ pub fn parse_parameters(text: &str, origin: &str) -> Result<Vec<ServerInput>> {
                 cpus,
                 server_cpus,
                 other_cpus,
+                cold_start: cold_start.clone(),
                 ..server_input(s, origin)?
             })
         })
@@ -179,6 +187,7 @@ fn server_input(s: &v1::ServerParams, origin: &str) -> Result<ServerInput> {
         cpus: None,
         server_cpus: None,
         other_cpus: None,
+        cold_start: None,
         from_prometheus: false,
     })
 }
@@ -322,6 +331,7 @@ pub fn merge(parts: Vec<ServerInput>, origin: &str) -> Result<ServerInput> {
         cpus: parts.iter().find_map(|p| p.cpus),
         server_cpus: parts.iter().find_map(|p| p.server_cpus),
         other_cpus: parts.iter().find_map(|p| p.other_cpus),
+        cold_start: parts.iter().find_map(|p| p.cold_start.clone()),
         from_prometheus: parts.iter().any(|p| p.from_prometheus),
     })
 }
@@ -598,6 +608,7 @@ fn prom_server(base: &str, server: String, w: &str) -> Result<ServerInput> {
         cpus: None,
         server_cpus: None,
         other_cpus: None,
+        cold_start: None,
         from_prometheus: true,
     })
 }

@@ -7,13 +7,15 @@ use std::{borrow::Cow, collections::BTreeSet};
 use anyhow::{anyhow, bail, Result};
 
 use super::{
-    cold::ColdStart,
     input::{ClassInput, ServerInput, StageMean},
     keys::KeyChange,
     network::{Discipline, IdleCurve, Network, Step, VisitKinds},
     pick::DisciplineFrom,
 };
-use crate::stage::{RequestClass, Stage, StageClass};
+use crate::{
+    cold_start::ColdStart,
+    stage::{RequestClass, Stage, StageClass},
+};
 
 /// Users beyond this are refused (the solver is O(N · c), the output a row per N).
 pub const MAX_USERS: u32 = 1_000_000;
@@ -71,10 +73,13 @@ pub struct Knobs {
     /// `--cold-start`: the CPU a visit pays beyond its warm cost, by how long since it
     /// last ran on its CPU
     pub cold_start: IdleCurve,
-    /// `--cold-start` was given (a curve, or `measure`)
+    /// `--cold-start` was given (a curve, `measure` or `none`); otherwise event-loop-sim
+    /// takes the parameters' `host.cold_start`
     pub cold_start_given: bool,
-    /// `--cold-start measure`: what was measured (`cold_start` is its curve)
+    /// the runs `cold_start` was made of: `--cold-start measure`'s, or the parameters'
     pub cold_start_measured: Option<ColdStart>,
+    /// where `cold_start` came from
+    pub cold_start_from: ColdStartFrom,
     /// `--key-change`: another certificate key, and what a signature costs with each
     pub key_change: Option<KeyChange>,
 }
@@ -104,6 +109,7 @@ impl Default for Knobs {
             cold_start: IdleCurve::default(),
             cold_start_given: false,
             cold_start_measured: None,
+            cold_start_from: ColdStartFrom::None,
             key_change: None,
         }
     }
@@ -530,6 +536,30 @@ fn warm(
     (routes, taken)
 }
 
+/// Where the model's cold start came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColdStartFrom {
+    /// none: not simulated, `--cold-start none`, or none measured
+    None,
+    /// `--cold-start SINCE=TIME,...`
+    Given,
+    /// `--cold-start measure`, on the model's host
+    Measured,
+    /// the parameters' `host.cold_start`, measured where the servers ran
+    Parameters,
+}
+
+impl ColdStartFrom {
+    pub fn name(self) -> &'static str {
+        match self {
+            ColdStartFrom::None => "none",
+            ColdStartFrom::Given => "given",
+            ColdStartFrom::Measured => "measured",
+            ColdStartFrom::Parameters => "parameters",
+        }
+    }
+}
+
 /// `--cold-start` is taken out of the window's visits at each class's rate: every measured
 /// class needs one (parameters hstrace wrote; not from Prometheus, nor a file written by
 /// hand before hstrace measured rates).
@@ -708,7 +738,7 @@ pub fn network(
         cold_paid_s,
     };
     if knobs.discipline != Discipline::EventLoopSim
-        && (!knobs.wakeup.is_zero() || knobs.sleep_cpu_s > 0.0 || knobs.cold_start_given)
+        && (!knobs.wakeup.is_zero() || knobs.sleep_cpu_s > 0.0 || !knobs.cold_start.is_zero())
     {
         bail!("{NOT_SIMULATED}");
     }

@@ -25,7 +25,6 @@
 //! service stages carry time the thread spent on other connections. Queue stages are never
 //! an input: queueing is what the model predicts.
 
-pub mod cold;
 pub mod input;
 pub mod keys;
 pub mod knobs;
@@ -46,8 +45,8 @@ use anyhow::{bail, Result};
 use self::{
     input::ServerInput,
     keys::Key,
-    knobs::Knobs,
-    network::{Discipline, Network, Solution},
+    knobs::{ColdStartFrom, Knobs},
+    network::{Discipline, IdleCurve, Network, Solution},
     report::{Curve, Report},
 };
 
@@ -338,10 +337,23 @@ pub fn run(opts: ModelOptions) -> Result<()> {
             bail!("{}", knobs::NOT_SIMULATED);
         }
         knobs::check_cold_start(&server)?;
-        let measured = cold::measure()?;
+        let measured = crate::cold_start::measure()?;
         eprintln!("hstrace: --cold-start measure: {}", measured.words());
-        knobs.cold_start = measured.curve();
+        knobs.cold_start = IdleCurve::curve(measured.beyond_back_to_back());
         knobs.cold_start_measured = Some(measured);
+        knobs.cold_start_from = ColdStartFrom::Measured;
+    } else if let (false, Discipline::EventLoopSim, Some(c)) =
+        (knobs.cold_start_given, knobs.discipline, &server.cold_start)
+    {
+        match knobs::check_cold_start(&server) {
+            Ok(()) => {
+                eprintln!("hstrace: the cold start the parameters hold: {}", c.words());
+                knobs.cold_start = IdleCurve::curve(c.beyond_back_to_back());
+                knobs.cold_start_measured = Some(c.clone());
+                knobs.cold_start_from = ColdStartFrom::Parameters;
+            }
+            Err(_) => eprintln!("hstrace: the parameters' cold start is left out: the classes' rates it is taken out at are not in them"),
+        }
     }
     if let (Some(other), Some(left)) = (knobs.other_cpus, knobs.cpus_left) {
         if left < f64::from(knobs.servers) {
@@ -415,6 +427,8 @@ mod tests {
             "crate::params",
             "crate::http_client",
             "crate::model",
+            // (a thread timing libcrypto, by the clock and the CPUs it may run on: no BPF)
+            "crate::cold_start",
         ];
         for (name, text) in files {
             let code = text.split("#[cfg(test)]").next().unwrap();
@@ -452,6 +466,13 @@ mod tests {
                 );
             }
             assert!(!code.contains("aya"), "{name} mentions aya");
+        }
+        for (name, text) in [
+            ("cold_start.rs", include_str!("../cold_start.rs")),
+            ("clock.rs", include_str!("../clock.rs")),
+            ("host_cpu.rs", include_str!("../host_cpu.rs")),
+        ] {
+            assert!(!text.contains("aya"), "{name} mentions aya");
         }
         let imports = |text: &str, other: &str| {
             let code = text.split("#[cfg(test)]").next().unwrap();

@@ -175,13 +175,8 @@ impl Report {
                 "cold_start_after": self.knobs.cold_start.points().iter()
                     .map(|&(since, cpu)| json!({"since_s": since, "cpu_s": cpu}))
                     .collect::<Vec<_>>(),
-                "cold_start_measured": self.knobs.cold_start_measured.as_ref().map(|m| json!({
-                    "cpu": m.cpu,
-                    "work": m.work(),
-                    "runs": m.points.iter()
-                        .map(|p| json!({"pause_s": p.pause_s, "cpu_s": p.cpu_s, "runs": p.runs}))
-                        .collect::<Vec<_>>(),
-                })),
+                "cold_start_from": self.knobs.cold_start_from.name(),
+                "cold_start_measured": self.knobs.cold_start_measured,
                 "key_change": self.knobs.key_change.as_ref().zip(self.key_change_s)
                     .map(|(k, (measured, with_key))| json!({
                         "from": k.from.name(),

@@ -26,6 +26,7 @@ use super::{
 };
 use crate::{
     clock::rfc3339_utc,
+    cold_start::ColdStart,
     host_cpu::HostCpu,
     ordered::Ordered,
     record::{CloseRecord, Record},
@@ -316,6 +317,8 @@ pub struct Estimator {
     /// by process, its recent connections (dropped with its last slot)
     held: BTreeMap<u32, ProcHeld>,
     probe: Probe,
+    /// the host's cold start, once the source has measured it
+    cold_start: Option<ColdStart>,
 }
 
 impl Estimator {
@@ -330,6 +333,7 @@ impl Estimator {
             known: Default::default(),
             held: BTreeMap::new(),
             probe: Probe::default(),
+            cold_start: None,
         }
     }
 
@@ -460,6 +464,7 @@ impl Estimator {
                     cpus,
                     server_cpus,
                     other_cpus,
+                    cold_start: self.cold_start.clone(),
                 }
             }),
             servers: merged
@@ -661,6 +666,10 @@ impl Sink for Estimator {
 
     fn host_cpu(&mut self, h: &HostCpu) {
         self.add_host_cpu(Instant::now(), h);
+    }
+
+    fn cold_start(&mut self, c: &ColdStart) {
+        self.cold_start = Some(c.clone());
     }
 }
 
@@ -952,6 +961,7 @@ mod tests {
             cpus: 4,
             server_cpus: None,
             other_cpus: None,
+            cold_start: None,
         };
         assert_eq!(p.host, Some(none));
         let s = 1_000_000_000;
@@ -974,13 +984,50 @@ mod tests {
                 traced_ns: s / 2,
             },
         );
-        let p = e.parameters(later, SystemTime::now());
-        assert_eq!(p.host.unwrap().server_cpus, Some(2));
-        assert!((p.host.unwrap().other_cpus.unwrap() - 1.0).abs() < 1e-12);
+        let host = e.parameters(later, SystemTime::now()).host.unwrap();
+        assert_eq!(host.server_cpus, Some(2));
+        assert!((host.other_cpus.unwrap() - 1.0).abs() < 1e-12);
         // the first slot leaves the window
-        let p = e.parameters(now + Duration::from_secs(65), SystemTime::now());
-        assert_eq!(p.host.unwrap().server_cpus, Some(1));
-        assert!((p.host.unwrap().other_cpus.unwrap() - 0.5).abs() < 1e-12);
+        let host = e
+            .parameters(now + Duration::from_secs(65), SystemTime::now())
+            .host
+            .unwrap();
+        assert_eq!(host.server_cpus, Some(1));
+        assert!((host.other_cpus.unwrap() - 0.5).abs() < 1e-12);
+    }
+
+    /// The cold start the source measured is the host's from then on, whatever the window
+    /// holds, and survives the document's round trip.
+    #[test]
+    fn the_cold_start_measured_is_the_hosts() {
+        let probe = Probe {
+            threads: |_| None,
+            cpus: || Some(2),
+        };
+        let mut e = Estimator::new(Duration::from_secs(60), 8).with_probe(probe);
+        let now = e.start + Duration::from_secs(1);
+        assert_eq!(
+            e.parameters(now, SystemTime::now())
+                .host
+                .unwrap()
+                .cold_start,
+            None
+        );
+        let run = |pause_s, cpu_s| crate::cold_start::ColdRun {
+            pause_s,
+            cpu_s,
+            runs: 10,
+        };
+        let c = ColdStart {
+            work: "SHA-256".into(),
+            cpu: 1,
+            runs: vec![run(0.0, 14e-6), run(0.2, 70e-6)],
+        };
+        e.cold_start(&c);
+        let p = e.parameters(now + Duration::from_secs(600), SystemTime::now());
+        assert_eq!(p.host.as_ref().unwrap().cold_start, Some(c.clone()));
+        let back = Parameters::from_json(&p.to_json(), "test").unwrap();
+        assert_eq!(back.host.unwrap().cold_start, Some(c));
     }
 
     /// Prefork children each serve a connection now and then: one whose connection came
@@ -1091,7 +1138,8 @@ mod tests {
             Some(Host {
                 cpus: 2,
                 server_cpus: None,
-                other_cpus: None
+                other_cpus: None,
+                cold_start: None,
             })
         );
         let arch = |name: &str| {

@@ -8,6 +8,7 @@ use anyhow::{anyhow, bail, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    cold_start::ColdStart,
     ordered::Ordered,
     stage::{RequestClass, StageClass},
 };
@@ -30,7 +31,7 @@ pub struct Parameters {
 }
 
 /// The host the document was made on.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Host {
     /// CPUs online when the document was made (not a cpuset's share)
     pub cpus: u32,
@@ -43,6 +44,12 @@ pub struct Host {
     /// twice (and in documents written before them, or by hand)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub other_cpus: Option<f64>,
+    /// what a TLS record's work costs on a CPU the servers run on, back to back and after
+    /// pauses (`cold_start`): measured once, some 5 s after hstrace began following them;
+    /// absent before that, where it could not be measured (no libcrypto.so.3), and in
+    /// documents written before it or by hand
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_start: Option<ColdStart>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -342,7 +349,8 @@ mod tests {
             Some(Host {
                 cpus: 8,
                 server_cpus: None,
-                other_cpus: None
+                other_cpus: None,
+                cold_start: None,
             })
         );
         let a = p.servers[0].architecture.unwrap();

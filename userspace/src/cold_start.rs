@@ -1,27 +1,32 @@
-//! `--cold-start measure`: what a CPU pays to run a piece of work cold, by how long since
-//! it last ran it. A stage of a one-user window runs after the CPU has been away from the
-//! server's code for a think time (asleep, or running other work): the caches, the TLB and
-//! the branch history it left are gone, and the stage pays to refill them; under load the
-//! same stage ran a few milliseconds before and runs warm. The model takes that part of
-//! the window's stages out and adds it back by how long each visit had been away (see
-//! `knobs::warm`).
+//! The cold start: what a CPU pays to run a piece of work cold, by how long since it last
+//! ran it. A stage of a one-user window runs after the CPU has been away from the server's
+//! code for a think time (asleep, or running other work): the caches, the TLB and the branch
+//! history it left are gone, and the stage pays to refill them; under load the same stage
+//! ran a few milliseconds before and runs warm. The model takes that part of the window's
+//! stages out and adds it back by how long each visit had been away (`model::knobs::warm`).
 //!
 //! The work timed is a TLS record's: SHA-256 and AES-128-GCM over `WORK_BYTES`, from the
 //! host's OpenSSL libcrypto (the library its TLS servers run), loaded at run time, on one
-//! CPU, by the thread's CPU clock, back to back and after each pause of `PAUSES`.
+//! CPU, by the thread's CPU clock, back to back and after each pause of `PAUSES`. The
+//! record source measures it once on a CPU the traced servers run on, and the parameters
+//! carry it (`host.cold_start`); `hstrace model --cold-start measure` measures it on the
+//! model's host.
 
-use std::{thread, time::Duration};
+use std::{
+    collections::BTreeSet,
+    thread::{self, JoinHandle},
+    time::Duration,
+};
 
 use anyhow::{anyhow, Context, Result};
-
-use super::network::IdleCurve;
+use serde::{Deserialize, Serialize};
 
 /// The work: a TLS record's worth of bytes.
 const WORK_BYTES: usize = 16 * 1024;
 
 /// The pauses after which the work is timed, and how often each: from the gaps between a
 /// connection's flights under load (0.2-5 ms) to a one-user think time (0.2 s). About 5 s.
-const PAUSES: [(Duration, usize); 5] = [
+const PAUSES: [(Duration, u32); 5] = [
     (Duration::from_micros(200), 100),
     (Duration::from_millis(1), 100),
     (Duration::from_millis(5), 100),
@@ -30,97 +35,174 @@ const PAUSES: [(Duration, usize); 5] = [
 ];
 
 /// Back-to-back runs, the warm cost every pause's is measured against.
-const WARM_RUNS: usize = 100;
+const WARM_RUNS: u32 = 100;
 
 /// One pause's run.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ColdPoint {
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ColdRun {
     /// how long the thread slept before each run, seconds (0: back to back)
     pub pause_s: f64,
     /// the work's CPU time, median, seconds
     pub cpu_s: f64,
-    pub runs: usize,
+    /// how many times the work ran after that pause
+    pub runs: u32,
 }
 
-/// What was measured, and where.
-#[derive(Debug, Clone, PartialEq)]
+/// What was measured, and where (`host.cold_start` of the parameters).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ColdStart {
-    pub cpu: usize,
+    /// the work timed, in words
+    pub work: String,
+    /// the CPU it ran on
+    pub cpu: u32,
     /// back to back first, then each pause, ascending
-    pub points: Vec<ColdPoint>,
+    pub runs: Vec<ColdRun>,
 }
 
 impl ColdStart {
-    /// The curve the model takes: the CPU beyond the back-to-back cost, by pause (from 0
-    /// back to back; never below 0).
-    pub fn curve(&self) -> IdleCurve {
-        let warm = self.points.first().map_or(0.0, |p| p.cpu_s);
-        IdleCurve::curve(
-            self.points
+    /// The CPU beyond the back-to-back cost, by pause: (pause, seconds), from 0 back to
+    /// back, never below 0 (the model's cold-start curve).
+    pub fn beyond_back_to_back(&self) -> Vec<(f64, f64)> {
+        let warm = self.runs.first().map_or(0.0, |r| r.cpu_s);
+        self.runs
+            .iter()
+            .map(|r| (r.pause_s, (r.cpu_s - warm).max(0.0)))
+            .collect()
+    }
+
+    /// Whether the runs are what a curve can be made of: back to back first, then pauses
+    /// ascending, every time finite and not negative (a hand-written document may hold
+    /// anything).
+    pub fn check(&self) -> Result<()> {
+        let ok = self.runs.first().is_some_and(|r| r.pause_s == 0.0)
+            && self.runs.windows(2).all(|w| w[0].pause_s < w[1].pause_s)
+            && self
+                .runs
                 .iter()
-                .map(|p| (p.pause_s, (p.cpu_s - warm).max(0.0)))
-                .collect(),
-        )
+                .all(|r| r.cpu_s.is_finite() && r.cpu_s >= 0.0 && r.pause_s.is_finite());
+        if !ok {
+            anyhow::bail!("host.cold_start's runs must start back to back (pause_s 0), then pauses ascending, each cpu_s a time in seconds");
+        }
+        Ok(())
     }
 
-    /// The work timed, in words.
-    pub fn work(&self) -> String {
-        format!(
-            "SHA-256 and AES-128-GCM over {} KiB (a TLS record's work, libcrypto)",
-            WORK_BYTES / 1024
-        )
-    }
-
-    /// In words, for stderr: `14.0 µs back to back, 14.9 µs after 0.2 ms, …`.
+    /// In words, for stderr: `SHA-256 … cost CPU 0 14.0 µs back to back, 14.9 µs after
+    /// 0.2 ms, …`.
     pub fn words(&self) -> String {
         let runs = self
-            .points
+            .runs
             .iter()
-            .map(|p| {
-                let us = p.cpu_s * 1e6;
-                match p.pause_s {
+            .map(|r| {
+                let us = r.cpu_s * 1e6;
+                match r.pause_s {
                     0.0 => format!("{us:.1} µs back to back"),
                     s => format!("{us:.1} µs after {:.1} ms", s * 1e3),
                 }
             })
             .collect::<Vec<_>>()
             .join(", ");
-        format!("{} cost CPU {}: {runs}", self.work(), self.cpu)
+        format!("{} cost CPU {} {runs}", self.work, self.cpu)
     }
 }
 
-/// Times the work on the first CPU this process may run on, back to back and after each
-/// pause (about 5 s, mostly asleep).
+/// The work timed, in words.
+fn work() -> String {
+    format!(
+        "SHA-256 and AES-128-GCM over {} KiB (a TLS record's work, libcrypto)",
+        WORK_BYTES / 1024
+    )
+}
+
+/// Times the work on the first CPU this process may run on (`hstrace model --cold-start
+/// measure`).
 pub fn measure() -> Result<ColdStart> {
-    let cpu = first_allowed_cpu()?;
-    let points = thread::spawn(move || -> Result<Vec<ColdPoint>> {
-        pin(cpu)?;
-        let lib = libcrypto::Lib::load()?;
-        let record = vec![7u8; WORK_BYTES];
-        let mut sealed = vec![0u8; WORK_BYTES + 64];
-        std::iter::once((Duration::ZERO, WARM_RUNS))
-            .chain(PAUSES)
-            .map(|(pause, runs)| {
-                let mut took = Vec::with_capacity(runs);
-                for _ in 0..runs {
-                    if !pause.is_zero() {
-                        thread::sleep(pause);
+    measure_on(first_allowed_cpu()?)
+}
+
+/// Times the work on `cpu`, back to back and after each pause, on a thread of its own
+/// (about 5 s, mostly asleep; some 10 ms of CPU).
+pub fn measure_on(cpu: u32) -> Result<ColdStart> {
+    let runs = thread::Builder::new()
+        .name("cold-start".into())
+        .spawn(move || -> Result<Vec<ColdRun>> {
+            pin(cpu)?;
+            let lib = libcrypto::Lib::load()?;
+            let record = vec![7u8; WORK_BYTES];
+            let mut sealed = vec![0u8; WORK_BYTES + 64];
+            std::iter::once((Duration::ZERO, WARM_RUNS))
+                .chain(PAUSES)
+                .map(|(pause, runs)| {
+                    let mut took = Vec::with_capacity(runs as usize);
+                    for _ in 0..runs {
+                        if !pause.is_zero() {
+                            thread::sleep(pause);
+                        }
+                        let from = thread_cpu_ns()?;
+                        lib.digest_and_seal(&record, &mut sealed)?;
+                        took.push(thread_cpu_ns()?.saturating_sub(from) as f64 / 1e9);
                     }
-                    let from = thread_cpu_ns()?;
-                    lib.digest_and_seal(&record, &mut sealed)?;
-                    took.push(thread_cpu_ns()?.saturating_sub(from) as f64 / 1e9);
-                }
-                Ok(ColdPoint {
-                    pause_s: pause.as_secs_f64(),
-                    cpu_s: median(&mut took),
-                    runs,
+                    Ok(ColdRun {
+                        pause_s: pause.as_secs_f64(),
+                        cpu_s: median(&mut took),
+                        runs,
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        })
+        .context("cannot start the cold start's measuring thread")?
+        .join()
+        .map_err(|_| anyhow!("the cold start's measuring thread panicked"))??;
+    Ok(ColdStart {
+        work: work(),
+        cpu,
+        runs,
     })
-    .join()
-    .map_err(|_| anyhow!("--cold-start measure: the measuring thread panicked"))??;
-    Ok(ColdStart { cpu, points })
+}
+
+/// The record source's measurement (`source::Options::cold_start`): once, on a thread of
+/// its own, started on the lowest CPU the traced processes may run on when they are first
+/// seen.
+#[derive(Default)]
+pub enum Background {
+    #[default]
+    NotStarted,
+    Running(JoinHandle<Result<ColdStart>>),
+    Over,
+}
+
+impl Background {
+    /// Start on the lowest of `cpus` (none: not yet); once the measurement is over, its
+    /// result, once.
+    pub fn poll(&mut self, cpus: &BTreeSet<u32>) -> Option<Result<ColdStart>> {
+        match self {
+            Background::NotStarted => {
+                let cpu = *cpus.first()?;
+                *self = Background::Running(thread::spawn(move || measure_on(cpu)));
+                None
+            }
+            Background::Running(h) if h.is_finished() => self.finish(),
+            Background::Running(_) | Background::Over => None,
+        }
+    }
+
+    /// Whether a measurement is under way.
+    pub fn running(&self) -> bool {
+        matches!(self, Background::Running(_))
+    }
+
+    /// The result of a measurement under way, waiting for it (at most its 5 s).
+    pub fn finish(&mut self) -> Option<Result<ColdStart>> {
+        match std::mem::replace(self, Background::Over) {
+            Background::Running(h) => Some(
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("the cold start's measurement panicked"))),
+            ),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -134,23 +216,22 @@ fn thread_cpu_ns() -> Result<u64> {
 }
 
 /// The lowest CPU this thread may run on.
-fn first_allowed_cpu() -> Result<usize> {
+fn first_allowed_cpu() -> Result<u32> {
     crate::host_cpu::allowed(0)
         .and_then(|cpus| cpus.first().copied())
-        .map(|cpu| cpu as usize)
         .context("cannot read which CPUs hstrace may run on (sched_getaffinity)")
 }
 
 /// The calling thread on `cpu` only.
-fn pin(cpu: usize) -> Result<()> {
+fn pin(cpu: u32) -> Result<()> {
     // SAFETY: an all-zero cpu_set_t is a valid empty set
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: CPU_SET checks cpu against the set's size
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    unsafe { libc::CPU_SET(cpu as usize, &mut set) };
     // SAFETY: set is a cpu_set_t of the size given; 0 is this thread
     if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
         return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("cannot run the measuring thread on CPU {cpu} (offline, or outside hstrace's cpuset? `taskset -p $$` shows the CPUs allowed): give --cold-start SINCE=TIME,... measured elsewhere"));
+            .with_context(|| format!("cannot run the measuring thread on CPU {cpu} (offline, or outside hstrace's cpuset? `taskset -p $$` shows the CPUs allowed): measure where the servers run"));
     }
     Ok(())
 }
@@ -198,14 +279,14 @@ mod libcrypto {
             // SAFETY: a NUL-terminated name; the handle is kept for the process's life
             let lib = unsafe { libc::dlopen(c"libcrypto.so.3".as_ptr(), libc::RTLD_NOW) };
             if lib.is_null() {
-                bail!("--cold-start measure times OpenSSL's libcrypto.so.3, which this host does not have: install libssl3, or give --cold-start SINCE=TIME,... measured on the server's host");
+                bail!("the cold start is timed on OpenSSL's libcrypto.so.3, which this host does not have: install libssl3 (or give hstrace model --cold-start SINCE=TIME,... measured on the servers' host)");
             }
             let sym = |name: &CStr| -> Result<*mut c_void> {
                 // SAFETY: lib is a live handle, name NUL-terminated
                 let f = unsafe { libc::dlsym(lib, name.as_ptr()) };
                 (!f.is_null())
                     .then_some(f)
-                    .ok_or_else(|| anyhow!("libcrypto.so.3 has no {name:?}: --cold-start measure needs OpenSSL 3's (install libssl3)"))
+                    .ok_or_else(|| anyhow!("libcrypto.so.3 has no {name:?}: the cold start is timed on OpenSSL 3's (install libssl3)"))
             };
             // SAFETY: each symbol is the OpenSSL 3 function of the type it is given
             unsafe {
@@ -284,19 +365,21 @@ mod tests {
     /// The curve is each pause's cost beyond back to back, never below 0.
     #[test]
     fn the_curve_is_the_cost_beyond_back_to_back() {
-        let p = |pause_s: f64, us: f64| ColdPoint {
+        let p = |pause_s: f64, us: f64| ColdRun {
             pause_s,
             cpu_s: us * 1e-6,
             runs: 10,
         };
         let c = ColdStart {
+            work: work(),
             cpu: 0,
-            points: vec![p(0.0, 14.0), p(1e-3, 13.0), p(0.025, 54.0), p(0.2, 72.0)],
+            runs: vec![p(0.0, 14.0), p(1e-3, 13.0), p(0.025, 54.0), p(0.2, 72.0)],
         };
-        let got = c.curve();
+        c.check().unwrap();
+        let got = c.beyond_back_to_back();
         let want = [(0.0, 0.0), (1e-3, 0.0), (0.025, 40e-6), (0.2, 58e-6)];
-        assert_eq!(got.points().len(), want.len());
-        for (g, w) in got.points().iter().zip(want) {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
             assert!(
                 (g.0 - w.0).abs() < 1e-12 && (g.1 - w.1).abs() < 1e-12,
                 "{got:?}"
@@ -305,5 +388,14 @@ mod tests {
         assert!(c
             .words()
             .contains("14.0 µs back to back, 13.0 µs after 1.0 ms"));
+        // what no curve can be made of: pauses out of order, none back to back, no time
+        let mut bad = c.clone();
+        bad.runs.swap(1, 2);
+        assert!(bad.check().is_err());
+        bad.runs.clear();
+        assert!(bad.check().is_err());
+        let mut bad = c.clone();
+        bad.runs[3].cpu_s = f64::NAN;
+        assert!(bad.check().is_err());
     }
 }

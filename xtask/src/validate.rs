@@ -18,7 +18,6 @@
 //! nginx with one worker, one mix, three user counts, short windows.
 
 use std::{
-    cell::OnceCell,
     fmt::Write as _,
     fs,
     io::{BufRead, BufReader, Read, Write as _},
@@ -580,54 +579,6 @@ fn model(bin: &Path, args: &[String]) -> Result<Value> {
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
-/// The cold start as hstrace measures it on this host (`hstrace model --cold-start
-/// measure`), once, at the first forecast: each forecast after it is given the same curve,
-/// so that all are made with one measurement.
-#[derive(Default)]
-struct ColdStart(OnceCell<(String, Value)>);
-
-impl ColdStart {
-    /// `hstrace model ARGS` with the cold start: measured at the first call, given since.
-    fn model(&self, bin: &Path, args: &[String]) -> Result<Value> {
-        let with = |value: &str| [args, &["--cold-start".into(), value.into()]].concat();
-        if let Some((curve, _)) = self.0.get() {
-            return model(bin, &with(curve));
-        }
-        let answer = model(bin, &with("measure"))?;
-        let knobs = &answer["knobs"];
-        let curve = curve_arg(
-            knobs["cold_start_after"]
-                .as_array()
-                .filter(|points| !points.is_empty())
-                .context("hstrace model --cold-start measure gave no curve")?
-                .iter()
-                .map(|p| (f(&p["since_s"]), f(&p["cpu_s"]))),
-        );
-        let measured = knobs["cold_start_measured"].clone();
-        eprintln!(
-            "xtask: hstrace's cold start: {}",
-            cold_start_words(&measured)
-        );
-        let _ = self.0.set((curve, measured));
-        Ok(answer)
-    }
-
-    /// `--cold-start CURVE` as measured (none before the first forecast).
-    fn args(&self) -> Vec<String> {
-        self.0
-            .get()
-            .map(|(curve, _)| vec!["--cold-start".into(), curve.clone()])
-            .unwrap_or_default()
-    }
-
-    /// What was measured, in words (before the first forecast: not yet).
-    fn words(&self) -> String {
-        self.0
-            .get()
-            .map_or("not measured".into(), |(_, m)| cold_start_words(m))
-    }
-}
-
 /// A curve as `hstrace model` takes it (`--wakeup`, `--cold-start`): IDLE=TIME,... in
 /// seconds.
 fn curve_arg(points: impl Iterator<Item = (f64, f64)>) -> String {
@@ -637,8 +588,8 @@ fn curve_arg(points: impl Iterator<Item = (f64, f64)>) -> String {
         .join(",")
 }
 
-/// `--cold-start measure`'s runs (its `cold_start_measured`) in words: the work, then its
-/// CPU back to back and after each pause.
+/// The cold start a parameters document holds (`host.cold_start`, the daemon's
+/// measurement) in words: the work, then its CPU back to back and after each pause.
 fn cold_start_words(measured: &Value) -> String {
     let runs = measured["runs"]
         .as_array()
@@ -662,6 +613,25 @@ fn cold_start_words(measured: &Value) -> String {
         measured["work"].as_str().unwrap_or("?"),
         measured["cpu"]
     )
+}
+
+/// The cold start each forecast took, from its window's parameters (the daemon measured it
+/// on the server's first CPU as the window began), one line per architecture and mix.
+fn cold_starts(archs: &[(&Arch, Vec<Vec<Point>>)]) -> String {
+    let mut lines = Vec::new();
+    for (arch, mixes) in archs.iter().filter(|(a, _)| a.discipline == SIMULATED) {
+        for (i, points) in mixes.iter().enumerate() {
+            if let Some(p) = points.iter().find(|p| p.users == FORECAST_FROM_USERS) {
+                lines.push(format!(
+                    "  - {}, mix {}: {}",
+                    arch.title,
+                    i + 1,
+                    cold_start_words(&p.params["host"]["cold_start"])
+                ));
+            }
+        }
+    }
+    lines.join("\n")
 }
 
 /// The one point of a one-user-count answer.
@@ -694,8 +664,6 @@ struct Rig<'a> {
     /// the harness's wake-up curve, given to the same-point fit of an event loop (None:
     /// the reduced run, which checks the forecast only)
     platform: Option<&'a Platform>,
-    /// hstrace's cold start, given to every forecast of an event loop
-    cold_start: &'a ColdStart,
 }
 
 /// `hstrace model`'s arguments for `params` at `users` users thinking `think` seconds, with
@@ -753,7 +721,6 @@ fn predict(
         bin,
         arch,
         platform,
-        cold_start,
         ..
     } = *rig;
     let params: Value = serde_json::from_str(&fs::read_to_string(file)?)?;
@@ -781,7 +748,9 @@ fn predict(
     let mut args = with(file, arch.discipline);
     args.extend(["--overhead".into(), "0".into()]);
     if event_loop {
-        args.extend(["--wakeup", "0", "--sleep-cpu", "0"].map(String::from));
+        args.extend(
+            ["--wakeup", "0", "--sleep-cpu", "0", "--cold-start", "none"].map(String::from),
+        );
     }
     let params_only = point(&model(bin, &args)?);
     // the daemon's own reading, its ports weighted by their connections (the model splits
@@ -814,15 +783,18 @@ fn predict(
         .ok()
         .map(|a| point(&a));
     // the forecast: hstrace's own measurements at low load, only the mix set to this
-    // point's (no harness wake-up curve); an event loop's with hstrace's cold start
-    let forecast_model = |args: &[String]| match event_loop {
-        true => cold_start.model(bin, args),
-        false => model(bin, args),
-    };
+    // point's (no harness wake-up curve); an event loop's with the cold start the daemon
+    // measured (the window's host.cold_start, which the model takes unasked)
+    let base: Value = serde_json::from_str(&fs::read_to_string(forecast_from)?)?;
+    if event_loop && base["host"]["cold_start"].is_null() {
+        bail!(
+            "{}: the forecast window's parameters hold no cold start (the daemon measures it in its first seconds: a window too short?)",
+            forecast_from.display()
+        );
+    }
     let mut args = with(forecast_from, arch.discipline);
     args.extend(mix_args(&load));
-    let forecast = point(&forecast_model(&args)?);
-    let base: Value = serde_json::from_str(&fs::read_to_string(forecast_from)?)?;
+    let forecast = point(&model(bin, &args)?);
     let host_speed = signature_cpu_s(&base)
         .zip(signature_cpu_s(&params))
         .map(|(then, now)| then / now);
@@ -832,7 +804,7 @@ fn predict(
             if let Some(o) = other_cpus {
                 args.extend(["--other-cpus".into(), o.to_string()]);
             }
-            Some(point(&forecast_model(&args)?))
+            Some(point(&model(bin, &args)?))
         }
         None => None,
     };
@@ -1254,7 +1226,6 @@ fn report(
     whatif: &WhatIf,
     plan: &Plan,
     platform: &Platform,
-    cold_start: &ColdStart,
     commit: &str,
 ) -> Result<(String, Misses)> {
     let mut misses = Misses::default();
@@ -1320,7 +1291,7 @@ fn report(
             ("SIMULATED", SIMULATED.to_string()),
             ("FROM_USERS", FORECAST_FROM_USERS.to_string()),
             ("WAKEUP", platform.wakeup_words()),
-            ("COLD", cold_start.words()),
+            ("COLD", cold_starts(archs)),
             ("TOLERANCE_PCT", format!("{:.0}", TOLERANCE * 100.0)),
             ("UTIL_LIMIT_PCT", format!("{:.0}", UTIL_LIMIT * 100.0)),
             ("ARCHES", sections.join("\n").trim_end().to_string()),
@@ -1422,6 +1393,8 @@ struct WhatIf {
     points: Vec<WhatIfPoint>,
     /// `openssl speed`'s costs as the model reported them, in words
     sign_costs: String,
+    /// the same per key of `WHATIF_TO`, as `--sign-cost` takes them
+    sign_cost_args: Vec<(Key, String)>,
     /// the base window's parameters
     base: PathBuf,
     /// the client's delays a request in the base window (`delays_s`)
@@ -1431,13 +1404,7 @@ struct WhatIf {
 /// From one window of mix 1 with `FORECAST_FROM_USERS` users on nginx (one worker) with
 /// `WHATIF_FROM`, the forecast with each key of `WHATIF_TO`, and the real server with that
 /// key at its user counts (the plan's duration; a quick plan takes the first and last).
-fn run_whatif(
-    bin: &Path,
-    hsload: &Path,
-    dir: &Path,
-    plan: &Plan,
-    cold_start: &ColdStart,
-) -> Result<WhatIf> {
+fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<WhatIf> {
     let arch = &NGINX_ONE;
     let mix = &MIXES[0];
     let base = dir.join(format!(
@@ -1461,6 +1428,7 @@ fn run_whatif(
     let server_arg = servers_from(&base_params);
     let mut points = Vec::new();
     let mut sign_costs = Vec::new();
+    let mut sign_cost_args: Vec<(Key, String)> = Vec::new();
     for (key, users) in WHATIF_TO {
         let server = Server::start(arch, key, dir)?;
         let users: Vec<u32> = match plan.is_full() {
@@ -1482,15 +1450,20 @@ fn run_whatif(
             let think = load["think_time_measured_s"].as_f64().unwrap_or(THINK_S);
             let mut args = model_args(&base, &server_arg, n, think, SIMULATED, 1);
             args.extend(mix_args(&load));
-            let unchanged = point(&cold_start.model(bin, &args)?);
+            let unchanged = point(&model(bin, &args)?);
             args.extend([
                 "--key-change".into(),
                 format!("{}:{}", WHATIF_FROM.name(), key.name()),
             ]);
-            let answer = cold_start.model(bin, &args)?;
-            // openssl's costs, once per key
+            // openssl's costs, measured once per key (at its first point) and given to
+            // the others and the picture, so that all are forecast from one measurement
+            if let Some((_, measured)) = sign_cost_args.iter().find(|(k, _)| *k == key) {
+                args.extend(["--sign-cost".into(), measured.clone()]);
+            }
+            let answer = model(bin, &args)?;
             if i == 0 {
                 sign_costs.push(key_change_words(&answer));
+                sign_cost_args.push((key, sign_cost_arg(&answer)));
             }
             let params: Value = serde_json::from_str(&fs::read_to_string(&file)?)?;
             points.push(WhatIfPoint {
@@ -1509,9 +1482,22 @@ fn run_whatif(
     Ok(WhatIf {
         points,
         sign_costs: sign_costs.join("; "),
+        sign_cost_args,
         window_delays_s: delays_s(&base_params),
         base,
     })
+}
+
+/// The signing costs `--key-change` measured, as `--sign-cost` takes them
+/// (`FROM=SECONDS,TO=SECONDS`).
+fn sign_cost_arg(answer: &Value) -> String {
+    let k = &answer["knobs"]["key_change"];
+    [&k["from"], &k["to"]]
+        .map(|name| {
+            let name = name.as_str().unwrap_or("?");
+            format!("{name}={:.9}s", f(&k["sign_s"][name]))
+        })
+        .join(",")
 }
 
 /// The signing costs `--key-change` measured, in words (from its `hstrace.model/v1`
@@ -1589,7 +1575,6 @@ fn pictures(
     docs: &Path,
     archs: &[(&Arch, Vec<Vec<Point>>)],
     whatif: &WhatIf,
-    cold_start: &ColdStart,
 ) -> Result<()> {
     for (arch, mixes) in archs {
         for (i, points) in mixes.iter().enumerate() {
@@ -1599,7 +1584,7 @@ fn pictures(
             let think = first.load["think_time_measured_s"]
                 .as_f64()
                 .unwrap_or(THINK_S);
-            let mut args = without_users(model_args(
+            let args = without_users(model_args(
                 &from,
                 &server,
                 1,
@@ -1607,9 +1592,6 @@ fn pictures(
                 arch.discipline,
                 arch.servers,
             ));
-            if arch.discipline == SIMULATED {
-                args.extend(cold_start.args());
-            }
             let measured: Vec<(u32, &Value)> = points.iter().map(|p| (p.users, &p.load)).collect();
             let name = format!("{}-mix{}", arch.key, i + 1);
             plot(bin, &args, &measured, (dir, docs, &name))?;
@@ -1631,7 +1613,9 @@ fn pictures(
             "--key-change".into(),
             format!("{}:{}", WHATIF_FROM.name(), key.name()),
         ]);
-        args.extend(cold_start.args());
+        if let Some((_, measured)) = whatif.sign_cost_args.iter().find(|(k, _)| *k == key) {
+            args.extend(["--sign-cost".into(), measured.clone()]);
+        }
         let measured: Vec<(u32, &Value)> = points.iter().map(|p| (p.users, &p.load)).collect();
         let name = format!("whatif-{}", key.name());
         plot(bin, &args, &measured, (dir, docs, &name))?;
@@ -1685,7 +1669,6 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
         "xtask: an idle CPU 0 wakes a thread in epoll_wait in {}",
         platform.wakeup_words()
     );
-    let cold_start = ColdStart::default();
     let mut archs = Vec::new();
     for arch in ARCHES.iter().filter(|a| chosen(a.key)) {
         let server = Server::start(arch, KEY, &dir)?;
@@ -1696,7 +1679,6 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
             server: &server,
             dir: &dir,
             platform: Some(&platform),
-            cold_start: &cold_start,
         };
         let mut mixes = Vec::new();
         for (i, mix) in MIXES.iter().enumerate() {
@@ -1705,17 +1687,18 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
         archs.push((arch, mixes));
     }
     let whatif = match chosen("whatif") {
-        true => run_whatif(bin, hsload, &dir, plan, &cold_start)?,
+        true => run_whatif(bin, hsload, &dir, plan)?,
         false => WhatIf {
             points: Vec::new(),
             sign_costs: "not run".into(),
+            sign_cost_args: Vec::new(),
             base: PathBuf::new(),
             window_delays_s: 0.0,
         },
     };
-    let (doc, misses) = report(&archs, &whatif, plan, &platform, &cold_start, &commit()?)?;
+    let (doc, misses) = report(&archs, &whatif, plan, &platform, &commit()?)?;
     if only.is_empty() && plan.is_full() {
-        pictures(bin, &dir, &root.join("docs"), &archs, &whatif, &cold_start)?;
+        pictures(bin, &dir, &root.join("docs"), &archs, &whatif)?;
         fs::write(root.join("docs/model-validation.md"), &doc)?;
         eprintln!("xtask: wrote docs/model-validation.md");
     } else {
@@ -1762,7 +1745,6 @@ mod tests {
             server: &server,
             dir: &dir,
             platform: None,
-            cold_start: &ColdStart::default(),
         };
         run_mix(&rig, &MIXES[0], 0, &plan)
     }

@@ -2,6 +2,7 @@
 
 use std::{
     collections::BTreeMap,
+    os::unix::process::CommandExt,
     process::{Child, Command, Stdio},
     sync::mpsc,
 };
@@ -24,12 +25,25 @@ pub struct Daemon {
 impl Daemon {
     /// Start and wait until it says it serves.
     pub fn start(args: &[&str]) -> Daemon {
+        Daemon::start_on(args, None)
+    }
+
+    /// The same, its every thread started on `cpu` (`taskset -c CPU`): a thread that
+    /// pins itself elsewhere (the cold start's) stays where it went, as it would not if the
+    /// daemon's threads were moved once it runs.
+    pub fn start_on(args: &[&str], cpu: Option<usize>) -> Daemon {
         let addr = format!("127.0.0.1:{}", free_port());
         let mut cmd = Command::new(hstrace_bin());
         cmd.arg("serve")
             .args(["--listen", &addr])
             .args(args)
             .stdout(Stdio::null());
+        if let Some(cpu) = cpu {
+            // SAFETY: only sched_setaffinity (async-signal-safe) between fork and exec
+            unsafe {
+                cmd.pre_exec(move || crate::procs::pin_thread(0, cpu));
+            }
+        }
         let (child, stderr, stderr_seen) = spawn_until_ready(&mut cmd, "hstrace: serving");
         Daemon {
             child,

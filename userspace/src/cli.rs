@@ -448,7 +448,7 @@ impl SourceArgs {
             pods_dir: self
                 .pods_dir
                 .unwrap_or_else(|| PathBuf::from(crate::container::PODS_DIR)),
-            cold_start: false,
+            cold_start: crate::cold_start::Want::No,
         })
     }
 }
@@ -488,7 +488,7 @@ pub fn run(cli: Cli) -> Result<()> {
             // (docs/cost.md); --uprobes handshake asks for them
             let opts = Options {
                 end_when_selection_exits: false,
-                cold_start: true,
+                cold_start: crate::cold_start::Want::Background,
                 ..source.options(Uprobes::None)?
             };
             let listen: SocketAddr = listen.parse().map_err(|_| {
@@ -529,7 +529,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 (None, Some(d)) => {
                     let d = seconds("--duration", d)?;
                     let opts = Options {
-                        cold_start: true,
+                        cold_start: crate::cold_start::Want::BeforeTheEnd,
                         ..source.options(Uprobes::Handshake)?
                     };
                     runtime()?.block_on(export::traced(opts, d, format))

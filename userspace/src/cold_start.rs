@@ -18,7 +18,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// The work: a TLS record's worth of bytes.
@@ -81,7 +81,7 @@ impl ColdStart {
                 .iter()
                 .all(|r| r.cpu_s.is_finite() && r.cpu_s >= 0.0 && r.pause_s.is_finite());
         if !ok {
-            anyhow::bail!("host.cold_start's runs must start back to back (pause_s 0), then pauses ascending, each cpu_s a time in seconds");
+            bail!("host.cold_start's runs must start back to back (pause_s 0), then pauses ascending, each cpu_s a time in seconds");
         }
         Ok(())
     }
@@ -101,7 +101,7 @@ impl ColdStart {
             })
             .collect::<Vec<_>>()
             .join(", ");
-        format!("{} cost CPU {} {runs}", self.work, self.cpu)
+        format!("{} cost CPU {}: {runs}", self.work, self.cpu)
     }
 }
 
@@ -119,12 +119,19 @@ pub fn measure() -> Result<ColdStart> {
     measure_on(first_allowed_cpu()?)
 }
 
-/// Times the work on `cpu`, back to back and after each pause, on a thread of its own
-/// (about 5 s, mostly asleep; some 10 ms of CPU).
+/// Times the work on `cpu`, back to back and after each pause (about 5 s, mostly asleep;
+/// some 10 ms of CPU).
 pub fn measure_on(cpu: u32) -> Result<ColdStart> {
-    let runs = thread::Builder::new()
+    spawn_on(cpu)?
+        .join()
+        .unwrap_or_else(|_| Err(anyhow!("the cold start's measuring thread panicked")))
+}
+
+/// The measurement on a thread of its own, pinned to `cpu`.
+fn spawn_on(cpu: u32) -> Result<JoinHandle<Result<ColdStart>>> {
+    thread::Builder::new()
         .name("cold-start".into())
-        .spawn(move || -> Result<Vec<ColdRun>> {
+        .spawn(move || -> Result<ColdStart> {
             pin(cpu)?;
             let lib = libcrypto::Lib::load()?;
             let record = vec![7u8; WORK_BYTES];
@@ -140,6 +147,10 @@ pub fn measure_on(cpu: u32) -> Result<ColdStart> {
                         let from = thread_cpu_ns()?;
                         lib.digest_and_seal(&record, &mut sealed)?;
                         took.push(thread_cpu_ns()?.saturating_sub(from) as f64 / 1e9);
+                        // SAFETY: no arguments; returns the CPU this thread runs on
+                        if unsafe { libc::sched_getcpu() } != cpu as i32 {
+                            bail!("the measuring thread was moved off CPU {cpu} (were hstrace's threads pinned elsewhere while it ran? pin hstrace before it starts, e.g. taskset -c CPUS hstrace ...)");
+                        }
                     }
                     Ok(ColdRun {
                         pause_s: pause.as_secs_f64(),
@@ -147,21 +158,30 @@ pub fn measure_on(cpu: u32) -> Result<ColdStart> {
                         runs,
                     })
                 })
-                .collect()
+                .collect::<Result<Vec<ColdRun>>>()
+                .map(|runs| ColdStart {
+                    work: work(),
+                    cpu,
+                    runs,
+                })
         })
-        .context("cannot start the cold start's measuring thread")?
-        .join()
-        .map_err(|_| anyhow!("the cold start's measuring thread panicked"))??;
-    Ok(ColdStart {
-        work: work(),
-        cpu,
-        runs,
-    })
+        .context("cannot start the cold start's measuring thread")
 }
 
-/// The record source's measurement (`source::Options::cold_start`): once, on a thread of
-/// its own, started on the lowest CPU the traced processes may run on when they are first
-/// seen.
+/// Whether the record source measures the cold start (`source::Options::cold_start`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    /// no (trace, report)
+    No,
+    /// once, in the background; a run that ends first goes without it (serve)
+    Background,
+    /// the same, and a run that ends first waits for it (export: its document is all
+    /// there is)
+    BeforeTheEnd,
+}
+
+/// The record source's measurement: once, on a thread of its own, started on the CPU the
+/// traced processes are seen on (`cpu_of_most`) when they are first seen.
 #[derive(Default)]
 pub enum Background {
     #[default]
@@ -171,13 +191,18 @@ pub enum Background {
 }
 
 impl Background {
-    /// Start on the lowest of `cpus` (none: not yet); once the measurement is over, its
+    /// Start on `cpu` (None: no traced process seen yet); once the measurement is over, its
     /// result, once.
-    pub fn poll(&mut self, cpus: &BTreeSet<u32>) -> Option<Result<ColdStart>> {
+    pub fn poll(&mut self, cpu: Option<u32>) -> Option<Result<ColdStart>> {
         match self {
             Background::NotStarted => {
-                let cpu = *cpus.first()?;
-                *self = Background::Running(thread::spawn(move || measure_on(cpu)));
+                match spawn_on(cpu?) {
+                    Ok(h) => *self = Background::Running(h),
+                    Err(e) => {
+                        *self = Background::Over;
+                        return Some(Err(e));
+                    }
+                }
                 None
             }
             Background::Running(h) if h.is_finished() => self.finish(),
@@ -188,6 +213,11 @@ impl Background {
     /// Whether a measurement is under way.
     pub fn running(&self) -> bool {
         matches!(self, Background::Running(_))
+    }
+
+    /// Whether one was ever started.
+    pub fn started(&self) -> bool {
+        !matches!(self, Background::NotStarted)
     }
 
     /// The result of a measurement under way, waiting for it (at most its 5 s).
@@ -215,6 +245,21 @@ fn thread_cpu_ns() -> Result<u64> {
         .ok_or_else(|| anyhow!("cannot read this thread's CPU clock"))
 }
 
+/// The CPU that most of the processes (their allowed CPUs, `allowed`) may run on, the
+/// lowest of those: where a server's workers are pinned and its master is not, a CPU of
+/// the workers'; None without any.
+pub fn cpu_of_most(allowed: &[BTreeSet<u32>]) -> Option<u32> {
+    let mut count: std::collections::BTreeMap<u32, usize> = Default::default();
+    for cpu in allowed.iter().flatten() {
+        *count.entry(*cpu).or_default() += 1;
+    }
+    let most = *count.values().max()?;
+    count
+        .into_iter()
+        .find(|(_, n)| *n == most)
+        .map(|(cpu, _)| cpu)
+}
+
 /// The lowest CPU this thread may run on.
 fn first_allowed_cpu() -> Result<u32> {
     crate::host_cpu::allowed(0)
@@ -231,7 +276,7 @@ fn pin(cpu: u32) -> Result<()> {
     // SAFETY: set is a cpu_set_t of the size given; 0 is this thread
     if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
         return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("cannot run the measuring thread on CPU {cpu} (offline, or outside hstrace's cpuset? `taskset -p $$` shows the CPUs allowed): measure where the servers run"));
+            .with_context(|| format!("cannot run the cold start's measuring thread on CPU {cpu} (offline, or outside hstrace's cpuset? `taskset -pc PID` shows the CPUs a process may use): run hstrace where it may use the servers' CPUs"));
     }
     Ok(())
 }
@@ -397,5 +442,19 @@ mod tests {
         let mut bad = c.clone();
         bad.runs[3].cpu_s = f64::NAN;
         assert!(bad.check().is_err());
+    }
+
+    /// The CPU most processes may run on, the lowest of those.
+    #[test]
+    fn the_cpu_is_where_most_processes_may_run() {
+        let set = |cpus: &[u32]| cpus.iter().copied().collect::<BTreeSet<u32>>();
+        assert_eq!(cpu_of_most(&[]), None);
+        // nginx's master unpinned, its workers on CPUs 2 and 3
+        let workers = [set(&[0, 1, 2, 3]), set(&[2]), set(&[3])];
+        assert_eq!(cpu_of_most(&workers), Some(2));
+        // all unpinned
+        assert_eq!(cpu_of_most(&[set(&[0, 1]), set(&[0, 1])]), Some(0));
+        // pinned to CPU 1
+        assert_eq!(cpu_of_most(&[set(&[1]), set(&[1])]), Some(1));
     }
 }

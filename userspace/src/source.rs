@@ -58,8 +58,8 @@ pub struct Options {
     /// Where the kubelet keeps its pods' log directories, which name them (`--pods-dir`)
     pub pods_dir: PathBuf,
     /// Measure the cold start once on a CPU the traced processes run on, for the
-    /// parameters (`cold_start`; serve, export)
-    pub cold_start: bool,
+    /// parameters (serve, export)
+    pub cold_start: cold_start::Want,
 }
 
 pub struct Source {
@@ -228,7 +228,8 @@ impl Source {
             Array::try_from(bpf.take_map("listen_ports").context("map listen_ports")?)?;
         let tables = Tables::take(&mut bpf)?;
         let max_conns = opts.max_conns as usize;
-        let cold_start = opts.cold_start.then(cold_start::Background::default);
+        let cold_start =
+            (opts.cold_start != cold_start::Want::No).then(cold_start::Background::default);
         let mut s = Source {
             bpf,
             ssl,
@@ -354,6 +355,7 @@ impl Source {
         let mut unseen = false;
         let mut traced_ns = 0;
         let mut on = BTreeSet::new();
+        let mut each = Vec::new();
         for &pid in &traced {
             let Some(now) = targets::cpu_ns(pid) else {
                 continue;
@@ -373,9 +375,13 @@ impl Source {
                     _ => unseen = true,
                 },
             }
-            on.extend(host_cpu::allowed(pid).into_iter().flatten());
+            if let Some(allowed) = host_cpu::allowed(pid) {
+                on.extend(&allowed);
+                each.push(allowed);
+            }
         }
-        if let Some(measured) = self.cold_start.as_mut().and_then(|b| b.poll(&on)) {
+        let cpu = cold_start::cpu_of_most(&each);
+        if let Some(measured) = self.cold_start.as_mut().and_then(|b| b.poll(cpu)) {
             pass_cold_start(measured, sink);
         }
         let Some(busy) = host_cpu::busy_ns() else {
@@ -648,8 +654,14 @@ impl Source {
         // the records already in the ring buffer
         let last = drain_ring(ring.get_mut(), &mut self.pipe, &mut self.procs, sink);
         self.detach_untied();
-        if let Some(b) = self.cold_start.as_mut().filter(|b| b.running()) {
-            eprintln!("hstrace: finishing the cold start's measurement (a few seconds)");
+        if let (Some(b), cold_start::Want::BeforeTheEnd) =
+            (self.cold_start.as_mut(), self.opts.cold_start)
+        {
+            if b.running() {
+                eprintln!("hstrace: finishing the cold start's measurement (a few seconds)");
+            } else if !b.started() {
+                eprintln!("hstrace: no cold start in the parameters: no traced process was seen to measure it where it runs");
+            }
             if let Some(measured) = b.finish() {
                 pass_cold_start(measured, sink);
             }

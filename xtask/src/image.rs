@@ -122,12 +122,18 @@ pub fn image(packages: &package::Packages) -> Result<Image> {
 /// the host's cold start on (userspace/src/cold_start.rs).
 const RUN_TIME_LIBRARY: &str = "libcrypto.so.3";
 
-/// Where the loader finds `name` on this machine (`ldconfig -p`).
+/// Where the loader finds `name` for this machine's architecture (`ldconfig -p`, whose
+/// lines name it: `libcrypto.so.3 (libc6,x86-64) => /lib/...`; a multiarch host has others).
 fn run_time_library(name: &str) -> Result<PathBuf> {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "x86-64",
+        "aarch64" => "AArch64",
+        other => other,
+    };
     let cache = output(Command::new("ldconfig").arg("-p"))?;
     cache
         .lines()
-        .filter(|l| l.trim_start().starts_with(&format!("{name} ")))
+        .filter(|l| l.trim_start().starts_with(&format!("{name} ")) && l.contains(arch))
         .filter_map(|l| l.split(" => ").nth(1))
         .map(|p| PathBuf::from(p.trim()))
         .next()

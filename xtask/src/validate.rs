@@ -550,10 +550,12 @@ fn drive(run: &Run, daemon: u32) -> Result<(Value, f64, f64)> {
 fn measure(run: &Run, file: &Path) -> Result<(Value, f64, f64)> {
     let window = (run.duration_s + 1).to_string();
     let master = run.server.server.master_pid().to_string();
-    let daemon = Daemon::start(&["--pid", &master, "--window", &window]);
-    if let Some(cpu) = run.arch.client_cpu {
-        pin(daemon.pid(), cpu)?;
-    }
+    // (pinned from its start: moving its threads once it runs would move the cold
+    // start's measurement off the server's CPU, which it pins itself to)
+    let daemon = Daemon::start_on(
+        &["--pid", &master, "--window", &window],
+        run.arch.client_cpu,
+    );
     let measured = drive(run, daemon.pid())?;
     let params_text = daemon.get("/api/v1/parameters");
     drop(daemon);
@@ -1425,6 +1427,12 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
         measure(&run, &base)?;
     }
     let base_params: Value = serde_json::from_str(&fs::read_to_string(&base)?)?;
+    if base_params["host"]["cold_start"].is_null() {
+        bail!(
+            "{}: the what-if window's parameters hold no cold start (the daemon measures it in its first seconds: a window too short?)",
+            base.display()
+        );
+    }
     let server_arg = servers_from(&base_params);
     let mut points = Vec::new();
     let mut sign_costs = Vec::new();

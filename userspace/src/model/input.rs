@@ -98,10 +98,8 @@ pub fn parse_parameters(text: &str, origin: &str) -> Result<Vec<ServerInput>> {
     let other_cpus = host
         .and_then(|h| h.other_cpus)
         .filter(|o| o.is_finite() && *o >= 0.0);
+    // (checked where the model takes it: a bad one costs only itself)
     let cold_start = host.and_then(|h| h.cold_start.clone());
-    if let Some(c) = &cold_start {
-        c.check().with_context(|| origin.to_owned())?;
-    }
     doc.servers
         .iter()
         .map(|s| {

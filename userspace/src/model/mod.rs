@@ -342,17 +342,20 @@ pub fn run(opts: ModelOptions) -> Result<()> {
         knobs.cold_start = IdleCurve::curve(measured.beyond_back_to_back());
         knobs.cold_start_measured = Some(measured);
         knobs.cold_start_from = ColdStartFrom::Measured;
-    } else if let (false, Discipline::EventLoopSim, Some(c)) =
-        (knobs.cold_start_given, knobs.discipline, &server.cold_start)
-    {
-        match knobs::check_cold_start(&server) {
-            Ok(()) => {
-                eprintln!("hstrace: the cold start the parameters hold: {}", c.words());
-                knobs.cold_start = IdleCurve::curve(c.beyond_back_to_back());
-                knobs.cold_start_measured = Some(c.clone());
-                knobs.cold_start_from = ColdStartFrom::Parameters;
-            }
-            Err(_) => eprintln!("hstrace: the parameters' cold start is left out: the classes' rates it is taken out at are not in them"),
+    } else if !knobs.cold_start_given && knobs.discipline == Discipline::EventLoopSim {
+        match (&server.cold_start, server.from_prometheus) {
+            (Some(c), _) => match c.check().and_then(|_| knobs::check_cold_start(&server)) {
+                Ok(()) => {
+                    eprintln!("hstrace: the cold start the parameters hold: {}", c.words());
+                    knobs.cold_start = IdleCurve::curve(c.beyond_back_to_back());
+                    knobs.cold_start_measured = Some(c.clone());
+                    knobs.cold_start_from = ColdStartFrom::Parameters;
+                }
+                Err(e) => eprintln!("hstrace: the parameters' cold start is left out: {e:#}"),
+            },
+            (None, false) => eprintln!("hstrace: the parameters hold no cold start (written by hstrace before it measured one, in its first seconds, or by hand): each stage is taken as measured at every load; --cold-start measure measures it on this host"),
+            // (Prometheus has neither the cold start nor the rates it needs)
+            (None, true) => {}
         }
     }
     if let (Some(other), Some(left)) = (knobs.other_cpus, knobs.cpus_left) {

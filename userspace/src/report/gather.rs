@@ -352,6 +352,10 @@ impl Sink for Gather {
     fn host_cpu(&mut self, h: &crate::host_cpu::HostCpu) {
         self.estimator.host_cpu(h);
     }
+
+    fn cold_start(&mut self, c: &crate::cold_start::ColdStart) {
+        self.estimator.cold_start(c);
+    }
 }
 
 #[cfg(test)]

@@ -1372,6 +1372,27 @@ fn the_model_picks_the_discipline_from_the_measured_architecture() {
     daemon.stop();
 }
 
+/// `hstrace export --duration SECONDS` of `nginx`'s master, four TLS 1.3 handshakes made
+/// `after` it starts: its parameters and its stderr.
+fn export_json(nginx: &TestServer, seconds: &str, after: Duration) -> (Value, String) {
+    let master = nginx.master_pid().to_string();
+    let child = Command::new(hstrace_bin())
+        .args(["export", "--duration", seconds, "--pid", &master])
+        .args(["--format", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    thread::sleep(after);
+    for _ in 0..4 {
+        assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    (serde_json::from_slice(&out.stdout).unwrap(), err)
+}
+
 /// Other work on the server's CPU: nginx pinned to CPU 0, measured by `export` once with a
 /// busy loop beside it on that CPU and once without. The parameters' `host` says nginx
 /// may run on one CPU and how much of it the other work took (about all of it, then next
@@ -1386,30 +1407,8 @@ fn other_work_on_the_servers_cpu_is_measured_and_modelled() {
     }
     let master = nginx.master_pid().to_string();
     let measure = |busy: bool| -> Value {
-        let burner = busy.then(Burner::on_cpu_0);
-        let child = Command::new(hstrace_bin())
-            .args([
-                "export",
-                "--duration",
-                "6",
-                "--pid",
-                &master,
-                "--format",
-                "json",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        thread::sleep(Duration::from_secs(3));
-        for _ in 0..4 {
-            assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
-        }
-        let out = child.wait_with_output().unwrap();
-        drop(burner);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{err}");
-        serde_json::from_slice(&out.stdout).unwrap()
+        let _burner = busy.then(Burner::on_cpu_0);
+        export_json(&nginx, "6", Duration::from_secs(3)).0
     };
     let quiet = measure(false);
     let busy = measure(true);
@@ -1546,25 +1545,11 @@ fn serve_and_export_measure_the_cold_start_where_the_server_runs() {
         assert!(num(&runs[5]["cpu_s"]) > num(&runs[0]["cpu_s"]), "{c}");
     };
 
-    let child = Command::new(hstrace_bin())
-        .args(["export", "--duration", "3", "--pid", &master])
-        .args(["--format", "json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    thread::sleep(Duration::from_millis(1500));
-    for _ in 0..4 {
-        assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
-    }
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let (exported, err) = export_json(&nginx, "3", Duration::from_millis(1500));
     assert!(
         err.contains("finishing the cold start's measurement"),
         "{err}"
     );
-    let exported: Value = serde_json::from_slice(&out.stdout).unwrap();
     check(&exported);
     let file = work_dir("model-cold-host").join("parameters.json");
     fs::write(&file, exported.to_string()).unwrap();

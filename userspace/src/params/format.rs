@@ -73,6 +73,19 @@ pub fn table(p: &Parameters) -> String {
         Some(w) => format!("window {} .. {} ({:.1} s)\n", w.start, w.end, w.seconds),
         None => String::new(),
     };
+    if let Some(h) = &p.host {
+        s.push_str(&format!("host: {} CPUs", h.cpus));
+        if let Some(c) = h.server_cpus {
+            s.push_str(&format!(", the servers may use {c}"));
+        }
+        if let Some(o) = h.other_cpus {
+            s.push_str(&format!(", other work {o:.2} CPUs"));
+        }
+        s.push('\n');
+        if let Some(c) = &h.cold_start {
+            s.push_str(&format!("cold start: {}\n", c.words()));
+        }
+    }
     let ms = |v: f64| format!("{:.3}", v * 1e3);
     for sv in &p.servers {
         s.push_str(&format!(
@@ -116,4 +129,56 @@ pub fn table(p: &Parameters) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        cold_start::{ColdRun, ColdStart},
+        params::v1::Host,
+    };
+
+    /// The table's head says what the host had: its CPUs, the servers', the other work
+    /// and the cold start, each only when measured.
+    #[test]
+    fn the_table_says_what_the_host_had() {
+        let text = include_str!("../../../examples/seed002-parameters.json");
+        let mut p = Parameters::from_json(text, "seed").unwrap();
+        p.host = Some(Host {
+            cpus: 2,
+            server_cpus: None,
+            other_cpus: None,
+            cold_start: None,
+        });
+        let t = table(&p);
+        assert!(t.contains("host: 2 CPUs\n"), "{t}");
+        assert!(!t.contains("cold start"), "{t}");
+        let run = |pause_s, us: f64| ColdRun {
+            pause_s,
+            cpu_s: us * 1e-6,
+            runs: 100,
+        };
+        p.host = Some(Host {
+            cpus: 2,
+            server_cpus: Some(1),
+            other_cpus: Some(0.25),
+            cold_start: Some(ColdStart {
+                work: "SHA-256".into(),
+                cpu: 1,
+                runs: vec![run(0.0, 14.0), run(0.2, 69.4)],
+            }),
+        });
+        let t = table(&p);
+        assert!(
+            t.contains("host: 2 CPUs, the servers may use 1, other work 0.25 CPUs\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "cold start: SHA-256 cost CPU 1: 14.0 µs back to back, 69.4 µs after 200.0 ms\n"
+            ),
+            "{t}"
+        );
+    }
 }

@@ -18,6 +18,7 @@
 //! nginx with one worker, one mix, three user counts, short windows.
 
 use std::{
+    collections::BTreeMap,
     fmt::Write as _,
     fs,
     io::{BufRead, BufReader, Read, Write as _},
@@ -269,6 +270,9 @@ struct Point {
     /// it would have said had it known the host's speed and the other work on the
     /// server's CPUs at this point (a check of the model, not a forecast)
     forecast_at_speed: Option<Value>,
+    /// the same told the point's client delays too (each delay stage scaled to the
+    /// point's mean, `--scale-stage`): what is left is the model's own error
+    forecast_told_delays: Option<Value>,
 }
 
 impl Point {
@@ -800,15 +804,19 @@ fn predict(
     let host_speed = signature_cpu_s(&base)
         .zip(signature_cpu_s(&params))
         .map(|(then, now)| then / now);
-    let forecast_at_speed = match host_speed {
+    let (forecast_at_speed, forecast_told_delays) = match host_speed {
         Some(k) => {
             args.extend(["--cpu-speedup".into(), k.to_string()]);
             if let Some(o) = other_cpus {
                 args.extend(["--other-cpus".into(), o.to_string()]);
             }
-            Some(point(&model(bin, &args)?))
+            let at_speed = point(&model(bin, &args)?);
+            for (stage, k) in delay_scales(&base, &params) {
+                args.extend(["--scale-stage".into(), format!("{stage}={k}")]);
+            }
+            (Some(at_speed), Some(point(&model(bin, &args)?)))
         }
-        None => None,
+        None => (None, None),
     };
     Ok(Point {
         users,
@@ -828,6 +836,7 @@ fn predict(
         forecast,
         host_speed,
         forecast_at_speed,
+        forecast_told_delays,
     })
 }
 
@@ -1039,6 +1048,7 @@ fn mix_section(
         };
         let (forecast, _) = other(Some(&p.forecast));
         let (_, at_speed_err) = other(p.forecast_at_speed.as_ref());
+        let (_, told_delays_err) = other(p.forecast_told_delays.as_ref());
         let (_, without_other_err) = other(Some(&p.live_without_other));
         let other_cpus = p.other_cpus.map_or("–".into(), |o| format!("{o:.2}"));
         let speed = p.host_speed.map_or("–".into(), |k| pct(k - 1.0));
@@ -1053,7 +1063,7 @@ fn mix_section(
         };
         let _ = writeln!(
             rows,
-            "| {} | {:.1} % | {other_cpus} / {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {without_other_err} | {forecast} | {} | {} | {speed} | {at_speed_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.1} % | {other_cpus} / {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {without_other_err} | {forecast} | {} | {} | {speed} | {at_speed_err} | {told_delays_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} |",
             p.users,
             p.cpu_busy * 100.0,
             p.client_cpu,
@@ -1169,6 +1179,36 @@ fn delays_s(params: &Value) -> f64 {
     } else {
         0.0
     }
+}
+
+/// Each delay stage (the client's work and the network) of `params` against `base`: the
+/// ratio of their means, each weighted by its count over every server and class, for
+/// the stages both measured.
+fn delay_scales(base: &Value, params: &Value) -> Vec<(String, f64)> {
+    let means = |doc: &Value| {
+        let mut by: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        for s in doc["servers"].as_array().into_iter().flatten() {
+            for c in CLASSES {
+                let stages = s["classes"][c]["stages"].as_object().into_iter().flatten();
+                for (name, m) in stages.filter(|(_, m)| m["class"] == "delay") {
+                    let n = f(&m["count"]);
+                    let e = by.entry(name.clone()).or_default();
+                    e.0 += n * f(&m["mean_s"]);
+                    e.1 += n;
+                }
+            }
+        }
+        by
+    };
+    let then = means(base);
+    means(params)
+        .into_iter()
+        .filter_map(|(name, (sum, n))| {
+            let (sum0, n0) = then.get(&name)?;
+            let (now, before) = (sum / n, sum0 / n0);
+            (n > 0.0 && *n0 > 0.0 && before > 0.0 && now.is_finite()).then(|| (name, now / before))
+        })
+        .collect()
 }
 
 /// A what-if point's signing stage, measured / forecast (`--key-change`'s window mean with
@@ -1775,6 +1815,27 @@ mod tests {
         assert_eq!(signing_words(&p), "5.00 / 4.50 (-10.0 %)");
         p.signing_s = None;
         assert_eq!(signing_words(&p), "–");
+    }
+
+    /// Each delay stage's ratio of means, weighted by its counts across classes; a stage
+    /// one side never measured is left out.
+    #[test]
+    fn delay_stages_scale_by_their_weighted_means() {
+        let stage = |mean_ms: f64, count: u32| serde_json::json!({"class": "delay", "mean_s": mean_ms * 1e-3, "count": count});
+        let doc = |tls: f64, plain: f64, extra: bool| {
+            let mut tls_stages = serde_json::json!({"wait_request": stage(tls, 10),
+                "server_flight_1": {"class": "service", "mean_s": 0.001, "count": 10}});
+            if extra {
+                tls_stages["wait_client_flight_2"] = stage(1.0, 5);
+            }
+            serde_json::json!({"servers": [{"classes": {
+                "tls_full": {"stages": tls_stages},
+                "plain": {"stages": {"wait_request": stage(plain, 10)}}}}]})
+        };
+        let got = delay_scales(&doc(3.0, 1.0, false), &doc(6.0, 2.0, true));
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].0, "wait_request");
+        assert!((got[0].1 - 2.0).abs() < 1e-12, "{got:?}");
     }
 
     /// The cold/warm words: a point's split counts only with enough stages read each way,

@@ -120,7 +120,7 @@ pub fn measure() -> Result<ColdStart> {
 }
 
 /// Times the work on `cpu`, back to back and after each pause (about 5 s, mostly asleep;
-/// some 10 ms of CPU).
+/// under 0.1 s of CPU).
 pub fn measure_on(cpu: u32) -> Result<ColdStart> {
     spawn_on(cpu)?
         .join()

@@ -536,6 +536,16 @@ fn warm(
     (routes, taken)
 }
 
+impl Knobs {
+    /// The cold start measured (`--cold-start measure`, or the parameters'): its curve, the
+    /// cost beyond back to back, with the runs it was made of and where they came from.
+    pub fn take_cold_start(&mut self, measured: ColdStart, from: ColdStartFrom) {
+        self.cold_start = IdleCurve::curve(measured.beyond_back_to_back());
+        self.cold_start_measured = Some(measured);
+        self.cold_start_from = from;
+    }
+}
+
 /// Where the model's cold start came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColdStartFrom {

@@ -46,7 +46,7 @@ use self::{
     input::ServerInput,
     keys::Key,
     knobs::{ColdStartFrom, Knobs},
-    network::{Discipline, IdleCurve, Network, Solution},
+    network::{Discipline, Network, Solution},
     report::{Curve, Report},
 };
 
@@ -339,17 +339,13 @@ pub fn run(opts: ModelOptions) -> Result<()> {
         knobs::check_cold_start(&server)?;
         let measured = crate::cold_start::measure()?;
         eprintln!("hstrace: --cold-start measure: {}", measured.words());
-        knobs.cold_start = IdleCurve::curve(measured.beyond_back_to_back());
-        knobs.cold_start_measured = Some(measured);
-        knobs.cold_start_from = ColdStartFrom::Measured;
+        knobs.take_cold_start(measured, ColdStartFrom::Measured);
     } else if !knobs.cold_start_given && knobs.discipline == Discipline::EventLoopSim {
         match (&server.cold_start, server.from_prometheus) {
             (Some(c), _) => match c.check().and_then(|_| knobs::check_cold_start(&server)) {
                 Ok(()) => {
                     eprintln!("hstrace: the cold start the parameters hold: {}", c.words());
-                    knobs.cold_start = IdleCurve::curve(c.beyond_back_to_back());
-                    knobs.cold_start_measured = Some(c.clone());
-                    knobs.cold_start_from = ColdStartFrom::Parameters;
+                    knobs.take_cold_start(c.clone(), ColdStartFrom::Parameters);
                 }
                 Err(e) => eprintln!("hstrace: the parameters' cold start is left out: {e:#}"),
             },

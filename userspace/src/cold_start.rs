@@ -114,20 +114,19 @@ fn work() -> String {
 }
 
 /// Times the work on the first CPU this process may run on (`hstrace model --cold-start
-/// measure`).
+/// measure`), waiting for it.
 pub fn measure() -> Result<ColdStart> {
-    measure_on(first_allowed_cpu()?)
+    joined(spawn_on(first_allowed_cpu()?)?)
 }
 
-/// Times the work on `cpu`, back to back and after each pause (about 5 s, mostly asleep;
-/// under 0.1 s of CPU).
-pub fn measure_on(cpu: u32) -> Result<ColdStart> {
-    spawn_on(cpu)?
-        .join()
+/// The measurement's result, waiting for its thread.
+fn joined(h: JoinHandle<Result<ColdStart>>) -> Result<ColdStart> {
+    h.join()
         .unwrap_or_else(|_| Err(anyhow!("the cold start's measuring thread panicked")))
 }
 
-/// The measurement on a thread of its own, pinned to `cpu`.
+/// The measurement on a thread of its own, pinned to `cpu`: the work back to back and
+/// after each pause (about 5 s, mostly asleep; under 0.1 s of CPU).
 fn spawn_on(cpu: u32) -> Result<JoinHandle<Result<ColdStart>>> {
     thread::Builder::new()
         .name("cold-start".into())
@@ -223,10 +222,7 @@ impl Background {
     /// The result of a measurement under way, waiting for it (at most its 5 s).
     pub fn finish(&mut self) -> Option<Result<ColdStart>> {
         match std::mem::replace(self, Background::Over) {
-            Background::Running(h) => Some(
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow!("the cold start's measurement panicked"))),
-            ),
+            Background::Running(h) => Some(joined(h)),
             other => {
                 *self = other;
                 None

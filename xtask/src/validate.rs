@@ -585,15 +585,6 @@ fn model(bin: &Path, args: &[String]) -> Result<Value> {
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
-/// A curve as `hstrace model` takes it (`--wakeup`, `--cold-start`): IDLE=TIME,... in
-/// seconds.
-fn curve_arg(points: impl Iterator<Item = (f64, f64)>) -> String {
-    points
-        .map(|(idle, t)| format!("{idle:.9}={t:.9}"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// The cold start a parameters document holds (`host.cold_start`, the daemon's
 /// measurement) in words: the work, then its CPU back to back and after each pause.
 fn cold_start_words(measured: &Value) -> String {
@@ -621,8 +612,21 @@ fn cold_start_words(measured: &Value) -> String {
     )
 }
 
+/// A forecast window's parameters (`file`) must hold the cold start the daemon measured in
+/// its first seconds: a forecast without it would be another model's.
+fn has_cold_start(doc: &Value, file: &Path) -> Result<()> {
+    if doc["host"]["cold_start"].is_null() {
+        bail!(
+            "{}: the window's parameters hold no cold start (the daemon measures it in its first seconds: a window too short?)",
+            file.display()
+        );
+    }
+    Ok(())
+}
+
 /// The cold start each forecast took, from its window's parameters (the daemon measured it
-/// on the server's first CPU as the window began), one line per architecture and mix.
+/// on the CPU most of the server's processes may run on as the window began), one line per
+/// architecture and mix.
 fn cold_starts(archs: &[(&Arch, Vec<Vec<Point>>)]) -> String {
     let mut lines = Vec::new();
     for (arch, mixes) in archs.iter().filter(|(a, _)| a.discipline == SIMULATED) {
@@ -792,11 +796,8 @@ fn predict(
     // point's (no harness wake-up curve); an event loop's with the cold start the daemon
     // measured (the window's host.cold_start, which the model takes unasked)
     let base: Value = serde_json::from_str(&fs::read_to_string(forecast_from)?)?;
-    if event_loop && base["host"]["cold_start"].is_null() {
-        bail!(
-            "{}: the forecast window's parameters hold no cold start (the daemon measures it in its first seconds: a window too short?)",
-            forecast_from.display()
-        );
+    if event_loop {
+        has_cold_start(&base, forecast_from)?;
     }
     let mut args = with(forecast_from, arch.discipline);
     args.extend(mix_args(&load));
@@ -912,7 +913,11 @@ impl Platform {
         let mut points = self.wakeup.clone();
         points.sort_by(|a, b| a.idle_s.total_cmp(&b.idle_s));
         points.dedup_by(|b, a| b.idle_s <= a.idle_s);
-        curve_arg(points.iter().map(|p| (p.idle_s, p.mean_s)))
+        points
+            .iter()
+            .map(|p| format!("{:.9}={:.9}", p.idle_s, p.mean_s))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// The curve in words, for the log and the document.
@@ -1467,12 +1472,7 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
         measure(&run, &base)?;
     }
     let base_params: Value = serde_json::from_str(&fs::read_to_string(&base)?)?;
-    if base_params["host"]["cold_start"].is_null() {
-        bail!(
-            "{}: the what-if window's parameters hold no cold start (the daemon measures it in its first seconds: a window too short?)",
-            base.display()
-        );
-    }
+    has_cold_start(&base_params, &base)?;
     let server_arg = servers_from(&base_params);
     let mut points = Vec::new();
     let mut sign_costs = Vec::new();
@@ -1505,9 +1505,7 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
             ]);
             // openssl's costs, measured once per key (at its first point) and given to
             // the others and the picture, so that all are forecast from one measurement
-            if let Some((_, measured)) = sign_cost_args.iter().find(|(k, _)| *k == key) {
-                args.extend(["--sign-cost".into(), measured.clone()]);
-            }
+            args.extend(sign_cost_of(&sign_cost_args, key));
             let answer = model(bin, &args)?;
             if i == 0 {
                 sign_costs.push(key_change_words(&answer));
@@ -1546,6 +1544,15 @@ fn sign_cost_arg(answer: &Value) -> String {
             format!("{name}={:.9}s", f(&k["sign_s"][name]))
         })
         .join(",")
+}
+
+/// `--sign-cost` as measured for `key` (none before its first point).
+fn sign_cost_of(measured: &[(Key, String)], key: Key) -> Vec<String> {
+    measured
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, arg)| vec!["--sign-cost".into(), arg.clone()])
+        .unwrap_or_default()
 }
 
 /// The signing costs `--key-change` measured, in words (from its `hstrace.model/v1`
@@ -1661,9 +1668,7 @@ fn pictures(
             "--key-change".into(),
             format!("{}:{}", WHATIF_FROM.name(), key.name()),
         ]);
-        if let Some((_, measured)) = whatif.sign_cost_args.iter().find(|(k, _)| *k == key) {
-            args.extend(["--sign-cost".into(), measured.clone()]);
-        }
+        args.extend(sign_cost_of(&whatif.sign_cost_args, key));
         let measured: Vec<(u32, &Value)> = points.iter().map(|p| (p.users, &p.load)).collect();
         let name = format!("whatif-{}", key.name());
         plot(bin, &args, &measured, (dir, docs, &name))?;

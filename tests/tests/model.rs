@@ -922,6 +922,11 @@ fn the_cold_start_is_paid_by_a_visit_away_long() {
         cold["knobs"]["cold_start_after"].as_array().unwrap().len(),
         3
     );
+    // a curve given is every visit's: no handshake curve of its own
+    assert_eq!(
+        cold["knobs"]["cold_start_handshake_after"],
+        serde_json::json!([])
+    );
     assert_eq!(cold["knobs"]["cold_start_measured"], Value::Null);
     let (r_warm, r_cold) = (response(&warm, 0, None), response(&cold, 0, None));
     // (a think time under 0.2 s, one in ten, leaves a visit warmer than in the window)
@@ -951,24 +956,46 @@ fn the_cold_start_is_paid_by_a_visit_away_long() {
     let runs = m["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 6, "{m}");
     assert_eq!(num(&runs[0]["pause_s"]), 0.0);
-    for r in runs {
-        assert!(num(&r["cpu_s"]) > 0.0 && num(&r["cpu_s"]) < 0.01, "{m}");
-        assert!(r["runs"].as_u64().unwrap() >= 15, "{m}");
-    }
-    let after = measured["knobs"]["cold_start_after"].as_array().unwrap();
-    assert_eq!(after.len(), runs.len());
-    assert_eq!(
-        (num(&after[0]["since_s"]), num(&after[0]["cpu_s"])),
-        (0.0, 0.0)
+    // the record's work and the handshake's, each with its runs and its curve
+    let handshake = &m["handshake"];
+    assert!(
+        handshake["work"]
+            .as_str()
+            .unwrap()
+            .starts_with("an X25519 key exchange, an ECDSA P-256 signature"),
+        "{m}"
     );
-    for (a, r) in after.iter().zip(runs) {
-        assert_eq!(num(&a["since_s"]), num(&r["pause_s"]));
-        let beyond = num(&r["cpu_s"]) - num(&runs[0]["cpu_s"]);
-        assert!(
-            (num(&a["cpu_s"]) - beyond.max(0.0)).abs() < 1e-12,
-            "{a} {r}"
+    for (runs, after) in [
+        (m["runs"].as_array().unwrap(), "cold_start_after"),
+        (
+            handshake["runs"].as_array().unwrap(),
+            "cold_start_handshake_after",
+        ),
+    ] {
+        assert_eq!(runs.len(), 6, "{m}");
+        assert_eq!(num(&runs[0]["pause_s"]), 0.0);
+        for r in runs {
+            assert!(num(&r["cpu_s"]) > 0.0 && num(&r["cpu_s"]) < 0.01, "{m}");
+            assert!(r["runs"].as_u64().unwrap() >= 12, "{m}");
+        }
+        let after = measured["knobs"][after].as_array().unwrap();
+        assert_eq!(after.len(), runs.len());
+        assert_eq!(
+            (num(&after[0]["since_s"]), num(&after[0]["cpu_s"])),
+            (0.0, 0.0)
         );
+        for (a, r) in after.iter().zip(runs) {
+            assert_eq!(num(&a["since_s"]), num(&r["pause_s"]));
+            let beyond = num(&r["cpu_s"]) - num(&runs[0]["cpu_s"]);
+            assert!(
+                (num(&a["cpu_s"]) - beyond.max(0.0)).abs() < 1e-12,
+                "{a} {r}"
+            );
+        }
     }
+    // the handshake's work is the larger: it costs more back to back
+    let (record, signing) = (&m["runs"][0]["cpu_s"], &handshake["runs"][0]["cpu_s"]);
+    assert!(num(signing) > num(record), "{m}");
 
     // the same runs in the parameters' host.cold_start (as serve and export write them):
     // the simulation takes them unasked, --cold-start none leaves them out, and a
@@ -996,9 +1023,43 @@ fn the_cold_start_is_paid_by_a_visit_away_long() {
     let taken: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(taken["knobs"]["cold_start_from"], "parameters");
     assert_eq!(&taken["knobs"]["cold_start_measured"], m);
-    assert_eq!(
-        taken["knobs"]["cold_start_after"],
-        measured["knobs"]["cold_start_after"]
+    for after in ["cold_start_after", "cold_start_handshake_after"] {
+        assert_eq!(taken["knobs"][after], measured["knobs"][after]);
+    }
+    // the full handshake's first flight pays the handshake's curve: warm, it sheds more
+    // than the record's would have it shed, and the server's most throughput is higher
+    // (the same runs without the handshake's, as documents written before it was timed
+    // hold them)
+    let loaded = |doc: &Value| {
+        let file = dir.join("loaded.json");
+        fs::write(&file, doc.to_string()).unwrap();
+        let args = [
+            "--params",
+            file.to_str().unwrap(),
+            "--users",
+            "3000",
+            "--discipline",
+            "event-loop-sim",
+            "--think-time",
+            "2s",
+            "--format",
+            "json",
+        ];
+        let (code, out, err) = model(&args);
+        assert_eq!(code, Some(0), "hstrace model {args:?} failed: {err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        // the bound, not the simulation's throughput: no simulation noise in it
+        num(&v["curves"][0]["points"][0]["bounds"]["throughput_max_per_s"])
+    };
+    let mut record_only = doc.clone();
+    record_only["host"]["cold_start"]
+        .as_object_mut()
+        .unwrap()
+        .remove("handshake");
+    let (with, without) = (loaded(&doc), loaded(&record_only));
+    assert!(
+        with > without,
+        "{with} a second with the handshake's curve, {without} without: {m}"
     );
     for (args, from) in [
         (
@@ -1533,16 +1594,25 @@ fn serve_and_export_measure_the_cold_start_where_the_server_runs() {
                 .starts_with("SHA-256 and AES-128-GCM over 16 KiB"),
             "{c}"
         );
-        let runs = c["runs"].as_array().unwrap();
-        assert_eq!(runs.len(), 6, "{c}");
-        assert_eq!(num(&runs[0]["pause_s"]), 0.0, "{c}");
-        for w in runs.windows(2) {
-            assert!(num(&w[0]["pause_s"]) < num(&w[1]["pause_s"]), "{c}");
+        assert!(
+            c["handshake"]["work"]
+                .as_str()
+                .unwrap()
+                .starts_with("an X25519 key exchange"),
+            "{c}"
+        );
+        for runs in [&c["runs"], &c["handshake"]["runs"]] {
+            let runs = runs.as_array().unwrap();
+            assert_eq!(runs.len(), 6, "{c}");
+            assert_eq!(num(&runs[0]["pause_s"]), 0.0, "{c}");
+            for w in runs.windows(2) {
+                assert!(num(&w[0]["pause_s"]) < num(&w[1]["pause_s"]), "{c}");
+            }
+            for r in runs {
+                assert!(num(&r["cpu_s"]) > 0.0 && num(&r["cpu_s"]) < 0.01, "{c}");
+            }
+            assert!(num(&runs[5]["cpu_s"]) > num(&runs[0]["cpu_s"]), "{c}");
         }
-        for r in runs {
-            assert!(num(&r["cpu_s"]) > 0.0 && num(&r["cpu_s"]) < 0.01, "{c}");
-        }
-        assert!(num(&runs[5]["cpu_s"]) > num(&runs[0]["cpu_s"]), "{c}");
     };
 
     let (exported, err) = export_json(&nginx, "3", Duration::from_millis(1500));

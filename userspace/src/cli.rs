@@ -365,10 +365,12 @@ enum Command {
         /// cost, by how long since it last ran on that CPU (SINCE=TIME,..., e.g.
         /// 1ms=2us,25ms=40us,200ms=60us): a one-user window's stages ran cold, a loaded
         /// server's run warm. By default the parameters' host.cold_start, which serve and
-        /// export measure on a CPU the servers run on: a TLS record's work (SHA-256 and
-        /// AES-128-GCM over 16 KiB, the host's libcrypto) back to back and after pauses of
-        /// 0.2 ms to 0.2 s. `measure` times the same here, on the first CPU hstrace may run
-        /// on (about 5 s); `none` leaves it out. Needs the parameters' rate_per_s (not from
+        /// export measure on a CPU the servers run on, back to back and after pauses of
+        /// 0.2 ms to 0.2 s: a TLS record's work (SHA-256 and AES-128-GCM over 16 KiB, the
+        /// host's libcrypto), every visit's, and a full handshake's first flight's (X25519,
+        /// an ECDSA P-256 signature and the record), the signing visit's. `measure` times
+        /// the same here, on the first CPU hstrace may run on (about 7 s); a curve given is
+        /// every visit's; `none` leaves it out. Needs the parameters' rate_per_s (not from
         /// Prometheus) [default: the parameters']
         #[arg(
             long,
@@ -644,7 +646,9 @@ pub fn run(cli: Cli) -> Result<()> {
                 sleep_cpu_given: sleep_cpu.is_some(),
                 cold_start: match cold_start.as_deref() {
                     None | Some("measure") | Some("none") => Default::default(),
-                    Some(c) => knobs::parse_idle_curve("--cold-start", c)?,
+                    Some(c) => model::network::ColdStartCurves::every_visit(
+                        knobs::parse_idle_curve("--cold-start", c)?,
+                    ),
                 },
                 cold_start_given: cold_start.is_some(),
                 // measured (or taken from the parameters) by model::run, once the

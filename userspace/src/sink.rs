@@ -34,6 +34,9 @@ pub trait Sink {
     /// Once, when asked for (`source::Options::cold_start`): the cold start measured on a
     /// CPU the traced processes run on.
     fn cold_start(&mut self, _c: &ColdStart) {}
+    /// Once, when the run stops tracing: every record is in (the cold start may still
+    /// come, when the run waits for it).
+    fn stopped(&mut self) {}
 }
 
 /// Two sinks fed the same records.
@@ -73,5 +76,10 @@ impl Sink for Both<'_> {
     fn cold_start(&mut self, c: &ColdStart) {
         self.0.cold_start(c);
         self.1.cold_start(c);
+    }
+
+    fn stopped(&mut self) {
+        self.0.stopped();
+        self.1.stopped();
     }
 }

@@ -654,6 +654,7 @@ impl Source {
         // the records already in the ring buffer
         let last = drain_ring(ring.get_mut(), &mut self.pipe, &mut self.procs, sink);
         self.detach_untied();
+        sink.stopped();
         if let (Some(b), cold_start::Want::BeforeTheEnd) =
             (self.cold_start.as_mut(), self.opts.cold_start)
         {

@@ -586,30 +586,35 @@ fn model(bin: &Path, args: &[String]) -> Result<Value> {
 }
 
 /// The cold start a parameters document holds (`host.cold_start`, the daemon's
-/// measurement) in words: the work, then its CPU back to back and after each pause.
+/// measurement) in words: each work, then its CPU back to back and after each pause.
 fn cold_start_words(measured: &Value) -> String {
-    let runs = measured["runs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|r| {
-            let after = match f(&r["pause_s"]) {
-                0.0 => "back to back".to_string(),
-                s => format!("after {} ms asleep", ms(s)),
-            };
-            format!(
-                "{:.1} µs {after} ({} runs)",
-                f(&r["cpu_s"]) * 1e6,
-                r["runs"]
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ");
-    format!(
-        "{} on CPU {}: {runs}",
-        measured["work"].as_str().unwrap_or("?"),
-        measured["cpu"]
-    )
+    let runs = |work: &Value| {
+        (work["runs"].as_array().into_iter().flatten())
+            .map(|r| {
+                let after = match f(&r["pause_s"]) {
+                    0.0 => "back to back".to_string(),
+                    s => format!("after {} ms asleep", ms(s)),
+                };
+                format!(
+                    "{:.1} µs {after} ({} runs)",
+                    f(&r["cpu_s"]) * 1e6,
+                    r["runs"]
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let work = |w: &Value| w["work"].as_str().unwrap_or("?").to_string();
+    let record = format!(
+        "{} on CPU {}: {}",
+        work(measured),
+        measured["cpu"],
+        runs(measured)
+    );
+    match &measured["handshake"] {
+        Value::Null => record,
+        h => format!("{record}; {}: {}", work(h), runs(h)),
+    }
 }
 
 /// A forecast window's parameters (`file`) must hold the cold start the daemon measured in

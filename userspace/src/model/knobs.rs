@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Result};
 use super::{
     input::{ClassInput, ServerInput, StageMean},
     keys::KeyChange,
-    network::{Discipline, IdleCurve, Network, Step, VisitKinds},
+    network::{ColdStartCurves, Discipline, IdleCurve, Network, Step, VisitKinds},
     pick::DisciplineFrom,
 };
 use crate::{
@@ -71,8 +71,8 @@ pub struct Knobs {
     /// CPU across a wait (`ServerInput::per_wait_s`)
     pub sleep_cpu_given: bool,
     /// `--cold-start`: the CPU a visit pays beyond its warm cost, by how long since it
-    /// last ran on its CPU
-    pub cold_start: IdleCurve,
+    /// last ran on its CPU (a full handshake's first flight's own, where measured)
+    pub cold_start: ColdStartCurves,
     /// `--cold-start` was given (a curve, `measure` or `none`); otherwise event-loop-sim
     /// takes the parameters' `host.cold_start`
     pub cold_start_given: bool,
@@ -106,7 +106,7 @@ impl Default for Knobs {
             wakeup_given: false,
             sleep_cpu_s: 0.0,
             sleep_cpu_given: false,
-            cold_start: IdleCurve::default(),
+            cold_start: ColdStartCurves::default(),
             cold_start_given: false,
             cold_start_measured: None,
             cold_start_from: ColdStartFrom::None,
@@ -439,18 +439,33 @@ pub fn route(class: &ClassInput, knobs: &Knobs) -> Vec<Step> {
                         queue: Some(m.name.clone()),
                         service_s: 0.0,
                         cold: 0.0,
+                        handshake: false,
                     });
                 }
                 open = known;
             }
             StageClass::Service => {
                 let s = m.mean_s * scale(knobs, &m.name) / knobs.speed();
+                // the flight that signs: a full handshake's first (TLS 1.2 and 1.3 alike)
+                let signs =
+                    class.class == RequestClass::TlsFull && m.name == Stage::ServerFlight1.name();
                 match (open && known, out.last_mut()) {
-                    (true, Some(Step::Visit { service_s, .. })) => *service_s += s,
+                    (
+                        true,
+                        Some(Step::Visit {
+                            service_s,
+                            handshake,
+                            ..
+                        }),
+                    ) => {
+                        *service_s += s;
+                        *handshake |= signs;
+                    }
                     _ => out.push(Step::Visit {
                         queue: None,
                         service_s: s,
                         cold: 0.0,
+                        handshake: signs,
                     }),
                 }
                 open = false;
@@ -483,7 +498,7 @@ fn warm(
     mut routes: [Vec<Step>; 3],
     rates: [Option<f64>; 3],
     workers: u32,
-    cold_start: &IdleCurve,
+    cold_start: &ColdStartCurves,
 ) -> ([Vec<Step>; 3], [f64; 3]) {
     let served = |s: &Step| matches!(s, Step::Visit { service_s, .. } if *service_s > 0.0);
     let known = (0..3).all(|c| rates[c].is_some() || !routes[c].iter().any(served));
@@ -505,12 +520,14 @@ fn warm(
     }
     let paid: [Vec<f64>; 3] = std::array::from_fn(|c| {
         (routes[c].iter().enumerate())
-            .map(|(step, s)| match served(s) {
-                true => {
+            .map(|(step, s)| match s {
+                Step::Visit { handshake, .. } if served(s) => {
                     let rate = kind_rate[kinds.of[c][step]];
-                    cold_start.after(f64::from(workers.max(1)) / rate)
+                    cold_start
+                        .of(*handshake)
+                        .after(f64::from(workers.max(1)) / rate)
                 }
-                false => 0.0,
+                _ => 0.0,
             })
             .collect()
     });
@@ -540,7 +557,12 @@ impl Knobs {
     /// The cold start measured (`--cold-start measure`, or the parameters'): its curve, the
     /// cost beyond back to back, with the runs it was made of and where they came from.
     pub fn take_cold_start(&mut self, measured: ColdStart, from: ColdStartFrom) {
-        self.cold_start = IdleCurve::curve(measured.beyond_back_to_back());
+        self.cold_start = ColdStartCurves {
+            record: IdleCurve::curve(measured.beyond_back_to_back()),
+            handshake: measured
+                .handshake_beyond_back_to_back()
+                .map_or_else(IdleCurve::default, IdleCurve::curve),
+        };
         self.cold_start_measured = Some(measured);
         self.cold_start_from = from;
     }
@@ -716,7 +738,7 @@ pub fn network(
     let visits = server.classes.each_ref().map(|c| visits(c, knobs));
     let cold_start = match knobs.discipline {
         Discipline::EventLoopSim => knobs.cold_start.divided(knobs.speed()),
-        _ => IdleCurve::default(),
+        _ => ColdStartCurves::default(),
     };
     if !cold_start.is_zero() {
         check_cold_start(server)?;
@@ -775,19 +797,32 @@ mod tests {
     /// With a cold start and the window's rates, each visit that served something is its
     /// warm part (never below 0) and cold (the share of the cold start it held), the cold
     /// start taken at the interval of the classes that make that kind of visit on one
-    /// worker; without a served class's rate, or a curve, the routes as measured.
+    /// worker, the handshake's curve for the visit that sends a full handshake's first
+    /// flight; without a served class's rate, or a curve, the routes as measured.
     #[test]
     fn the_window_rates_split_each_visit_into_warm_and_cold() {
-        let curve = IdleCurve::curve(vec![(0.0, 0.0), (0.1, 40e-6), (1.0, 60e-6)]);
+        let record = IdleCurve::curve(vec![(0.0, 0.0), (0.1, 40e-6), (1.0, 60e-6)]);
+        let handshake = IdleCurve::curve(vec![(0.0, 0.0), (0.1, 150e-6), (1.0, 240e-6)]);
+        let curve = ColdStartCurves {
+            record: record.clone(),
+            handshake: handshake.clone(),
+        };
         let visit = |queue: &str, service_s: f64, cold: f64| Step::Visit {
             queue: Some(queue.into()),
             service_s,
             cold,
+            handshake: false,
+        };
+        let signing = |service_s: f64, cold: f64| Step::Visit {
+            queue: Some("client_hello_queue".into()),
+            service_s,
+            cold,
+            handshake: true,
         };
         let routes = [
             vec![
                 Step::Accept { listener: 0 },
-                visit("client_hello_queue", 0.5e-3, 0.0),
+                signing(0.5e-3, 0.0),
                 Step::Delay { mean_s: 1e-3 },
                 visit("request_queue", 30e-6, 0.0),
                 visit("client_flight_2_queue", 0.0, 0.0),
@@ -804,12 +839,14 @@ mod tests {
         // request, the first class's only, and client flight 2, served by the second
         // class's only (the first's serves nothing), one second
         let (got, taken) = warm(routes.clone(), [Some(2.0), Some(2.0), None], 2, &curve);
-        let (hello, once) = (curve.after(0.5), curve.after(1.0));
+        let (hello, once) = (record.after(0.5), record.after(1.0));
         assert!(hello > 40e-6 && hello < once && once == 60e-6);
+        let signed = handshake.after(0.5);
+        assert!(signed > 150e-6 && signed < 240e-6);
         let want = [
             vec![
                 Step::Accept { listener: 0 },
-                visit("client_hello_queue", 0.5e-3 - hello, 1.0),
+                signing(0.5e-3 - signed, 1.0),
                 Step::Delay { mean_s: 1e-3 },
                 visit("request_queue", 0.0, 0.5),
                 visit("client_flight_2_queue", 0.0, 0.0),
@@ -829,20 +866,25 @@ mod tests {
                         Step::Visit {
                             service_s: a,
                             cold: c,
+                            handshake: h,
                             ..
                         },
                         Step::Visit {
                             service_s: b,
                             cold: d,
+                            handshake: i,
                             ..
                         },
-                    ) => assert!((a - b).abs() < 1e-15 && (c - d).abs() < 1e-12, "{got:?}"),
+                    ) => assert!(
+                        (a - b).abs() < 1e-15 && (c - d).abs() < 1e-12 && h == i,
+                        "{got:?}"
+                    ),
                     (g, w) => assert_eq!(g, w),
                 }
             }
         }
         // taken: all of what the window paid, but no more than the visit had
-        assert!((taken[0] - (hello + 30e-6)).abs() < 1e-15);
+        assert!((taken[0] - (signed + 30e-6)).abs() < 1e-15);
         assert!((taken[1] - (hello + once)).abs() < 1e-15);
         assert_eq!(taken[2], 0.0);
         let none = (routes.clone(), [0.0; 3]);
@@ -855,9 +897,19 @@ mod tests {
                 routes.clone(),
                 [Some(2.0), Some(2.0), None],
                 2,
-                &IdleCurve::default()
+                &ColdStartCurves::default()
             ),
             none
+        );
+        // no handshake curve measured: the signing visit pays the record's like any other
+        let (got, _) = warm(
+            routes.clone(),
+            [Some(2.0), Some(2.0), None],
+            2,
+            &ColdStartCurves::every_visit(record.clone()),
+        );
+        assert!(
+            matches!(got[0][1], Step::Visit { service_s, .. } if (service_s - (0.5e-3 - hello)).abs() < 1e-15)
         );
     }
 
@@ -868,11 +920,16 @@ mod tests {
     #[test]
     fn the_window_gets_back_what_it_paid() {
         use super::super::sim::{simulate, Dist, Settings};
-        let curve = IdleCurve::curve(vec![(0.0, 0.0), (0.05, 0.0), (1.0, 60e-6)]);
+        let curve = ColdStartCurves::every_visit(IdleCurve::curve(vec![
+            (0.0, 0.0),
+            (0.05, 0.0),
+            (1.0, 60e-6),
+        ]));
         let visit = |queue: &str, ms: f64| Step::Visit {
             queue: Some(queue.into()),
             service_s: ms * 1e-3,
             cold: 0.0,
+            handshake: false,
         };
         let routes = [
             vec![
@@ -885,29 +942,30 @@ mod tests {
             vec![],
             vec![],
         ];
-        let net = |routes: [Vec<Step>; 3], cold_start: IdleCurve, cold_paid_s: [f64; 3]| Network {
-            think_s: 2.0,
-            servers: 1,
-            mix: [1.0, 0.0, 0.0],
-            service_s: [0.53e-3, 0.0, 0.0],
-            delay_s: [1.1e-3, 0.0, 0.0],
-            discipline: Discipline::EventLoopSim,
-            visits: [3.0, 0.0, 0.0],
-            visit_sq_s: [0.25e-6 + 0.9e-9, 0.0, 0.0],
-            routes,
-            seed: 1,
-            overhead_s: 0.0,
-            wakeup: IdleCurve::default(),
-            sleep_cpu_s: 0.0,
-            cpus_left: None,
-            cold_start,
-            cold_paid_s,
-        };
+        let net =
+            |routes: [Vec<Step>; 3], cold_start: ColdStartCurves, cold_paid_s: [f64; 3]| Network {
+                think_s: 2.0,
+                servers: 1,
+                mix: [1.0, 0.0, 0.0],
+                service_s: [0.53e-3, 0.0, 0.0],
+                delay_s: [1.1e-3, 0.0, 0.0],
+                discipline: Discipline::EventLoopSim,
+                visits: [3.0, 0.0, 0.0],
+                visit_sq_s: [0.25e-6 + 0.9e-9, 0.0, 0.0],
+                routes,
+                seed: 1,
+                overhead_s: 0.0,
+                wakeup: IdleCurve::default(),
+                sleep_cpu_s: 0.0,
+                cpus_left: None,
+                cold_start,
+                cold_paid_s,
+            };
         // the window: a request every 2 s, each visit's kind away that long
         let (warmed, paid) = warm(routes.clone(), [Some(0.5), None, None], 1, &curve);
         assert!((paid[0] - 90e-6).abs() < 1e-15, "{paid:?}");
         let (measured, cold) = (
-            net(routes, IdleCurve::default(), [0.0; 3]),
+            net(routes, ColdStartCurves::default(), [0.0; 3]),
             net(warmed, curve, paid),
         );
         let one = Settings {
@@ -990,6 +1048,7 @@ mod tests {
             queue: Some(queue.into()),
             service_s: ms * 1e-3,
             cold: 0.0,
+            handshake: false,
         };
         let delay = |ms: f64| Step::Delay { mean_s: ms * 1e-3 };
         let close = |a: &[Step], b: &[Step]| {
@@ -1000,13 +1059,15 @@ mod tests {
                             queue: q,
                             service_s: s,
                             cold: a,
+                            handshake: h,
                         },
                         Step::Visit {
                             queue: r,
                             service_s: t,
                             cold: b,
+                            handshake: i,
                         },
-                    ) => q == r && (s - t).abs() < 1e-15 && a == b,
+                    ) => q == r && (s - t).abs() < 1e-15 && a == b && h == i,
                     (Step::Delay { mean_s: s }, Step::Delay { mean_s: t }) => (s - t).abs() < 1e-15,
                     (x, y) => x == y,
                 })
@@ -1028,10 +1089,17 @@ mod tests {
             ],
         );
         let r = route(&full, &Knobs::default());
+        // the visit that answers the ClientHello signs: the handshake's cold start is its
+        let signing = Step::Visit {
+            queue: Some("client_hello_queue".into()),
+            service_s: 6.0e-3,
+            cold: 0.0,
+            handshake: true,
+        };
         let want = [
             Step::Accept { listener: 0 },
             delay(0.05),
-            visit("client_hello_queue", 6.0),
+            signing,
             delay(1.1),
             visit("client_flight_2_queue", 0.25),
             delay(0.4),
@@ -1066,7 +1134,9 @@ mod tests {
             }
         }
         let r = route(&resumed, &Knobs::default());
-        assert!(close(&r[..4], &want[..4]), "{r:?}");
+        let mut unsigned = want.clone();
+        unsigned[2] = visit("client_hello_queue", 6.0);
+        assert!(close(&r[..4], &unsigned[..4]), "{r:?}");
         assert!(
             close(&r[4..], &[visit("client_flight_2_queue", 0.35)]),
             "{r:?}"

@@ -150,6 +150,7 @@ mod tests {
                             queue: None,
                             service_s: p.mean_s,
                             cold: 0.0,
+                            handshake: false,
                         },
                         false => Step::Delay { mean_s: p.mean_s },
                     })
@@ -160,7 +161,7 @@ mod tests {
             wakeup: IdleCurve::default(),
             sleep_cpu_s: 0.0,
             cpus_left: None,
-            cold_start: IdleCurve::default(),
+            cold_start: Default::default(),
             cold_paid_s: [0.0; 3],
         }
     }
@@ -218,7 +219,7 @@ mod tests {
             wakeup: IdleCurve::default(),
             sleep_cpu_s: 0.0,
             cpus_left: None,
-            cold_start: IdleCurve::default(),
+            cold_start: Default::default(),
             cold_paid_s: [0.0; 3],
         };
         let ps = Network {

@@ -80,7 +80,7 @@ pub struct Network {
     pub cpus_left: Option<f64>,
     /// `EventLoopSim`: the CPU a visit's service pays beyond its route's (warm) time, by
     /// how long since a visit of its kind (its queue stage) last ran on its worker's CPU
-    pub cold_start: IdleCurve,
+    pub cold_start: ColdStartCurves,
     /// `EventLoopSim`: what the window's cold start took out of each class's visits, per
     /// request (`service_s` still holds it; the routes do not)
     pub cold_paid_s: [f64; 3],
@@ -173,12 +173,13 @@ impl Network {
     /// parts and the cold start right after another visit of each kind (as under load);
     /// else the service demand.
     pub fn least_service_demand(&self) -> f64 {
-        let floor = self.cold_start.after(0.0);
         let cold: [f64; 3] = std::array::from_fn(|c| {
             self.routes[c]
                 .iter()
                 .map(|s| match s {
-                    Step::Visit { cold, .. } => cold * floor,
+                    Step::Visit {
+                        cold, handshake, ..
+                    } => cold * self.cold_start.of(*handshake).after(0.0),
                     _ => 0.0,
                 })
                 .sum()
@@ -242,12 +243,15 @@ pub enum Step {
     /// The client's message is in: the connection waits on the ready list for its turn
     /// (`queue`, the queue stage that wait is; None for a service stage with no queue stage
     /// before it), then is served `service_s`, to completion; and `cold` times the
-    /// network's cold start (`Network::cold_start`), by how long since its kind last ran:
-    /// 1 where the window's visits held all of it, less where they held less, 0 for none.
+    /// network's cold start (`Network::cold_start`, the handshake's curve where
+    /// `handshake`), by how long since its kind last ran: 1 where the window's visits held
+    /// all of it, less where they held less, 0 for none.
     Visit {
         queue: Option<String>,
         service_s: f64,
         cold: f64,
+        /// the visit sends a full handshake's first flight (a key exchange and a signature)
+        handshake: bool,
     },
     /// Waiting for the client and the network (an infinite-server delay).
     Delay { mean_s: f64 },
@@ -300,6 +304,47 @@ impl VisitKinds {
 /// and data is gone).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct IdleCurve(Vec<(f64, f64)>);
+
+/// The cold start by the work a visit does: a record's, which every visit does, and a full
+/// handshake's first flight's (a key exchange and a signature: more code and data to bring
+/// back), which the visit answering a ClientHello with a certificate does; without the
+/// second, that visit pays the first.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ColdStartCurves {
+    pub record: IdleCurve,
+    pub handshake: IdleCurve,
+}
+
+impl ColdStartCurves {
+    /// One curve for every visit (`--cold-start SINCE=TIME,...`).
+    pub fn every_visit(record: IdleCurve) -> ColdStartCurves {
+        ColdStartCurves {
+            record,
+            handshake: IdleCurve::default(),
+        }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.record.is_zero() && self.handshake.is_zero()
+    }
+
+    /// Every time divided by `k` (the same work on a K times faster CPU).
+    pub fn divided(&self, k: f64) -> ColdStartCurves {
+        ColdStartCurves {
+            record: self.record.divided(k),
+            handshake: self.handshake.divided(k),
+        }
+    }
+
+    /// The curve a visit pays: the handshake's for one that sends a full handshake's first
+    /// flight, where measured; else the record's.
+    pub fn of(&self, handshake: bool) -> &IdleCurve {
+        match handshake && !self.handshake.is_zero() {
+            true => &self.handshake,
+            false => &self.record,
+        }
+    }
+}
 
 impl IdleCurve {
     /// The same time after any idle (0: none).

@@ -172,9 +172,8 @@ impl Report {
                 "wakeup_after_idle": self.knobs.wakeup.points().iter()
                     .map(|&(idle, wake)| json!({"idle_s": idle, "wakeup_s": wake}))
                     .collect::<Vec<_>>(),
-                "cold_start_after": self.knobs.cold_start.points().iter()
-                    .map(|&(since, cpu)| json!({"since_s": since, "cpu_s": cpu}))
-                    .collect::<Vec<_>>(),
+                "cold_start_after": curve_json(&self.knobs.cold_start.record),
+                "cold_start_handshake_after": curve_json(&self.knobs.cold_start.handshake),
                 "cold_start_from": self.knobs.cold_start_from.name(),
                 "cold_start_measured": self.knobs.cold_start_measured,
                 "key_change": self.knobs.key_change.as_ref().zip(self.key_change_s)
@@ -305,8 +304,13 @@ impl Report {
         }
         what_if.extend(curve_words(&k.wakeup, "to wake the worker", "after idle"));
         what_if.extend(curve_words(
-            &k.cold_start,
+            &k.cold_start.record,
             "of CPU a visit run cold",
+            "since it last ran",
+        ));
+        what_if.extend(curve_words(
+            &k.cold_start.handshake,
+            "of CPU a full handshake's first flight run cold",
             "since it last ran",
         ));
         if !what_if.is_empty() {
@@ -393,6 +397,13 @@ impl Report {
         s
     }
 }
+/// A curve's points as the JSON's knobs give them: `[{"since_s", "cpu_s"}]`.
+fn curve_json(curve: &IdleCurve) -> Vec<serde_json::Value> {
+    (curve.points().iter())
+        .map(|&(since, cpu)| json!({"since_s": since, "cpu_s": cpu}))
+        .collect()
+}
+
 /// A curve by idle in a few words (None: none): `3 ms to wake the worker`, or
 /// `0.05 ms / 0.3 ms to wake the worker after idle 1 ms / 200 ms`.
 fn curve_words(curve: &IdleCurve, what: &str, after: &str) -> Option<String> {

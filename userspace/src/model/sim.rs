@@ -50,7 +50,7 @@ use std::{
     collections::{BinaryHeap, VecDeque},
 };
 
-use super::network::{Ci95, IdleCurve, Network, Solution, Step, VisitKinds};
+use super::network::{Ci95, ColdStartCurves, IdleCurve, Network, Solution, Step, VisitKinds};
 
 /// How a time is drawn from its mean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -279,7 +279,7 @@ struct Sim<'a> {
     sleep_cpu_s: f64,
     /// a cold visit's CPU beyond its warm part, by how long since its kind last ran on
     /// the CPU
-    cold_start: &'a IdleCurve,
+    cold_start: &'a ColdStartCurves,
     kinds: VisitKinds,
     /// the cold start charged while measuring
     cold_charged_s: f64,
@@ -535,10 +535,13 @@ impl<'a> Sim<'a> {
                     let user = &mut self.users[u as usize];
                     user.data = false;
                     let (class, step) = (user.class, user.step);
-                    let (service, cold) = match &routes[class][step] {
+                    let (service, cold, handshake) = match &routes[class][step] {
                         Step::Visit {
-                            service_s, cold, ..
-                        } => (*service_s, *cold),
+                            service_s,
+                            cold,
+                            handshake,
+                            ..
+                        } => (*service_s, *cold, *handshake),
                         other => unreachable!("a ready connection is at a visit, not {other:?}"),
                     };
                     user.step += 1;
@@ -546,7 +549,8 @@ impl<'a> Sim<'a> {
                     if cold > 0.0 {
                         let kind = self.kinds.of[class][step];
                         let last = &mut self.loops[w].last_ran[kind];
-                        let cold = cold * self.cold_start.after(self.now - *last);
+                        let curve = self.cold_start.of(handshake);
+                        let cold = cold * curve.after(self.now - *last);
                         *last = self.now;
                         s += cold;
                         if self.measuring_from.is_some() {
@@ -820,6 +824,7 @@ mod tests {
             queue: Some(queue.into()),
             service_s: ms * 1e-3,
             cold: 0.0,
+            handshake: false,
         }
     }
 
@@ -867,7 +872,7 @@ mod tests {
             wakeup: IdleCurve::default(),
             sleep_cpu_s: 0.0,
             cpus_left: None,
-            cold_start: IdleCurve::default(),
+            cold_start: ColdStartCurves::default(),
             cold_paid_s: [0.0; 3],
         }
     }
@@ -1222,7 +1227,11 @@ mod tests {
     #[test]
     fn a_cold_visit_pays_for_how_long_it_was_away() {
         let most = 0.5e-3;
-        let cold_start = IdleCurve::curve(vec![(0.0, 0.0), (0.05, 0.0), (1.0, most)]);
+        let cold_start = ColdStartCurves::every_visit(IdleCurve::curve(vec![
+            (0.0, 0.0),
+            (0.05, 0.0),
+            (1.0, most),
+        ]));
         let net = Network {
             routes: tls(2.0).routes.map(|r| {
                 r.into_iter()
@@ -1233,6 +1242,7 @@ mod tests {
                             queue,
                             service_s,
                             cold: 1.0,
+                            handshake: false,
                         },
                         s => s,
                     })
@@ -1273,6 +1283,20 @@ mod tests {
         // the same visits not cold: one user pays every visit's whole cold start less
         let warm = simulate(&tls(2.0), 1, set);
         assert!((s.response_s - warm.response_s - 2.5 * most).abs() < 1e-9);
+        // the full handshake's first visit signs: it pays the handshake's curve, four times
+        // the record's here; the other visits, and the other class's, the record's
+        let mut signing = net.clone();
+        if let Some(Step::Visit { handshake, .. }) =
+            (signing.routes[0].iter_mut()).find(|s| matches!(s, Step::Visit { .. }))
+        {
+            *handshake = true;
+        }
+        signing.cold_start.handshake =
+            IdleCurve::curve(vec![(0.0, 0.0), (0.05, 0.0), (1.0, 4.0 * most)]);
+        let h = simulate(&signing, 1, set);
+        let want = net.service_s[0] + net.delay_s[0] + (2.0 + 4.0) * most;
+        assert!((h.class_response_s[0] - want).abs() < 1e-9, "{h:?}");
+        assert!((h.class_response_s[1] - s.class_response_s[1]).abs() < 1e-9);
     }
 
     /// A wake-up by how long the worker slept: each point exact, log-interpolated between,

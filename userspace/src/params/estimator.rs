@@ -319,6 +319,9 @@ pub struct Estimator {
     probe: Probe,
     /// the host's cold start, once the source has measured it
     cold_start: Option<ColdStart>,
+    /// when the run stopped tracing (`Sink::stopped`): a run's window ends there, not
+    /// after the wait for the cold start
+    stopped: Option<(Instant, SystemTime)>,
 }
 
 impl Estimator {
@@ -334,6 +337,7 @@ impl Estimator {
             held: BTreeMap::new(),
             probe: Probe::default(),
             cold_start: None,
+            stopped: None,
         }
     }
 
@@ -430,6 +434,10 @@ impl Estimator {
     /// The parameters over the window ending at `now` (`wall_now`: the same instant on the
     /// wall clock).
     pub fn parameters(&mut self, now: Instant, wall_now: SystemTime) -> Parameters {
+        let (now, wall_now) = match self.stopped {
+            Some((at, wall_at)) => (at.min(now), wall_at.min(wall_now)),
+            None => (now, wall_now),
+        };
         self.expire(now);
         let mut merged: BTreeMap<String, ServerAcc> = BTreeMap::new();
         let mut procs: BTreeMap<u32, ProcAcc> = BTreeMap::new();
@@ -671,6 +679,11 @@ impl Sink for Estimator {
     fn cold_start(&mut self, c: &ColdStart) {
         self.cold_start = Some(c.clone());
     }
+
+    fn stopped(&mut self) {
+        self.stopped
+            .get_or_insert((Instant::now(), SystemTime::now()));
+    }
 }
 
 #[cfg(test)]
@@ -789,6 +802,31 @@ mod tests {
         };
         assert_eq!(count(Estimator::new(run, 8)), 0);
         assert_eq!(count(Estimator::for_run(run, 8)), 1);
+    }
+
+    /// A run's window ends where it stopped tracing: read after waiting seconds for the
+    /// cold start, a short export still holds its connections, over the seconds it traced.
+    #[test]
+    fn a_run_ends_where_it_stopped() {
+        let run = Duration::from_secs(3);
+        let stages = [(Stage::ServerFlight1, 1_000_000)];
+        let mut e = Estimator::for_run(run, 8);
+        let t0 = e.start;
+        e.add(
+            t0 + Duration::from_millis(500),
+            &sample("nginx:443", Kind::Full, &stages, false),
+        );
+        e.stopped();
+        let stopped_at = e.stopped.unwrap().1;
+        let later = Instant::now() + Duration::from_secs(8);
+        let p = e.parameters(later, stopped_at + Duration::from_secs(8));
+        assert_eq!(p.servers.first().map(|s| s.connections), Some(1));
+        let w = p.window.unwrap();
+        assert!(w.seconds < 1.0, "{w:?}");
+        assert_eq!(
+            w.end,
+            rfc3339_utc(stopped_at.duration_since(UNIX_EPOCH).unwrap().as_nanos() as i128)
+        );
     }
 
     #[test]
@@ -1022,6 +1060,10 @@ mod tests {
             work: "SHA-256".into(),
             cpu: 1,
             runs: vec![run(0.0, 14e-6), run(0.2, 70e-6)],
+            handshake: Some(crate::cold_start::ColdWork {
+                work: "X25519".into(),
+                runs: vec![run(0.0, 130e-6), run(0.2, 330e-6)],
+            }),
         };
         e.cold_start(&c);
         let p = e.parameters(now + Duration::from_secs(600), SystemTime::now());

@@ -135,7 +135,7 @@ pub fn table(p: &Parameters) -> String {
 mod tests {
     use super::*;
     use crate::{
-        cold_start::{ColdRun, ColdStart},
+        cold_start::{ColdRun, ColdStart, ColdWork},
         params::v1::Host,
     };
 
@@ -167,6 +167,10 @@ mod tests {
                 work: "SHA-256".into(),
                 cpu: 1,
                 runs: vec![run(0.0, 14.0), run(0.2, 69.4)],
+                handshake: Some(ColdWork {
+                    work: "X25519".into(),
+                    runs: vec![run(0.0, 131.2), run(0.2, 331.2)],
+                }),
             }),
         });
         let t = table(&p);
@@ -176,7 +180,7 @@ mod tests {
         );
         assert!(
             t.contains(
-                "cold start: SHA-256 cost CPU 1: 14.0 µs back to back, 69.4 µs after 200.0 ms\n"
+                "cold start: SHA-256 cost CPU 1: 14.0 µs back to back, 69.4 µs after 200.0 ms; X25519: 131.2 µs back to back, 331.2 µs after 200.0 ms\n"
             ),
             "{t}"
         );

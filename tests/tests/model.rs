@@ -1621,6 +1621,12 @@ fn serve_and_export_measure_the_cold_start_where_the_server_runs() {
         "{err}"
     );
     check(&exported);
+    // its window ends where it stopped tracing, not after the wait: the four handshakes
+    // are in it, over about the three seconds traced
+    let window = num(&exported["window"]["seconds"]);
+    assert!(window > 2.5 && window < 3.5, "{}", exported["window"]);
+    let connections = exported["servers"][0]["connections"].as_u64().unwrap_or(0);
+    assert!(connections >= 4, "{}", exported["servers"]);
     let file = work_dir("model-cold-host").join("parameters.json");
     fs::write(&file, exported.to_string()).unwrap();
     let m = model_json(&[

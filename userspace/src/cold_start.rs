@@ -387,6 +387,9 @@ mod libcrypto {
     type Sign =
         unsafe extern "C" fn(*mut c_void, *mut c_uchar, *mut usize, *const c_uchar, usize) -> c_int;
 
+    /// OpenSSL 3's `OPENSSL_INIT_NO_ATEXIT` (crypto.h).
+    const OPENSSL_INIT_NO_ATEXIT: u64 = 0x0008_0000;
+
     /// libcrypto's functions, by name.
     pub struct Lib {
         sha256: Method,
@@ -444,6 +447,15 @@ mod libcrypto {
                     .then_some(f)
                     .ok_or_else(|| anyhow!("libcrypto.so.3 has no {name:?}: the cold start is timed on OpenSSL 3's (install libssl3)"))
             };
+            // no cleanup of libcrypto's at exit: hstrace may exit while the measuring
+            // thread is still inside it (a daemon stopped in its first seconds)
+            type Init = unsafe extern "C" fn(u64, *const c_void) -> c_int;
+            // SAFETY: OPENSSL_init_crypto(uint64_t opts, const OPENSSL_INIT_SETTINGS *)
+            let init: Init = unsafe { as_fn(sym(c"OPENSSL_init_crypto")?) };
+            // SAFETY: the option is OpenSSL 3's OPENSSL_INIT_NO_ATEXIT; no settings
+            if unsafe { init(OPENSSL_INIT_NO_ATEXIT, std::ptr::null()) } != 1 {
+                bail!("libcrypto.so.3 would not initialise (OPENSSL_init_crypto)");
+            }
             /// A symbol as the function type it is given.
             ///
             /// SAFETY: `T` must be the type of the OpenSSL 3 function the symbol names.

@@ -518,15 +518,31 @@ fn warm(
             kind_rate[kind] += rates[c].unwrap_or(0.0);
         }
     }
+    // and the window's signatures: the classes whose signing visit serves something
+    let signing_rate: f64 = (0..3)
+        .filter(|&c| {
+            (routes[c].iter()).any(|s| {
+                served(s)
+                    && matches!(
+                        s,
+                        Step::Visit {
+                            handshake: true,
+                            ..
+                        }
+                    )
+            })
+        })
+        .map(|c| rates[c].unwrap_or(0.0))
+        .sum();
+    let workers = f64::from(workers.max(1));
     let paid: [Vec<f64>; 3] = std::array::from_fn(|c| {
         (routes[c].iter().enumerate())
             .map(|(step, s)| match s {
-                Step::Visit { handshake, .. } if served(s) => {
-                    let rate = kind_rate[kinds.of[c][step]];
-                    cold_start
-                        .of(*handshake)
-                        .after(f64::from(workers.max(1)) / rate)
-                }
+                Step::Visit { handshake, .. } if served(s) => cold_start.paid(
+                    *handshake,
+                    workers / kind_rate[kinds.of[c][step]],
+                    workers / signing_rate,
+                ),
                 _ => 0.0,
             })
             .collect()
@@ -841,8 +857,10 @@ mod tests {
         let (got, taken) = warm(routes.clone(), [Some(2.0), Some(2.0), None], 2, &curve);
         let (hello, once) = (record.after(0.5), record.after(1.0));
         assert!(hello > 40e-6 && hello < once && once == 60e-6);
-        let signed = handshake.after(0.5);
-        assert!(signed > 150e-6 && signed < 240e-6);
+        // the signing visit: the record's part by its kind's interval, the signature's by
+        // the first class's only (one a second on a worker)
+        let signed = hello + (handshake.after(1.0) - record.after(1.0));
+        assert!((signed - (hello + 180e-6)).abs() < 1e-15);
         let want = [
             vec![
                 Step::Accept { listener: 0 },
@@ -1139,6 +1157,30 @@ mod tests {
         assert!(close(&r[..4], &unsigned[..4]), "{r:?}");
         assert!(
             close(&r[4..], &[visit("client_flight_2_queue", 0.35)]),
+            "{r:?}"
+        );
+        // TLS 1.3 with a HelloRetryRequest: the visit after the second ClientHello signs,
+        // not the one that sent the retry
+        let mut retried = full.clone();
+        retried.stages.extend([
+            stage("hello_retry", 0.05),
+            stage("wait_client_hello_2", 0.3),
+            stage("client_hello_2_queue", 0.1),
+        ]);
+        let r = route(&retried, &Knobs::default());
+        let signing: Vec<&Option<String>> = (r.iter())
+            .filter_map(|s| match s {
+                Step::Visit {
+                    queue,
+                    handshake: true,
+                    ..
+                } => Some(queue),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            signing,
+            [&Some("client_hello_2_queue".to_string())],
             "{r:?}"
         );
         // plain HTTP on its own listener; its request is read in a pass after the accept

@@ -179,7 +179,7 @@ impl Network {
                 .map(|s| match s {
                     Step::Visit {
                         cold, handshake, ..
-                    } => cold * self.cold_start.of(*handshake).after(0.0),
+                    } => cold * self.cold_start.paid(*handshake, 0.0, 0.0),
                     _ => 0.0,
                 })
                 .sum()
@@ -307,8 +307,11 @@ pub struct IdleCurve(Vec<(f64, f64)>);
 
 /// The cold start by the work a visit does: a record's, which every visit does, and a full
 /// handshake's first flight's (a key exchange and a signature: more code and data to bring
-/// back), which the visit answering a ClientHello with a certificate does; without the
-/// second, that visit pays the first.
+/// back), which the visit answering a ClientHello with a certificate does. That visit pays
+/// the record's part by how long its kind was away, as any visit, and the rest of the
+/// handshake's (its signing, never below 0) by how long since the last signature: a
+/// resumed handshake's first flight, the same kind of visit, keeps the record's code warm,
+/// not the signature's.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ColdStartCurves {
     pub record: IdleCurve,
@@ -336,12 +339,22 @@ impl ColdStartCurves {
         }
     }
 
-    /// The curve a visit pays: the handshake's for one that sends a full handshake's first
-    /// flight, where measured; else the record's.
-    pub fn of(&self, handshake: bool) -> &IdleCurve {
-        match handshake && !self.handshake.is_zero() {
-            true => &self.handshake,
-            false => &self.record,
+    /// What a visit pays: the record's curve after its kind was away `kind_away_s`, and a
+    /// visit that signs the handshake's beyond the record's after `signed_away_s` since the
+    /// last signature.
+    pub fn paid(&self, handshake: bool, kind_away_s: f64, signed_away_s: f64) -> f64 {
+        let record = self.record.after(kind_away_s);
+        match handshake {
+            true => record + self.signing(signed_away_s),
+            false => record,
+        }
+    }
+
+    /// The handshake's cold start beyond the record's (0 without a handshake curve).
+    fn signing(&self, away_s: f64) -> f64 {
+        match self.handshake.is_zero() {
+            true => 0.0,
+            false => (self.handshake.after(away_s) - self.record.after(away_s)).max(0.0),
         }
     }
 }

@@ -228,7 +228,8 @@ struct Loop {
     state: Worker,
     /// when it last fell asleep in `epoll_wait`
     asleep_since: f64,
-    /// per kind of visit (`VisitKinds`): when one last ran here (−∞: never)
+    /// per kind of visit (`VisitKinds`), then for the visit that signs: when one last ran
+    /// here (−∞: never)
     last_ran: Vec<f64>,
 }
 
@@ -547,11 +548,18 @@ impl<'a> Sim<'a> {
                     user.step += 1;
                     let mut s = self.rng.draw(service, self.set.service);
                     if cold > 0.0 {
+                        // the kind's last visit here, and (one slot past the kinds) the
+                        // last signature
                         let kind = self.kinds.of[class][step];
-                        let last = &mut self.loops[w].last_ran[kind];
-                        let curve = self.cold_start.of(handshake);
-                        let cold = cold * curve.after(self.now - *last);
-                        *last = self.now;
+                        let signed = self.kinds.count;
+                        let last = &mut self.loops[w].last_ran;
+                        let (kind_away, signed_away) =
+                            (self.now - last[kind], self.now - last[signed]);
+                        let cold = cold * self.cold_start.paid(handshake, kind_away, signed_away);
+                        last[kind] = self.now;
+                        if handshake {
+                            last[signed] = self.now;
+                        }
                         s += cold;
                         if self.measuring_from.is_some() {
                             self.cold_charged_s += cold;
@@ -690,7 +698,7 @@ impl<'a> Sim<'a> {
                 };
                 listeners(net)
             ],
-            loops: vec![Loop::new(kinds.count); workers],
+            loops: vec![Loop::new(kinds.count + 1); workers],
             unmeasured_s: std::array::from_fn(|c| {
                 let calls = net.routes[c]
                     .iter()
@@ -1297,6 +1305,31 @@ mod tests {
         let want = net.service_s[0] + net.delay_s[0] + (2.0 + 4.0) * most;
         assert!((h.class_response_s[0] - want).abs() < 1e-9, "{h:?}");
         assert!((h.class_response_s[1] - s.class_response_s[1]).abs() < 1e-9);
+    }
+
+    /// The visit that signs pays the record's curve by its kind's time away and the
+    /// handshake's beyond it by the time since the last signature (never below 0); other
+    /// visits, or no handshake curve, the record's only.
+    #[test]
+    fn a_signing_visit_pays_the_signature_since_the_last_signature() {
+        let record = IdleCurve::curve(vec![(0.0, 0.0), (1e-3, 10e-6), (0.2, 60e-6)]);
+        let handshake = IdleCurve::curve(vec![(0.0, 0.0), (1e-3, 40e-6), (0.2, 240e-6)]);
+        let c = ColdStartCurves {
+            record: record.clone(),
+            handshake,
+        };
+        // a resumed handshake's first flight ran 1 ms ago, the last signature 200 ms ago
+        assert!((c.paid(true, 1e-3, 0.2) - (10e-6 + 180e-6)).abs() < 1e-15);
+        assert!((c.paid(false, 1e-3, 0.2) - 10e-6).abs() < 1e-15);
+        assert!((c.paid(true, 0.2, 0.2) - 240e-6).abs() < 1e-15);
+        // a handshake cheaper than the record (measurement noise) adds nothing
+        let low = ColdStartCurves {
+            record: record.clone(),
+            handshake: IdleCurve::curve(vec![(0.0, 0.0), (0.2, 30e-6)]),
+        };
+        assert_eq!(low.paid(true, 0.2, 0.2), 60e-6);
+        let given = ColdStartCurves::every_visit(record);
+        assert_eq!(given.paid(true, 0.2, 0.2), given.paid(false, 0.2, 0.2));
     }
 
     /// A wake-up by how long the worker slept: each point exact, log-interpolated between,

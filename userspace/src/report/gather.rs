@@ -356,6 +356,10 @@ impl Sink for Gather {
     fn cold_start(&mut self, c: &crate::cold_start::ColdStart) {
         self.estimator.cold_start(c);
     }
+
+    fn stopped(&mut self) {
+        self.estimator.stopped();
+    }
 }
 
 #[cfg(test)]

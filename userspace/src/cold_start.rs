@@ -9,8 +9,8 @@
 //! works are timed: a TLS record's (SHA-256 and AES-128-GCM over `WORK_BYTES`), what every
 //! visit of a connection does, and a full handshake's first flight's (an X25519 key
 //! exchange, an ECDSA P-256 signature and a record), what the visit that answers a
-//! ClientHello with a certificate does: after 0.2 s away the second pays about four times
-//! the first's. Both come from the host's OpenSSL libcrypto (the library its TLS servers
+//! ClientHello with a certificate does: after 0.2 s away the second pays three to four
+//! times the first's. Both come from the host's OpenSSL libcrypto (the library its TLS servers
 //! run), loaded at run time, on one CPU, by the thread's CPU clock, back to back and after
 //! each pause of `PAUSES`, the two works in turn. The record source measures them once on
 //! a CPU the traced servers run on, and the parameters carry them (`host.cold_start`);

@@ -243,9 +243,9 @@ pub enum Step {
     /// The client's message is in: the connection waits on the ready list for its turn
     /// (`queue`, the queue stage that wait is; None for a service stage with no queue stage
     /// before it), then is served `service_s`, to completion; and `cold` times the
-    /// network's cold start (`Network::cold_start`, the handshake's curve where
-    /// `handshake`), by how long since its kind last ran: 1 where the window's visits held
-    /// all of it, less where they held less, 0 for none.
+    /// network's cold start (`Network::cold_start`, `ColdStartCurves::paid`: by how long
+    /// since its kind last ran, and where `handshake` since the last signature): 1 where
+    /// the window's visits held all of it, less where they held less, 0 for none.
     Visit {
         queue: Option<String>,
         service_s: f64,
@@ -350,12 +350,10 @@ impl ColdStartCurves {
         }
     }
 
-    /// The handshake's cold start beyond the record's (0 without a handshake curve).
+    /// The handshake's cold start beyond the record's, never below 0 (so 0 without a
+    /// handshake curve).
     fn signing(&self, away_s: f64) -> f64 {
-        match self.handshake.is_zero() {
-            true => 0.0,
-            false => (self.handshake.after(away_s) - self.record.after(away_s)).max(0.0),
-        }
+        (self.handshake.after(away_s) - self.record.after(away_s)).max(0.0)
     }
 }
 

@@ -14,6 +14,7 @@ use std::{
 use hstrace_tests::{
     assert::check_stages,
     clients::{s_client, s_time},
+    daemon::Daemon,
     hstrace::Hstrace,
     procs::pin_thread,
     proxies::DelayProxy,
@@ -404,4 +405,72 @@ fn idle_before_tells_a_stage_after_an_idle_cpu() {
         stages == 8 && idle < stages,
         "eight clients at once, every one of {stages} first flights began after an idle CPU"
     );
+}
+
+/// The parameters split each queue stage by the idle mark of the service stage that read
+/// its message: a ClientHello read on a CPU left idle waited for the worker to wake up;
+/// one read right behind another connection's RSA-4096 signature (~5 ms) waited for it,
+/// far longer. The model takes the first as the server's wake-up at any load. The worker
+/// is pinned to CPU 0 and the clients to CPU 1, one at a time, then eight at once.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn a_queue_is_split_by_what_its_reader_found() {
+    let nginx = Nginx::start_with_key("idle-queue", 1, 4096);
+    let worker = *nginx.worker_pids().iter().next().unwrap();
+    pin(worker, 0);
+    let daemon = Daemon::start(&["--pid", &nginx.master_pid().to_string()]);
+    let port = nginx.port;
+    pin_thread(0, 1).unwrap();
+    for _ in 0..6 {
+        assert!(s_client(port, &["-tls1_2", "-no_ticket"]).contains("New, TLS"));
+        thread::sleep(Duration::from_millis(20));
+    }
+    for _ in 0..2 {
+        let clients: Vec<_> = (0..8)
+            .map(|_| {
+                thread::spawn(move || {
+                    pin_thread(0, 1).unwrap();
+                    assert!(s_client(port, &["-tls1_2", "-no_ticket"]).contains("New, TLS"));
+                })
+            })
+            .collect();
+        for c in clients {
+            c.join().unwrap();
+        }
+    }
+    let p: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
+    let server = format!("nginx:{port}");
+    let s = p["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["server"] == server.as_str())
+        .unwrap_or_else(|| panic!("no {server}: {p}"));
+    let stages = &s["classes"]["tls_full"]["stages"];
+    let queue = &stages["client_hello_queue"];
+    let (idle, busy) = (&queue["after_idle"], &queue["after_busy"]);
+    let count = |v: &Value| v["count"].as_u64().unwrap_or(0);
+    eprintln!("client_hello_queue: {queue}");
+    assert!(
+        count(idle) >= 6 && count(busy) >= 1,
+        "the six lone ClientHellos after an idle CPU, some of the sixteen behind a signature: {queue}"
+    );
+    assert!(count(idle) + count(busy) <= count(queue), "{queue}");
+    // a wait's wall time, not a CPU time
+    assert!(
+        idle["cpu_mean_s"].is_null() && busy["cpu_mean_s"].is_null(),
+        "{queue}"
+    );
+    let (woken, behind) = (f(&idle["mean_s"]), f(&busy["mean_s"]));
+    assert!(
+        woken > 0.0 && behind > woken,
+        "after an idle CPU {woken} s, behind another's work {behind} s: {queue}"
+    );
+    // the accept queue is no service stage's message
+    assert!(stages["accept_queue"]["after_idle"].is_null(), "{stages}");
+    daemon.stop();
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
 }

@@ -117,6 +117,22 @@ impl Stage {
     pub fn has_cpu(self) -> bool {
         self.class() == StageClass::Service && self != Stage::PreambleService
     }
+
+    /// The service stage whose first read ends this queue stage, among a connection's
+    /// `stages`: the message queued is the one that stage answers (the first ClientHello's
+    /// is the retry's where the server asked for another). None for the accept queue and
+    /// the preamble's, which no stage with an idle mark reads.
+    pub fn read_by(self, stages: &[(Stage, u64)]) -> Option<Stage> {
+        match self {
+            Stage::ClientHelloQueue if stages.iter().any(|(s, _)| *s == Stage::HelloRetry) => {
+                Some(Stage::HelloRetry)
+            }
+            Stage::ClientHelloQueue | Stage::ClientHello2Queue => Some(Stage::ServerFlight1),
+            Stage::ClientFlight2Queue => Some(Stage::ServerFlight2),
+            Stage::RequestQueue => Some(Stage::Response),
+            _ => None,
+        }
+    }
 }
 
 /// How a connection went.
@@ -685,6 +701,42 @@ mod tests {
 
     /// Each bit names the stage that began with the read it was set at; a stage without an
     /// on-CPU figure is not listed; without the known bit, nothing is known.
+    #[test]
+    fn each_queue_is_read_by_the_service_stage_that_answers_it() {
+        let plain = [(Stage::ClientHelloQueue, 1), (Stage::ServerFlight1, 1)];
+        let retried = [
+            (Stage::ClientHelloQueue, 1),
+            (Stage::HelloRetry, 1),
+            (Stage::ClientHello2Queue, 1),
+            (Stage::ServerFlight1, 1),
+        ];
+        let read = |q: Stage, s: &[(Stage, u64)]| q.read_by(s);
+        assert_eq!(
+            read(Stage::ClientHelloQueue, &plain),
+            Some(Stage::ServerFlight1)
+        );
+        assert_eq!(
+            read(Stage::ClientHelloQueue, &retried),
+            Some(Stage::HelloRetry)
+        );
+        assert_eq!(
+            read(Stage::ClientHello2Queue, &retried),
+            Some(Stage::ServerFlight1)
+        );
+        assert_eq!(
+            read(Stage::ClientFlight2Queue, &plain),
+            Some(Stage::ServerFlight2)
+        );
+        assert_eq!(read(Stage::RequestQueue, &plain), Some(Stage::Response));
+        for q in [
+            Stage::AcceptQueue,
+            Stage::PreambleQueue,
+            Stage::ServerFlight1,
+        ] {
+            assert_eq!(read(q, &plain), None, "{q:?}");
+        }
+    }
+
     #[test]
     fn idle_before_names_the_stages_its_bits_mark() {
         let mut c = conn();

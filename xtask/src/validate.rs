@@ -72,6 +72,11 @@ const QUEUE_STAGES: [&str; 4] = [
 ];
 /// The user count whose parameters make the forecast (the *from N=1* column, the what-if).
 const FORECAST_FROM_USERS: u32 = 1;
+/// The second forecast's window, a production window's load: users enough to keep the
+/// server about this busy, reckoned from the one-user window's utilisation...
+const BUSIER_UTIL: f64 = 0.15;
+/// ...which the issue's criterion allows up to this.
+const BUSIER_UTIL_MAX: f64 = 0.2;
 
 /// A request mix: seed 002's p (TLS share) and the share of TLS requests that offer the
 /// user's saved session.
@@ -263,6 +268,8 @@ struct Point {
     /// the forecast: the architecture's discipline from the parameters measured with
     /// `FORECAST_FROM_USERS` users, at this point's mix
     forecast: Value,
+    /// the same from the busier window's parameters (`busier_users`)
+    busier: Value,
     /// how much faster the host ran this point's signatures than the forecast window's
     /// (`signature_cpu_s` there over here; None without full handshakes in both)
     host_speed: Option<f64>,
@@ -298,6 +305,11 @@ impl Point {
     /// The forecast's errors on R and X.
     fn forecast_errors(&self) -> (f64, f64) {
         self.errors(&self.forecast)
+    }
+
+    /// The busier window's forecast's errors on R and X.
+    fn busier_errors(&self) -> (f64, f64) {
+        self.errors(&self.busier)
     }
 
     /// Counted against the tolerance (the server was busy less than UTIL_LIMIT), and
@@ -725,13 +737,15 @@ fn mix_args(load: &Value) -> Vec<String> {
 }
 
 /// One point's predictions from its parameters (`file`), hsload's output and the server's
-/// CPU; the forecast from the parameters in `forecast_from` (measured at low load).
+/// CPU; the forecasts from the parameters in `windows`: the one-user window's and the
+/// busier one's.
 fn predict(
     rig: &Rig,
     file: &Path,
     (load, cpu_busy, client_cpu): (Value, f64, f64),
-    forecast_from: &Path,
+    windows: &Windows,
 ) -> Result<Point> {
+    let forecast_from = windows.one_user.as_path();
     let Rig {
         bin,
         arch,
@@ -804,6 +818,9 @@ fn predict(
     if event_loop {
         has_cold_start(&base, forecast_from)?;
     }
+    let mut busier_args = with(&windows.busier, arch.discipline);
+    busier_args.extend(mix_args(&load));
+    let busier = point(&model(bin, &busier_args)?);
     let mut args = with(forecast_from, arch.discipline);
     args.extend(mix_args(&load));
     let forecast = point(&model(bin, &args)?);
@@ -840,6 +857,7 @@ fn predict(
         approx,
         shared,
         forecast,
+        busier,
         host_speed,
         forecast_at_speed,
         forecast_told_delays,
@@ -863,17 +881,45 @@ fn point_file(dir: &Path, arch: &Arch, mix: usize, users: u32) -> PathBuf {
     dir.join(format!("{}-mix{}-users{users}.json", arch.key, mix + 1))
 }
 
-/// One mix (the `index`th) at every user count of the plan; the forecast is made from the
-/// first point's parameters (`FORECAST_FROM_USERS` users).
+/// The two windows the forecasts are made from: one user's, and one at a production
+/// window's load (`busier_users`).
+struct Windows {
+    one_user: PathBuf,
+    busier: PathBuf,
+}
+
+/// The users that keep the server about `BUSIER_UTIL` busy, from the one-user window's
+/// busy share (per CPU it may use): utilisation grows nearly in proportion at low load.
+/// Unread (NaN), the fewest.
+fn busier_users(one_user_busy: f64) -> u32 {
+    if one_user_busy.is_nan() {
+        return 2;
+    }
+    let n = (BUSIER_UTIL / one_user_busy.max(1e-3)).round();
+    (n as u32).clamp(2, 400)
+}
+
+/// The busier window's point among a mix's (`run_mix`'s: the first is one user's).
+fn busier_window(points: &[Point]) -> Result<&Point> {
+    let first = points.first().context("a mix without points")?;
+    let n = busier_users(first.cpu_busy);
+    points
+        .iter()
+        .find(|p| p.users == n)
+        .with_context(|| format!("no point at the busier window's {n} users"))
+}
+
+/// One mix (the `index`th) at every user count of the plan, and at the busier window's;
+/// the forecasts are made from the first point's parameters (`FORECAST_FROM_USERS` users)
+/// and from the busier window's, both measured before the rest.
 fn run_mix(rig: &Rig, mix: &Mix, index: usize, plan: &Plan) -> Result<Vec<Point>> {
-    let mut points = Vec::new();
     let users = (plan.users)(rig.arch);
     if users.first() != Some(&FORECAST_FROM_USERS) {
         bail!("a plan starts with the forecast's window, {FORECAST_FROM_USERS} user(s)");
     }
-    let forecast_from = point_file(rig.dir, rig.arch, index, FORECAST_FROM_USERS);
-    for &n in &users {
-        eprintln!("xtask: {}: mix {}: {n} users", rig.arch.key, index + 1);
+    let at = |n: u32| format!("{}: mix {}: {n} users", rig.arch.key, index + 1);
+    let measure_at = |n: u32| -> Result<(PathBuf, (Value, f64, f64))> {
+        eprintln!("xtask: {}", at(n));
         let file = point_file(rig.dir, rig.arch, index, n);
         let run = Run {
             hsload: rig.hsload,
@@ -883,13 +929,27 @@ fn run_mix(rig: &Rig, mix: &Mix, index: usize, plan: &Plan) -> Result<Vec<Point>
             users: n,
             duration_s: plan.duration_s(n),
         };
-        let at = || format!("{}: mix {}: {n} users", rig.arch.key, index + 1);
-        let measured = measure(&run, &file).with_context(|| format!("{}: measuring", at()))?;
-        points.push(
-            predict(rig, &file, measured, &forecast_from)
-                .with_context(|| format!("{}: the models", at()))?,
-        );
+        let measured = measure(&run, &file).with_context(|| format!("{}: measuring", at(n)))?;
+        Ok((file, measured))
+    };
+    let one_user = measure_at(FORECAST_FROM_USERS)?;
+    let busier_n = busier_users(one_user.1 .1);
+    let busier = measure_at(busier_n)?;
+    let windows = Windows {
+        one_user: one_user.0.clone(),
+        busier: busier.0.clone(),
+    };
+    let predict_at = |n: u32, (file, m): (PathBuf, (Value, f64, f64))| {
+        predict(rig, &file, m, &windows).with_context(|| format!("{}: the models", at(n)))
+    };
+    let mut points = vec![
+        predict_at(FORECAST_FROM_USERS, one_user)?,
+        predict_at(busier_n, busier)?,
+    ];
+    for &n in users[1..].iter().filter(|&&n| n != busier_n) {
+        points.push(predict_at(n, measure_at(n)?)?);
     }
+    points.sort_by_key(|p| p.users);
     Ok(points)
 }
 
@@ -1013,6 +1073,7 @@ fn queue_table(points: &[Point]) -> String {
 struct Misses {
     fit: usize,
     forecast: usize,
+    busier: usize,
     whatif: usize,
 }
 
@@ -1038,14 +1099,18 @@ fn mix_section(
     points: &[Point],
     misses: &mut Misses,
 ) -> Result<String> {
+    let busier = busier_window(points)?;
     let mut rows = String::new();
     let mut reasons = String::new();
     for p in points {
         let (counted, ok) = p.verdict();
         let (forecast_r, forecast_x) = p.forecast_errors();
         let forecast_ok = within(&[forecast_r, forecast_x]);
+        let (busier_r, busier_x) = p.busier_errors();
+        let busier_ok = within(&[busier_r, busier_x]);
         misses.fit += usize::from(counted && !ok);
         misses.forecast += usize::from(counted && !forecast_ok);
+        misses.busier += usize::from(counted && !busier_ok);
         let classes = |of: &Value, key: &dyn Fn(&Value) -> f64| -> String {
             CLASSES.map(|c| ms(key(&of["classes"][c]))).join(" / ")
         };
@@ -1073,7 +1138,7 @@ fn mix_section(
         };
         let _ = writeln!(
             rows,
-            "| {} | {:.1} % | {other_cpus} / {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {without_other_err} | {forecast} | {} | {} | {speed} | {at_speed_err} | {told_delays_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.1} % | {other_cpus} / {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {without_other_err} | {forecast} | {} | {} | {} | {} | {speed} | {at_speed_err} | {told_delays_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} | {} |",
             p.users,
             p.cpu_busy * 100.0,
             p.client_cpu,
@@ -1087,12 +1152,15 @@ fn mix_section(
             pct(p.response_error()),
             pct(forecast_r),
             pct(forecast_x),
+            pct(busier_r),
+            pct(busier_x),
             classes(&p.load, &|c| f(&c["response_s"]["mean"])),
             classes(&p.live, &|c| f(&c["response_s"])),
             p.load["requests"],
             p.load["errors"],
             verdict(counted, ok),
             verdict(counted, forecast_ok),
+            verdict(counted, busier_ok),
         );
         if !ok {
             let _ = writeln!(
@@ -1142,6 +1210,21 @@ fn mix_section(
             ("DISCIPLINE", arch.discipline.to_string()),
             ("SERVERS", arch.servers.to_string()),
             ("FROM_USERS", FORECAST_FROM_USERS.to_string()),
+            ("BUSIER_USERS", busier.users.to_string()),
+            (
+                "BUSIER_BUSY",
+                format!(
+                    "{:.1}{}",
+                    busier.cpu_busy * 100.0,
+                    match busier.cpu_busy > BUSIER_UTIL_MAX {
+                        true => format!(
+                            " (more than the {:.0} % asked of it)",
+                            BUSIER_UTIL_MAX * 100.0
+                        ),
+                        false => String::new(),
+                    }
+                ),
+            ),
         ],
     )
 }
@@ -1342,6 +1425,8 @@ fn report(
             ("MIN_REQUESTS", MIN_REQUESTS.to_string()),
             ("SIMULATED", SIMULATED.to_string()),
             ("FROM_USERS", FORECAST_FROM_USERS.to_string()),
+            ("BUSIER_PCT", format!("{:.0}", BUSIER_UTIL * 100.0)),
+            ("BUSIER_MAX_PCT", format!("{:.0}", BUSIER_UTIL_MAX * 100.0)),
             ("WAKEUP", platform.wakeup_words()),
             ("COLD", cold_starts(archs)),
             ("TOLERANCE_PCT", format!("{:.0}", TOLERANCE * 100.0)),
@@ -1762,13 +1847,14 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
     } else {
         println!("{doc}");
     }
-    if misses.fit + misses.forecast + misses.whatif > 0 {
+    if misses.fit + misses.forecast + misses.busier + misses.whatif > 0 {
         bail!(
-            "points below {:.0} % busy off by more than {:.0} %: {} same-point fit(s), {} forecast(s), {} what-if(s): see the tables",
+            "points below {:.0} % busy off by more than {:.0} %: {} same-point fit(s), {} forecast(s) from one user, {} from the busier window, {} what-if(s): see the tables",
             UTIL_LIMIT * 100.0,
             TOLERANCE * 100.0,
             misses.fit,
             misses.forecast,
+            misses.busier,
             misses.whatif
         );
     }
@@ -1786,7 +1872,8 @@ mod tests {
     const REDUCED_UTIL_LIMIT: f64 = 0.7;
 
     /// The reduced validation CI runs: nginx with one worker, mix 1, measured at 1, 16 and 40
-    /// users in short windows; each point with its forecast from the one-user window.
+    /// users and at the busier window's in short windows; each point with its forecasts
+    /// from the one-user window and from the busier one.
     fn reduced(bin: &Path, hsload: &Path) -> Result<Vec<Point>> {
         let dir = root().join("target/validate-model-reduced");
         let _ = fs::remove_dir_all(&dir);
@@ -1885,7 +1972,7 @@ mod tests {
         let mix = crate::template::tests::fill_all(MIX_TEMPLATE);
         assert!(
             mix.starts_with(
-                "### <ARCH>, mix <N>: <NAME> (p = <SECURE>, resume offered <RESUME>)\n\n| N |"
+                "### <ARCH>, mix <N>: <NAME> (p = <SECURE>, resume offered <RESUME>)\n\nThe busier window: <BUSIER_USERS> users, the server <BUSIER_BUSY> % busy.\n\n| N |"
             ),
             "{mix}"
         );
@@ -1934,6 +2021,17 @@ mod tests {
     }
 
     #[test]
+    fn the_busier_window_keeps_the_server_about_as_busy_as_asked() {
+        // 1.5 % busy with one user: ten users make about 15 %
+        assert_eq!(busier_users(0.015), 10);
+        assert_eq!(busier_users(0.011), 14);
+        // never one user again, nor an idle server's thousands
+        assert_eq!(busier_users(0.2), 2);
+        assert_eq!(busier_users(0.0), 150);
+        assert_eq!(busier_users(f64::NAN), 2);
+    }
+
+    #[test]
     fn users_are_left_out_of_a_pictures_arguments() {
         let args = model_args(Path::new("p.json"), "nginx:1", 7, 0.2, SIMULATED, 2);
         let rest = without_users(args);
@@ -1946,8 +2044,9 @@ mod tests {
     const HOST_DRIFT: f64 = 0.10;
 
     /// The fast validation CI runs (issue 35): the forecast from one user's window, at
-    /// every point where nginx was busy less than `REDUCED_UTIL_LIMIT`, within
-    /// `REDUCED_TOLERANCE` of hsload's measurement. A miss is let pass only with its cause
+    /// every point where nginx was busy less than `REDUCED_UTIL_LIMIT`, and the busier
+    /// window's at every such point above it, within `REDUCED_TOLERANCE` of hsload's
+    /// measurement. A miss of the first is let pass only with its cause
     /// measured: the host ran the point's signatures at least `HOST_DRIFT` faster or slower
     /// than the window's (hstrace's own readings: the host's speed moves with sustained
     /// load, which no quiet window shows), and the same forecast told that speed (and the
@@ -1963,37 +2062,42 @@ mod tests {
                 .expect("HSTRACE_HSLOAD: run it with `cargo xtask test`"),
         );
         let points = reduced(&bin, &hsload).expect("the reduced validation ran");
+        let busier = busier_window(&points).expect("the busier window").users;
         let mut misses = Vec::new();
         for p in &points[1..] {
-            let (r, x) = p.forecast_errors();
-            let line = format!(
-                "N = {}: nginx busy {:.1} %, R {:.2} ms measured, forecast {:.2} ms ({}), X {:.1}/s, forecast {:.1}/s ({})",
-                p.users,
-                p.cpu_busy * 100.0,
-                f(&p.load["response_s"]["mean"]) * 1e3,
-                f(&p.forecast["response_s"]) * 1e3,
-                pct(r),
-                f(&p.load["throughput_per_s"]),
-                f(&p.forecast["throughput_per_s"]),
-                pct(x),
-            );
-            eprintln!("{line}");
-            let off =
-                |(r, x): (f64, f64)| r.abs() > REDUCED_TOLERANCE || x.abs() > REDUCED_TOLERANCE;
-            if p.cpu_busy >= REDUCED_UTIL_LIMIT || !off((r, x)) {
-                continue;
+            // the one-user window's forecast at every load; the busier window's above it
+            let mut forecasts = vec![("from one user", p.forecast_errors(), true)];
+            if p.users > busier {
+                forecasts.push(("from the busier window", p.busier_errors(), false));
             }
-            let at_speed = p.forecast_at_speed.as_ref().map(|v| p.errors(v));
-            match (p.host_speed, at_speed) {
-                (Some(k), Some(e)) if (k - 1.0).abs() >= HOST_DRIFT && !off(e) => eprintln!(
-                    "  the host ran the signatures {:.1} % {} than in the window; the forecast told that speed (and the point's other work, {} CPUs): R {}, X {}",
-                    100.0 * (k - 1.0).abs(),
-                    if k > 1.0 { "faster" } else { "slower" },
-                    p.other_cpus.map_or("–".into(), |o| format!("{o:.2}")),
-                    pct(e.0),
-                    pct(e.1)
-                ),
-                _ => misses.push(line),
+            for (which, (r, x), may_drift) in forecasts {
+                let line = format!(
+                    "N = {}: nginx busy {:.1} %, R {:.2} ms measured, X {:.1}/s; forecast {which} R {}, X {}",
+                    p.users,
+                    p.cpu_busy * 100.0,
+                    f(&p.load["response_s"]["mean"]) * 1e3,
+                    f(&p.load["throughput_per_s"]),
+                    pct(r),
+                    pct(x),
+                );
+                eprintln!("{line}");
+                let off =
+                    |(r, x): (f64, f64)| r.abs() > REDUCED_TOLERANCE || x.abs() > REDUCED_TOLERANCE;
+                if p.cpu_busy >= REDUCED_UTIL_LIMIT || !off((r, x)) {
+                    continue;
+                }
+                let at_speed = p.forecast_at_speed.as_ref().map(|v| p.errors(v));
+                match (p.host_speed, at_speed) {
+                    (Some(k), Some(e)) if may_drift && (k - 1.0).abs() >= HOST_DRIFT && !off(e) => eprintln!(
+                        "  the host ran the signatures {:.1} % {} than in the one-user window; its forecast told that speed (and the point's other work, {} CPUs): R {}, X {}",
+                        100.0 * (k - 1.0).abs(),
+                        if k > 1.0 { "faster" } else { "slower" },
+                        p.other_cpus.map_or("–".into(), |o| format!("{o:.2}")),
+                        pct(e.0),
+                        pct(e.1)
+                    ),
+                    _ => misses.push(line),
+                }
             }
         }
         assert!(

@@ -34,6 +34,10 @@ pub struct StageMean {
     pub name: String,
     pub class: StageClass,
     pub mean_s: f64,
+    /// a queue stage's messages read by a server whose CPU had been idle since its last
+    /// service stage (`after_idle`): how many, and their mean wait, the server waking up to
+    /// them; None where the source does not split it
+    pub idle_wait: Option<(u64, f64)>,
 }
 
 /// One request class of a server.
@@ -148,6 +152,10 @@ fn server_input(s: &v1::ServerParams, origin: &str) -> Result<ServerInput> {
                     name: stage.clone(),
                     class: v.class,
                     mean_s: demand_s(v.class, v.mean_s, v.cpu_mean_s),
+                    idle_wait: v
+                        .after_idle
+                        .filter(|_| v.class == StageClass::Queue)
+                        .and_then(|a| Some((a.count, a.mean_s.filter(|m| *m >= 0.0)?))),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -274,6 +282,7 @@ pub fn merge(parts: Vec<ServerInput>, origin: &str) -> Result<ServerInput> {
                 if stages.iter().all(|x| x.name != m.name) {
                     stages.push(StageMean {
                         mean_s: 0.0,
+                        idle_wait: None,
                         ..m.clone()
                     });
                 }
@@ -281,13 +290,20 @@ pub fn merge(parts: Vec<ServerInput>, origin: &str) -> Result<ServerInput> {
         }
         for m in &mut stages {
             let (mut sum, mut weight) = (0.0, 0.0);
+            // the idle waits by their own counts, over the ports that split them
+            let (mut idle_sum, mut idle_n) = (0.0, 0);
             for (n, ss) in &of {
                 if let Some(x) = ss.iter().find(|x| x.name == m.name) {
                     sum += n * x.mean_s;
                     weight += n;
+                    if let Some((k, mean)) = x.idle_wait {
+                        idle_sum += k as f64 * mean;
+                        idle_n += k;
+                    }
                 }
             }
             m.mean_s = sum / weight;
+            m.idle_wait = (idle_n > 0).then(|| (idle_n, idle_sum / idle_n as f64));
         }
         ClassInput {
             class,
@@ -572,6 +588,7 @@ fn prom_server(base: &str, server: String, w: &str) -> Result<ServerInput> {
             name: stage.name().to_owned(),
             class: stage.class(),
             mean_s,
+            idle_wait: None,
         });
     }
     // the stages' means: the daemons' metrics hold each service stage's CPU in a series

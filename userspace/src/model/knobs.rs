@@ -1011,6 +1011,7 @@ mod tests {
             name: name.into(),
             class: Stage::from_name(name).unwrap().class(),
             mean_s: ms * 1e-3,
+            idle_wait: None,
         };
         let class = |stages: Vec<StageMean>| ClassInput {
             class: RequestClass::TlsResumed,
@@ -1055,6 +1056,7 @@ mod tests {
             name: name.into(),
             class: Stage::from_name(name).unwrap().class(),
             mean_s: ms * 1e-3,
+            idle_wait: None,
         };
         let class = |c: RequestClass, stages: Vec<StageMean>| ClassInput {
             class: c,

@@ -241,7 +241,7 @@ fn measured_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
         k.overhead_s = (outside - k.sleep_cpu_s * measured_sleeps(server, &k)).max(0.0);
     }
     if !k.wakeup_given {
-        if let Some(q) = low_load_queue(server, &k) {
+        if let Some(q) = idle_queue(server, &k) {
             k.wakeup = network::IdleCurve::constant((q - k.sleep_cpu_s).max(0.0));
         }
     }
@@ -261,25 +261,36 @@ const LOW_LOAD: f64 = 0.25;
 
 /// The mean wait of a message for an idle worker, measured: the queue stage before each
 /// visit of the routes (not the accept's, nor a continuation's), weighted by the classes'
-/// shares, when the window was at low load; each is the worker waking (the CPU's, then the
-/// loop's) up to the read. None at higher load or without the CPU to tell.
-fn low_load_queue(server: &ServerInput, k: &Knobs) -> Option<f64> {
-    if busy_per_process(server)? > LOW_LOAD {
-        return None;
-    }
+/// shares; each is the worker waking (the CPU's, then the loop's) up to the read. Where the
+/// window split a queue by what its reader found (`idle_wait`, at least `IDLE_WAITS` of
+/// them), the waits of the messages read after an idle CPU, at any load; else the whole
+/// mean where the window was at low load, when nearly every message found the worker idle.
+/// None when neither tells.
+fn idle_queue(server: &ServerInput, k: &Knobs) -> Option<f64> {
+    let low_load = busy_per_process(server).is_some_and(|b| b <= LOW_LOAD);
     let (mut sum, mut n) = (0.0, 0.0);
     for c in &server.classes {
         for step in knobs::route(c, k) {
-            if let network::Step::Visit { queue: Some(q), .. } = step {
-                if let Some(m) = c.stages.iter().find(|m| m.name == q) {
-                    sum += c.share * m.mean_s;
-                    n += c.share;
-                }
-            }
+            let network::Step::Visit { queue: Some(q), .. } = step else {
+                continue;
+            };
+            let Some(m) = c.stages.iter().find(|m| m.name == q) else {
+                continue;
+            };
+            let wait = match m.idle_wait {
+                Some((count, mean)) if count >= IDLE_WAITS => mean,
+                _ if low_load => m.mean_s,
+                _ => continue,
+            };
+            sum += c.share * wait;
+            n += c.share;
         }
     }
     (n > 0.0).then(|| sum / n)
 }
+
+/// The fewest idle waits of a queue stage whose mean `idle_queue` takes.
+const IDLE_WAITS: u64 = 20;
 
 /// The sleeps per request of the measured window: each class's handler calls (an accept
 /// and each visit of its route), weighted by the measured shares, times the chance the

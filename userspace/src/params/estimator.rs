@@ -20,7 +20,7 @@ use hdrhistogram::Histogram;
 use super::{
     architecture::{self, Held},
     v1::{
-        Architecture, Cache, ClassParams, Classes, Cpu, CpuAfter, Demand, Host, Parameters,
+        After, Architecture, Cache, ClassParams, Classes, Cpu, Demand, Host, Parameters,
         ServerParams, StageParams, Window, SCHEMA,
     },
 };
@@ -31,7 +31,7 @@ use crate::{
     ordered::Ordered,
     record::{CloseRecord, Record},
     sink::Sink,
-    stage::{Kind, RequestClass, Stage},
+    stage::{Kind, RequestClass, Stage, StageClass},
 };
 
 /// Servers (comm:port) the parameters keep apart; more are folded into `other`.
@@ -75,7 +75,9 @@ struct StageAcc {
     sum_ns: u128,
     cpu_count: u64,
     cpu_sum_ns: u128,
-    /// of those, by what the CPU did before the stage: [idle, busy]
+    /// by what the CPU did before the service stage (this one, or the one that read a
+    /// queue stage's message): [idle, busy], each (count, on-CPU ns of a service stage or
+    /// wall ns of a queue stage)
     after: [(u64, u128); 2],
 }
 
@@ -109,12 +111,15 @@ impl StageAcc {
         }
     }
 
-    /// The stages that began after the CPU was idle (`i` 0) or busy (1), if any.
-    fn after(&self, i: usize) -> Option<CpuAfter> {
+    /// The stages of `class` that began (or were read) after the CPU was idle (`i` 0) or
+    /// busy (1), if any.
+    fn after(&self, i: usize, class: StageClass) -> Option<After> {
         let (count, sum_ns) = self.after[i];
-        (count > 0).then(|| CpuAfter {
+        let mean = (count > 0).then(|| sum_ns as f64 / 1e9 / count as f64)?;
+        Some(After {
             count,
-            cpu_mean_s: sum_ns as f64 / 1e9 / count as f64,
+            cpu_mean_s: (class == StageClass::Service).then_some(mean),
+            mean_s: (class == StageClass::Queue).then_some(mean),
         })
     }
 }
@@ -164,6 +169,15 @@ impl ServerAcc {
             acc.hist.saturating_record(ns / 1000);
             acc.count += 1;
             acc.sum_ns += u128::from(*ns);
+            // a queue split by whether the CPU idled before its message was read
+            let reader = stage.read_by(s.stages);
+            if let (Some(idle), Some(reader)) = (s.idle_before, reader) {
+                if s.cpu.iter().any(|(c, _)| *c == reader) {
+                    let a = &mut acc.after[usize::from(!idle.contains(&reader))];
+                    a.0 += 1;
+                    a.1 += u128::from(*ns);
+                }
+            }
         }
         for (stage, ns) in s.cpu {
             if let Some(acc) = self.stages[c][stage.index()].as_mut() {
@@ -602,8 +616,8 @@ fn server_params(server: String, acc: &ServerAcc, seconds: f64, cpu: Cpu) -> Ser
                         p99_s: q(0.99),
                         cpu_mean_s: (a.cpu_count > 0)
                             .then(|| a.cpu_sum_ns as f64 / 1e9 / a.cpu_count as f64),
-                        after_idle: a.after(0),
-                        after_busy: a.after(1),
+                        after_idle: a.after(0, stage.class()),
+                        after_busy: a.after(1, stage.class()),
                     },
                 ))
             })
@@ -740,13 +754,16 @@ mod tests {
 
     /// A service stage's on-CPU time split by what its CPU did before it: the means of
     /// those after an idle CPU and after a busy one, with their counts; nothing without
-    /// `idle_before`.
+    /// `idle_before`. A queue stage's wait is split by the stage that read its message.
     #[test]
     fn stage_cpu_split_by_an_idle_cpu_before_it() {
         let mut e = Estimator::new(Duration::from_secs(60), 8);
         let now = e.start + Duration::from_secs(1);
         let stages = [
+            (Stage::AcceptQueue, 70_000),
+            (Stage::ClientHelloQueue, 60_000),
             (Stage::ServerFlight1, 1_000_000),
+            (Stage::RequestQueue, 90_000),
             (Stage::Response, 500_000),
         ];
         let (cold, warm) = (
@@ -773,15 +790,28 @@ mod tests {
         let st = &p.servers[0].classes.tls_full.stages;
         let sf1 = st.get("server_flight_1").unwrap();
         assert_eq!(sf1.after_idle.map(|a| a.count), Some(2));
-        assert!((sf1.after_idle.unwrap().cpu_mean_s - 300e-6).abs() < 1e-12);
+        let mean = |a: Option<After>| a.and_then(|a| a.cpu_mean_s).unwrap();
+        assert!((mean(sf1.after_idle) - 300e-6).abs() < 1e-12);
         assert_eq!(sf1.after_busy.map(|a| a.count), Some(1));
-        assert!((sf1.after_busy.unwrap().cpu_mean_s - 200e-6).abs() < 1e-12);
+        assert!((mean(sf1.after_busy) - 200e-6).abs() < 1e-12);
+        assert_eq!(sf1.after_idle.unwrap().mean_s, None);
         let response = st.get("response").unwrap();
         assert_eq!(response.after_idle, None);
         assert_eq!(response.after_busy.map(|a| a.count), Some(3));
-        assert!((response.after_busy.unwrap().cpu_mean_s - 140e-6 / 3.0).abs() < 1e-12);
+        assert!((mean(response.after_busy) - 140e-6 / 3.0).abs() < 1e-12);
         // all four in the whole mean
         assert!((sf1.cpu_mean_s.unwrap() - 1_000e-6 / 4.0).abs() < 1e-12);
+        // the ClientHello's queue, by the first flight's mark: its wall time, no CPU
+        let hello = st.get("client_hello_queue").unwrap();
+        let idle = hello.after_idle.unwrap();
+        assert_eq!((idle.count, idle.cpu_mean_s), (2, None));
+        assert!((idle.mean_s.unwrap() - 60e-6).abs() < 1e-12);
+        assert_eq!(hello.after_busy.map(|a| a.count), Some(1));
+        let request = st.get("request_queue").unwrap();
+        assert_eq!(request.after_busy.map(|a| a.count), Some(3));
+        // no service stage reads the accept queue's connection
+        assert_eq!(st.get("accept_queue").unwrap().after_idle, None);
+        assert_eq!(st.get("accept_queue").unwrap().after_busy, None);
     }
 
     /// A run's parameters, read a moment after the run's end, still hold its first

@@ -1075,6 +1075,7 @@ struct Misses {
     forecast: usize,
     busier: usize,
     whatif: usize,
+    whatif_busier: usize,
 }
 
 /// A verdict cell: counted (busy below the limit) and within the tolerance?
@@ -1238,6 +1239,8 @@ struct WhatIfPoint {
     cpu_busy: f64,
     /// `--key-change FROM:KEY` from the base window
     forecast: Value,
+    /// the same from the busier window with `WHATIF_FROM`
+    from_busier: Value,
     /// its knobs (the key change: the signing stage it took)
     forecast_knobs: Value,
     /// the same base window with the key unchanged, for scale
@@ -1330,12 +1333,18 @@ fn whatif_rows(points: &[WhatIfPoint], misses: &mut Misses) -> String {
             rel(f(&p.forecast["response_s"]), measured_r),
             rel(f(&p.forecast["throughput_per_s"]), measured_x),
         );
+        let (busier_r, busier_x) = (
+            rel(f(&p.from_busier["response_s"]), measured_r),
+            rel(f(&p.from_busier["throughput_per_s"]), measured_x),
+        );
         let counted = p.cpu_busy < UTIL_LIMIT;
         let ok = within(&[dr, dx]);
+        let busier_ok = within(&[busier_r, busier_x]);
         misses.whatif += usize::from(counted && !ok);
+        misses.whatif_busier += usize::from(counted && !busier_ok);
         let _ = writeln!(
             rows,
-            "| {} | {} | {:.1} % | {:.1} % | {measured_x:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {:.1} % | {:.1} % | {measured_x:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             p.key.name(),
             p.users,
             p.cpu_busy * 100.0,
@@ -1348,7 +1357,10 @@ fn whatif_rows(points: &[WhatIfPoint], misses: &mut Misses) -> String {
             ms(f(&p.unchanged["response_s"])),
             ms(p.delays_s),
             signing_words(p),
+            pct(busier_r),
+            pct(busier_x),
             verdict(counted, ok),
+            verdict(counted, busier_ok),
         );
     }
     rows
@@ -1383,6 +1395,8 @@ fn report(
             ("FROM_USERS", FORECAST_FROM_USERS.to_string()),
             ("SIGN_COSTS", whatif.sign_costs.clone()),
             ("WINDOW_DELAYS", ms(whatif.window_delays_s)),
+            ("BUSIER_USERS", whatif.busier.0.to_string()),
+            ("BUSIER_BUSY", format!("{:.1}", whatif.busier.1 * 100.0)),
             (
                 "ROWS",
                 whatif_rows(&whatif.points, &mut misses)
@@ -1536,6 +1550,8 @@ struct WhatIf {
     base: PathBuf,
     /// the client's delays a request in the base window (`delays_s`)
     window_delays_s: f64,
+    /// the busier window with `WHATIF_FROM`: its users and how busy the server was
+    busier: (u32, f64),
 }
 
 /// From one window of mix 1 with `FORECAST_FROM_USERS` users on nginx (one worker) with
@@ -1544,23 +1560,29 @@ struct WhatIf {
 fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<WhatIf> {
     let arch = &NGINX_ONE;
     let mix = &MIXES[0];
-    let base = dir.join(format!(
-        "whatif-{}-users{FORECAST_FROM_USERS}.json",
-        WHATIF_FROM.name()
-    ));
-    {
-        eprintln!("xtask: what-if: {} window", WHATIF_FROM.name());
+    let window = |n: u32| dir.join(format!("whatif-{}-users{n}.json", WHATIF_FROM.name()));
+    let base = window(FORECAST_FROM_USERS);
+    // the one-user window, then the busier one (`busier_users`), both with WHATIF_FROM
+    let busier = {
         let server = Server::start(arch, WHATIF_FROM, dir)?;
-        let run = Run {
-            hsload,
-            arch,
-            server: &server,
-            mix,
-            users: FORECAST_FROM_USERS,
-            duration_s: plan.duration_s(FORECAST_FROM_USERS),
+        let measure_at = |n: u32, file: &Path| {
+            eprintln!("xtask: what-if: {} window, {n} users", WHATIF_FROM.name());
+            let run = Run {
+                hsload,
+                arch,
+                server: &server,
+                mix,
+                users: n,
+                duration_s: plan.duration_s(n),
+            };
+            measure(&run, file)
         };
-        measure(&run, &base)?;
-    }
+        let (_, one_user_busy, _) = measure_at(FORECAST_FROM_USERS, &base)?;
+        let n = busier_users(one_user_busy);
+        let (_, busy, _) = measure_at(n, &window(n))?;
+        (n, busy)
+    };
+    let busier_file = window(busier.0);
     let base_params: Value = serde_json::from_str(&fs::read_to_string(&base)?)?;
     has_cold_start(&base_params, &base)?;
     let server_arg = servers_from(&base_params);
@@ -1597,6 +1619,9 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
             // the others and the picture, so that all are forecast from one measurement
             args.extend(sign_cost_of(&sign_cost_args, key));
             let answer = model(bin, &args)?;
+            // the same from the busier window, with the same signatures' costs
+            args[1] = busier_file.display().to_string();
+            let from_busier = point(&model(bin, &args)?);
             if i == 0 {
                 sign_costs.push(key_change_words(&answer));
                 sign_cost_args.push((key, sign_cost_arg(&answer)));
@@ -1608,6 +1633,7 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
                 load,
                 cpu_busy,
                 forecast: point(&answer),
+                from_busier,
                 forecast_knobs: answer["knobs"].clone(),
                 unchanged,
                 delays_s: delays_s(&params),
@@ -1621,6 +1647,7 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
         sign_cost_args,
         window_delays_s: delays_s(&base_params),
         base,
+        busier,
     })
 }
 
@@ -1837,6 +1864,7 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
             sign_cost_args: Vec::new(),
             base: PathBuf::new(),
             window_delays_s: 0.0,
+            busier: (0, f64::NAN),
         },
     };
     let (doc, misses) = report(&archs, &whatif, plan, &platform, &commit()?)?;
@@ -1847,15 +1875,16 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
     } else {
         println!("{doc}");
     }
-    if misses.fit + misses.forecast + misses.busier + misses.whatif > 0 {
+    if misses.fit + misses.forecast + misses.busier + misses.whatif + misses.whatif_busier > 0 {
         bail!(
-            "points below {:.0} % busy off by more than {:.0} %: {} same-point fit(s), {} forecast(s) from one user, {} from the busier window, {} what-if(s): see the tables",
+            "points below {:.0} % busy off by more than {:.0} %: {} same-point fit(s), {} forecast(s) from one user, {} from the busier window, {} what-if(s) from one user, {} from the busier window: see the tables",
             UTIL_LIMIT * 100.0,
             TOLERANCE * 100.0,
             misses.fit,
             misses.forecast,
             misses.busier,
-            misses.whatif
+            misses.whatif,
+            misses.whatif_busier
         );
     }
     Ok(())

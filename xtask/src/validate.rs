@@ -1933,6 +1933,7 @@ mod tests {
             load: json!({}),
             cpu_busy: 0.05,
             forecast: json!({}),
+            from_busier: json!({}),
             forecast_knobs: json!({"key_change": {"server_flight_1_s": {"with_key": 0.0045}}}),
             unchanged: json!({}),
             delays_s: 0.0006,

@@ -68,6 +68,17 @@ impl Daemon {
         body
     }
 
+    /// One server's entry of the parameters (`comm:port`); panics without it.
+    pub fn server_parameters(&self, server: &str) -> serde_json::Value {
+        let p: serde_json::Value =
+            serde_json::from_str(&self.get("/api/v1/parameters")).expect("the parameters are JSON");
+        p["servers"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["server"] == server))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {server}: {p}"))
+    }
+
     /// The metrics, parsed.
     pub fn scrape(&self) -> Scrape {
         Scrape::parse(&self.get("/metrics"))

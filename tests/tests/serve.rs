@@ -668,14 +668,7 @@ fn parameters_carry_the_servers_cpu_per_connection() {
     // the daemon's last look after the load
     thread::sleep(Duration::from_millis(1500));
     let used = cpu_ticks_ns(worker) - before;
-    let p: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
-    let server = format!("nginx:{}", nginx.port);
-    let s = p["servers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["server"] == server.as_str())
-        .unwrap_or_else(|| panic!("no {server}: {p}"));
+    let s = daemon.server_parameters(&format!("nginx:{}", nginx.port));
     let conns = s["connections"].as_f64().unwrap();
     assert!(conns >= 200.0, "{s}");
     let per = s["cpu"]["per_connection_s"]

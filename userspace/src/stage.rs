@@ -120,11 +120,20 @@ impl Stage {
 
     /// The service stage whose first read ends this queue stage, among a connection's
     /// `stages`: the message queued is the one that stage answers (the first ClientHello's
-    /// is the retry's where the server asked for another). None for the accept queue and
+    /// is the retry's where the server asked for another, even where the retry's own stage
+    /// was not timed). None for the accept queue and
     /// the preamble's, which no stage with an idle mark reads.
     pub fn read_by(self, stages: &[(Stage, u64)]) -> Option<Stage> {
         match self {
-            Stage::ClientHelloQueue if stages.iter().any(|(s, _)| *s == Stage::HelloRetry) => {
+            // a retry, whichever of its stages were timed
+            Stage::ClientHelloQueue
+                if stages.iter().any(|(s, _)| {
+                    matches!(
+                        s,
+                        Stage::HelloRetry | Stage::WaitClientHello2 | Stage::ClientHello2Queue
+                    )
+                }) =>
+            {
                 Some(Stage::HelloRetry)
             }
             Stage::ClientHelloQueue | Stage::ClientHello2Queue => Some(Stage::ServerFlight1),
@@ -699,8 +708,8 @@ mod tests {
         assert_eq!(s.get(Stage::WaitClientFlight2), Some(400));
     }
 
-    /// Each bit names the stage that began with the read it was set at; a stage without an
-    /// on-CPU figure is not listed; without the known bit, nothing is known.
+    /// A queue stage's message is read by the service stage that answers it; the accept's
+    /// and the preamble's by none with an idle mark.
     #[test]
     fn each_queue_is_read_by_the_service_stage_that_answers_it() {
         let plain = [(Stage::ClientHelloQueue, 1), (Stage::ServerFlight1, 1)];
@@ -710,7 +719,17 @@ mod tests {
             (Stage::ClientHello2Queue, 1),
             (Stage::ServerFlight1, 1),
         ];
+        // a retry whose own stage was not timed
+        let untimed = [
+            (Stage::ClientHelloQueue, 1),
+            (Stage::ClientHello2Queue, 1),
+            (Stage::ServerFlight1, 1),
+        ];
         let read = |q: Stage, s: &[(Stage, u64)]| q.read_by(s);
+        assert_eq!(
+            read(Stage::ClientHelloQueue, &untimed),
+            Some(Stage::HelloRetry)
+        );
         assert_eq!(
             read(Stage::ClientHelloQueue, &plain),
             Some(Stage::ServerFlight1)
@@ -737,6 +756,8 @@ mod tests {
         }
     }
 
+    /// Each bit names the stage that began with the read it was set at; a stage without an
+    /// on-CPU figure is not listed; without the known bit, nothing is known.
     #[test]
     fn idle_before_names_the_stages_its_bits_mark() {
         let mut c = conn();

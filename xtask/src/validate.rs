@@ -896,7 +896,20 @@ fn busier_users(one_user_busy: f64) -> u32 {
         return 2;
     }
     let n = (BUSIER_UTIL / one_user_busy.max(1e-3)).round();
-    (n as u32).clamp(2, 400)
+    (n as u32).max(2)
+}
+
+/// How busy the busier window's server was, in per cent, and whether past what the
+/// criterion allows a production window.
+fn busier_busy_words(busy: f64) -> String {
+    match busy > BUSIER_UTIL_MAX {
+        true => format!(
+            "{:.1} (more than the {:.0} % a production window may be)",
+            busy * 100.0,
+            BUSIER_UTIL_MAX * 100.0
+        ),
+        false => format!("{:.1}", busy * 100.0),
+    }
 }
 
 /// The busier window's point among a mix's (`run_mix`'s: the first is one user's).
@@ -1212,20 +1225,7 @@ fn mix_section(
             ("SERVERS", arch.servers.to_string()),
             ("FROM_USERS", FORECAST_FROM_USERS.to_string()),
             ("BUSIER_USERS", busier.users.to_string()),
-            (
-                "BUSIER_BUSY",
-                format!(
-                    "{:.1}{}",
-                    busier.cpu_busy * 100.0,
-                    match busier.cpu_busy > BUSIER_UTIL_MAX {
-                        true => format!(
-                            " (more than the {:.0} % asked of it)",
-                            BUSIER_UTIL_MAX * 100.0
-                        ),
-                        false => String::new(),
-                    }
-                ),
-            ),
+            ("BUSIER_BUSY", busier_busy_words(busier.cpu_busy)),
         ],
     )
 }
@@ -1396,7 +1396,7 @@ fn report(
             ("SIGN_COSTS", whatif.sign_costs.clone()),
             ("WINDOW_DELAYS", ms(whatif.window_delays_s)),
             ("BUSIER_USERS", whatif.busier.0.to_string()),
-            ("BUSIER_BUSY", format!("{:.1}", whatif.busier.1 * 100.0)),
+            ("BUSIER_BUSY", busier_busy_words(whatif.busier.1)),
             (
                 "ROWS",
                 whatif_rows(&whatif.points, &mut misses)
@@ -1560,26 +1560,27 @@ struct WhatIf {
 fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<WhatIf> {
     let arch = &NGINX_ONE;
     let mix = &MIXES[0];
+    // each key's server (mix 1) at `n` users, measured into `file`
+    let measure_at = |server: &Server, key: Key, n: u32, file: &Path| {
+        eprintln!("xtask: what-if: {}: {n} users", key.name());
+        let run = Run {
+            hsload,
+            arch,
+            server,
+            mix,
+            users: n,
+            duration_s: plan.duration_s(n),
+        };
+        measure(&run, file)
+    };
     let window = |n: u32| dir.join(format!("whatif-{}-users{n}.json", WHATIF_FROM.name()));
     let base = window(FORECAST_FROM_USERS);
     // the one-user window, then the busier one (`busier_users`), both with WHATIF_FROM
     let busier = {
         let server = Server::start(arch, WHATIF_FROM, dir)?;
-        let measure_at = |n: u32, file: &Path| {
-            eprintln!("xtask: what-if: {} window, {n} users", WHATIF_FROM.name());
-            let run = Run {
-                hsload,
-                arch,
-                server: &server,
-                mix,
-                users: n,
-                duration_s: plan.duration_s(n),
-            };
-            measure(&run, file)
-        };
-        let (_, one_user_busy, _) = measure_at(FORECAST_FROM_USERS, &base)?;
+        let (_, one_user_busy, _) = measure_at(&server, WHATIF_FROM, FORECAST_FROM_USERS, &base)?;
         let n = busier_users(one_user_busy);
-        let (_, busy, _) = measure_at(n, &window(n))?;
+        let (_, busy, _) = measure_at(&server, WHATIF_FROM, n, &window(n))?;
         (n, busy)
     };
     let busier_file = window(busier.0);
@@ -1596,36 +1597,33 @@ fn run_whatif(bin: &Path, hsload: &Path, dir: &Path, plan: &Plan) -> Result<What
             true => users.to_vec(),
         };
         for (i, n) in users.into_iter().enumerate() {
-            eprintln!("xtask: what-if: {}: {n} users", key.name());
             let file = dir.join(format!("whatif-{}-users{n}.json", key.name()));
-            let run = Run {
-                hsload,
-                arch,
-                server: &server,
-                mix,
-                users: n,
-                duration_s: plan.duration_s(n),
-            };
-            let (load, cpu_busy, _) = measure(&run, &file)?;
+            let (load, cpu_busy, _) = measure_at(&server, key, n, &file)?;
             let think = load["think_time_measured_s"].as_f64().unwrap_or(THINK_S);
-            let mut args = model_args(&base, &server_arg, n, think, SIMULATED, 1);
-            args.extend(mix_args(&load));
-            let unchanged = point(&model(bin, &args)?);
-            args.extend([
-                "--key-change".into(),
-                format!("{}:{}", WHATIF_FROM.name(), key.name()),
-            ]);
+            let args = |window: &Path| {
+                let mut args = model_args(window, &server_arg, n, think, SIMULATED, 1);
+                args.extend(mix_args(&load));
+                args
+            };
+            let unchanged = point(&model(bin, &args(&base))?);
             // openssl's costs, measured once per key (at its first point) and given to
-            // the others and the picture, so that all are forecast from one measurement
-            args.extend(sign_cost_of(&sign_cost_args, key));
-            let answer = model(bin, &args)?;
-            // the same from the busier window, with the same signatures' costs
-            args[1] = busier_file.display().to_string();
-            let from_busier = point(&model(bin, &args)?);
+            // the others, the busier window's forecasts and the picture, so that all are
+            // forecast from one measurement
+            let key_change = |window: &Path, costs: &[(Key, String)]| {
+                let mut args = args(window);
+                args.extend([
+                    "--key-change".into(),
+                    format!("{}:{}", WHATIF_FROM.name(), key.name()),
+                ]);
+                args.extend(sign_cost_of(costs, key));
+                args
+            };
+            let answer = model(bin, &key_change(&base, &sign_cost_args))?;
             if i == 0 {
                 sign_costs.push(key_change_words(&answer));
                 sign_cost_args.push((key, sign_cost_arg(&answer)));
             }
+            let from_busier = point(&model(bin, &key_change(&busier_file, &sign_cost_args))?);
             let params: Value = serde_json::from_str(&fs::read_to_string(&file)?)?;
             points.push(WhatIfPoint {
                 key,
@@ -2133,6 +2131,12 @@ mod tests {
         assert!(
             points.iter().any(|p| p.cpu_busy > 0.25),
             "the run never loaded nginx past 25 %: it checked nothing"
+        );
+        assert!(
+            points
+                .iter()
+                .any(|p| p.users > busier && p.cpu_busy < REDUCED_UTIL_LIMIT),
+            "no point above the busier window's {busier} users: its forecast was not checked"
         );
         assert!(
             misses.is_empty(),

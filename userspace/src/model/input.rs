@@ -35,8 +35,8 @@ pub struct StageMean {
     pub class: StageClass,
     pub mean_s: f64,
     /// a queue stage's messages read by a server whose CPU had been idle since its last
-    /// service stage (`after_idle`): how many, and their mean wait, the server waking up to
-    /// them; None where the source does not split it
+    /// service stage (`wait_after_idle`): how many, and their mean wait, the server waking
+    /// up to them; None where the source does not split it
     pub idle_wait: Option<(u64, f64)>,
 }
 
@@ -153,9 +153,9 @@ fn server_input(s: &v1::ServerParams, origin: &str) -> Result<ServerInput> {
                     class: v.class,
                     mean_s: demand_s(v.class, v.mean_s, v.cpu_mean_s),
                     idle_wait: v
-                        .after_idle
-                        .filter(|_| v.class == StageClass::Queue)
-                        .and_then(|a| Some((a.count, a.mean_s.filter(|m| *m >= 0.0)?))),
+                        .wait_after_idle
+                        .filter(|a| a.mean_s >= 0.0)
+                        .map(|a| (a.count, a.mean_s)),
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -20,8 +20,8 @@ use hdrhistogram::Histogram;
 use super::{
     architecture::{self, Held},
     v1::{
-        After, Architecture, Cache, ClassParams, Classes, Cpu, Demand, Host, Parameters,
-        ServerParams, StageParams, Window, SCHEMA,
+        Architecture, Cache, ClassParams, Classes, Cpu, CpuAfter, Demand, Host, Parameters,
+        ServerParams, StageParams, WaitAfter, Window, SCHEMA,
     },
 };
 use crate::{
@@ -111,16 +111,11 @@ impl StageAcc {
         }
     }
 
-    /// The stages of `class` that began (or were read) after the CPU was idle (`i` 0) or
-    /// busy (1), if any.
-    fn after(&self, i: usize, class: StageClass) -> Option<After> {
+    /// The stages that began (a service stage) or were read (a queue stage) after the CPU
+    /// was idle (`i` 0) or busy (1), if any: (count, mean seconds).
+    fn after(&self, i: usize) -> Option<(u64, f64)> {
         let (count, sum_ns) = self.after[i];
-        let mean = (count > 0).then(|| sum_ns as f64 / 1e9 / count as f64)?;
-        Some(After {
-            count,
-            cpu_mean_s: (class == StageClass::Service).then_some(mean),
-            mean_s: (class == StageClass::Queue).then_some(mean),
-        })
+        (count > 0).then(|| (count, sum_ns as f64 / 1e9 / count as f64))
     }
 }
 
@@ -603,6 +598,8 @@ fn server_params(server: String, acc: &ServerAcc, seconds: f64, cpu: Cpu) -> Ser
             .filter_map(|stage| {
                 let a = acc.stages[c][stage.index()].as_deref()?;
                 let q = |p: f64| a.hist.value_at_quantile(p) as f64 / 1e6;
+                // the split, where the stage is of `class`
+                let split = |i, class| a.after(i).filter(|_| stage.class() == class);
                 let mean_s = a.sum_ns as f64 / 1e9 / a.count as f64;
                 demand_s.add(stage.class(), mean_s);
                 Some((
@@ -616,8 +613,14 @@ fn server_params(server: String, acc: &ServerAcc, seconds: f64, cpu: Cpu) -> Ser
                         p99_s: q(0.99),
                         cpu_mean_s: (a.cpu_count > 0)
                             .then(|| a.cpu_sum_ns as f64 / 1e9 / a.cpu_count as f64),
-                        after_idle: a.after(0, stage.class()),
-                        after_busy: a.after(1, stage.class()),
+                        after_idle: split(0, StageClass::Service)
+                            .map(|(count, cpu_mean_s)| CpuAfter { count, cpu_mean_s }),
+                        after_busy: split(1, StageClass::Service)
+                            .map(|(count, cpu_mean_s)| CpuAfter { count, cpu_mean_s }),
+                        wait_after_idle: split(0, StageClass::Queue)
+                            .map(|(count, mean_s)| WaitAfter { count, mean_s }),
+                        wait_after_busy: split(1, StageClass::Queue)
+                            .map(|(count, mean_s)| WaitAfter { count, mean_s }),
                     },
                 ))
             })
@@ -790,28 +793,31 @@ mod tests {
         let st = &p.servers[0].classes.tls_full.stages;
         let sf1 = st.get("server_flight_1").unwrap();
         assert_eq!(sf1.after_idle.map(|a| a.count), Some(2));
-        let mean = |a: Option<After>| a.and_then(|a| a.cpu_mean_s).unwrap();
-        assert!((mean(sf1.after_idle) - 300e-6).abs() < 1e-12);
+        assert!((sf1.after_idle.unwrap().cpu_mean_s - 300e-6).abs() < 1e-12);
         assert_eq!(sf1.after_busy.map(|a| a.count), Some(1));
-        assert!((mean(sf1.after_busy) - 200e-6).abs() < 1e-12);
-        assert_eq!(sf1.after_idle.unwrap().mean_s, None);
+        assert!((sf1.after_busy.unwrap().cpu_mean_s - 200e-6).abs() < 1e-12);
+        assert_eq!(sf1.wait_after_idle, None);
         let response = st.get("response").unwrap();
         assert_eq!(response.after_idle, None);
         assert_eq!(response.after_busy.map(|a| a.count), Some(3));
-        assert!((mean(response.after_busy) - 140e-6 / 3.0).abs() < 1e-12);
+        assert!((response.after_busy.unwrap().cpu_mean_s - 140e-6 / 3.0).abs() < 1e-12);
         // all four in the whole mean
         assert!((sf1.cpu_mean_s.unwrap() - 1_000e-6 / 4.0).abs() < 1e-12);
-        // the ClientHello's queue, by the first flight's mark: its wall time, no CPU
+        // the ClientHello's queue, by the first flight's mark: its waits, no CPU split
         let hello = st.get("client_hello_queue").unwrap();
-        let idle = hello.after_idle.unwrap();
-        assert_eq!((idle.count, idle.cpu_mean_s), (2, None));
-        assert!((idle.mean_s.unwrap() - 60e-6).abs() < 1e-12);
-        assert_eq!(hello.after_busy.map(|a| a.count), Some(1));
+        let idle = hello.wait_after_idle.unwrap();
+        assert_eq!(idle.count, 2);
+        assert!((idle.mean_s - 60e-6).abs() < 1e-12);
+        assert_eq!(hello.wait_after_busy.map(|a| a.count), Some(1));
+        assert_eq!(hello.after_idle, None);
         let request = st.get("request_queue").unwrap();
-        assert_eq!(request.after_busy.map(|a| a.count), Some(3));
+        assert_eq!(request.wait_after_busy.map(|a| a.count), Some(3));
         // no service stage reads the accept queue's connection
-        assert_eq!(st.get("accept_queue").unwrap().after_idle, None);
-        assert_eq!(st.get("accept_queue").unwrap().after_busy, None);
+        let accept = st.get("accept_queue").unwrap();
+        assert_eq!(
+            (accept.wait_after_idle, accept.wait_after_busy),
+            (None, None)
+        );
     }
 
     /// A run's parameters, read a moment after the run's end, still hold its first

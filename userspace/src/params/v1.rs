@@ -214,29 +214,38 @@ pub struct StageParams {
     /// the mean on-CPU time of a service stage; null for the others, or when unknown
     #[serde(default)]
     pub cpu_mean_s: Option<f64>,
-    /// a stage's figures split by what its CPU did before the service stage that is it or
-    /// reads it: idle since a service stage last ended there (the trace lines'
-    /// `idle_before`: cold caches, a wake from an idle state), or busy with another one. A
-    /// service stage's mean on-CPU time (`cpu_mean_s`): under load the second grows, and a
-    /// stage costs less. A queue stage's mean wait (`mean_s`) for the service stage that
-    /// read its message: after an idle CPU, the server waking up to it; after a busy one,
-    /// the server finishing other work first. Absent when unknown (and in documents
+    /// a service stage's on-CPU figures split by what its CPU did before it: idle since a
+    /// service stage last ended there (the trace lines' `idle_before`: cold caches, a wake
+    /// from an idle state), or busy with another one. Under load the second grows, and a
+    /// stage costs less. Counts of the stages read each way and their mean on-CPU time;
+    /// absent when unknown (and in documents written before them)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_idle: Option<CpuAfter>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_busy: Option<CpuAfter>,
+    /// a queue stage's waits split the same way by the service stage that read the message:
+    /// after an idle CPU, the server waking up to it; after a busy one, the server finishing
+    /// other work first. Counts and mean waits; absent when unknown (and in documents
     /// written before them)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub after_idle: Option<After>,
+    pub wait_after_idle: Option<WaitAfter>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub after_busy: Option<After>,
+    pub wait_after_busy: Option<WaitAfter>,
 }
 
-/// A stage's count and mean over the stages that began with their CPU idle, or busy: the
-/// on-CPU mean for a service stage, the wall mean for a queue stage.
+/// A service stage's on-CPU time over the stages that began with their CPU idle, or busy.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct After {
+pub struct CpuAfter {
     pub count: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_mean_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mean_s: Option<f64>,
+    pub cpu_mean_s: f64,
+}
+
+/// A queue stage's wait over the messages read by a service stage that began with its CPU
+/// idle, or busy.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WaitAfter {
+    pub count: u64,
+    pub mean_s: f64,
 }
 
 /// The per-request service demand, queueing and delay the queueing model takes.

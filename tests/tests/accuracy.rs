@@ -385,18 +385,7 @@ fn idle_before_tells_a_stage_after_an_idle_cpu() {
         "one client at a time, {idle} of {stages} first flights began after an idle CPU"
     );
     let tracer = Hstrace::start(&["--port", &port]);
-    let clients: Vec<_> = (0..8)
-        .map(|_| {
-            let port = nginx.port;
-            thread::spawn(move || {
-                pin_thread(0, 1).unwrap();
-                assert!(s_client(port, &["-tls1_3"]).contains("New, TLS"));
-            })
-        })
-        .collect();
-    for c in clients {
-        c.join().unwrap();
-    }
+    handshakes_at_once(nginx.port, 8, &["-tls1_3"]);
     let out = tracer.stop();
     assert_eq!(out.records.len(), 8, "{:?}", out.records);
     let (stages, idle) = count(&out.records);
@@ -405,6 +394,21 @@ fn idle_before_tells_a_stage_after_an_idle_cpu() {
         stages == 8 && idle < stages,
         "eight clients at once, every one of {stages} first flights began after an idle CPU"
     );
+}
+
+/// `n` full handshakes with `s_client args` at once, each client pinned to CPU 1.
+fn handshakes_at_once(port: u16, n: usize, args: &'static [&'static str]) {
+    let clients: Vec<_> = (0..n)
+        .map(|_| {
+            thread::spawn(move || {
+                pin_thread(0, 1).unwrap();
+                assert!(s_client(port, args).contains("New, TLS"));
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
 }
 
 /// The parameters split each queue stage by the idle mark of the service stage that read
@@ -426,17 +430,7 @@ fn a_queue_is_split_by_what_its_reader_found() {
         thread::sleep(Duration::from_millis(20));
     }
     for _ in 0..2 {
-        let clients: Vec<_> = (0..8)
-            .map(|_| {
-                thread::spawn(move || {
-                    pin_thread(0, 1).unwrap();
-                    assert!(s_client(port, &["-tls1_2", "-no_ticket"]).contains("New, TLS"));
-                })
-            })
-            .collect();
-        for c in clients {
-            c.join().unwrap();
-        }
+        handshakes_at_once(port, 8, &["-tls1_2", "-no_ticket"]);
     }
     // every handshake counted before the parameters are read
     let server = format!("nginx:{port}");

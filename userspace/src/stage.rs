@@ -121,8 +121,8 @@ impl Stage {
     /// The service stage whose first read ends this queue stage, among a connection's
     /// `stages`: the message queued is the one that stage answers (the first ClientHello's
     /// is the retry's where the server asked for another, even where the retry's own stage
-    /// was not timed). None for the accept queue and
-    /// the preamble's, which no stage with an idle mark reads.
+    /// was not timed). None for the accept queue and the preamble's, which no stage with
+    /// an idle mark reads.
     pub fn read_by(self, stages: &[(Stage, u64)]) -> Option<Stage> {
         match self {
             // a retry, whichever of its stages were timed
@@ -725,34 +725,30 @@ mod tests {
             (Stage::ClientHello2Queue, 1),
             (Stage::ServerFlight1, 1),
         ];
-        let read = |q: Stage, s: &[(Stage, u64)]| q.read_by(s);
-        assert_eq!(
-            read(Stage::ClientHelloQueue, &untimed),
-            Some(Stage::HelloRetry)
-        );
-        assert_eq!(
-            read(Stage::ClientHelloQueue, &plain),
-            Some(Stage::ServerFlight1)
-        );
-        assert_eq!(
-            read(Stage::ClientHelloQueue, &retried),
-            Some(Stage::HelloRetry)
-        );
-        assert_eq!(
-            read(Stage::ClientHello2Queue, &retried),
-            Some(Stage::ServerFlight1)
-        );
-        assert_eq!(
-            read(Stage::ClientFlight2Queue, &plain),
-            Some(Stage::ServerFlight2)
-        );
-        assert_eq!(read(Stage::RequestQueue, &plain), Some(Stage::Response));
-        for q in [
-            Stage::AcceptQueue,
-            Stage::PreambleQueue,
-            Stage::ServerFlight1,
+        for (queue, stages, reader) in [
+            (
+                Stage::ClientHelloQueue,
+                &plain[..],
+                Some(Stage::ServerFlight1),
+            ),
+            (Stage::ClientHelloQueue, &retried, Some(Stage::HelloRetry)),
+            (Stage::ClientHelloQueue, &untimed, Some(Stage::HelloRetry)),
+            (
+                Stage::ClientHello2Queue,
+                &retried,
+                Some(Stage::ServerFlight1),
+            ),
+            (
+                Stage::ClientFlight2Queue,
+                &plain,
+                Some(Stage::ServerFlight2),
+            ),
+            (Stage::RequestQueue, &plain, Some(Stage::Response)),
+            (Stage::AcceptQueue, &plain, None),
+            (Stage::PreambleQueue, &plain, None),
+            (Stage::ServerFlight1, &plain, None),
         ] {
-            assert_eq!(read(q, &plain), None, "{q:?}");
+            assert_eq!(queue.read_by(stages), reader, "{queue:?} in {stages:?}");
         }
     }
 

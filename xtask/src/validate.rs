@@ -282,16 +282,18 @@ struct Point {
     forecast_told_delays: Option<Value>,
 }
 
+/// A model's errors on R and X against hsload's measurement (`load`).
+fn errors(model: &Value, load: &Value) -> (f64, f64) {
+    (
+        rel(f(&model["response_s"]), f(&load["response_s"]["mean"])),
+        rel(f(&model["throughput_per_s"]), f(&load["throughput_per_s"])),
+    )
+}
+
 impl Point {
     /// A model's errors on R and X against hsload's measurement.
     fn errors(&self, model: &Value) -> (f64, f64) {
-        (
-            rel(f(&model["response_s"]), f(&self.load["response_s"]["mean"])),
-            rel(
-                f(&model["throughput_per_s"]),
-                f(&self.load["throughput_per_s"]),
-            ),
-        )
+        errors(model, &self.load)
     }
 
     fn response_error(&self) -> f64 {
@@ -818,11 +820,13 @@ fn predict(
     if event_loop {
         has_cold_start(&base, forecast_from)?;
     }
-    let mut busier_args = with(&windows.busier, arch.discipline);
-    busier_args.extend(mix_args(&load));
-    let busier = point(&model(bin, &busier_args)?);
-    let mut args = with(forecast_from, arch.discipline);
-    args.extend(mix_args(&load));
+    let forecast_args = |window: &Path| {
+        let mut args = with(window, arch.discipline);
+        args.extend(mix_args(&load));
+        args
+    };
+    let busier = point(&model(bin, &forecast_args(&windows.busier))?);
+    let mut args = forecast_args(forecast_from);
     let forecast = point(&model(bin, &args)?);
     let host_speed = signature_cpu_s(&base)
         .zip(signature_cpu_s(&params))
@@ -1329,14 +1333,8 @@ fn whatif_rows(points: &[WhatIfPoint], misses: &mut Misses) -> String {
     for p in points {
         let measured_r = f(&p.load["response_s"]["mean"]);
         let measured_x = f(&p.load["throughput_per_s"]);
-        let (dr, dx) = (
-            rel(f(&p.forecast["response_s"]), measured_r),
-            rel(f(&p.forecast["throughput_per_s"]), measured_x),
-        );
-        let (busier_r, busier_x) = (
-            rel(f(&p.from_busier["response_s"]), measured_r),
-            rel(f(&p.from_busier["throughput_per_s"]), measured_x),
-        );
+        let (dr, dx) = errors(&p.forecast, &p.load);
+        let (busier_r, busier_x) = errors(&p.from_busier, &p.load);
         let counted = p.cpu_busy < UTIL_LIMIT;
         let ok = within(&[dr, dx]);
         let busier_ok = within(&[busier_r, busier_x]);

@@ -111,6 +111,14 @@ impl StageAcc {
         }
     }
 
+    /// Files `ns` under what `reader` (this service stage, or the one that read this queue
+    /// stage's message) found: its CPU idle (listed in `idle`) or busy.
+    fn split(&mut self, idle: &[Stage], reader: Stage, ns: u64) {
+        let a = &mut self.after[usize::from(!idle.contains(&reader))];
+        a.0 += 1;
+        a.1 += u128::from(ns);
+    }
+
     /// The stages that began (a service stage) or were read (a queue stage) after the CPU
     /// was idle (`i` 0) or busy (1), if any: (count, mean seconds).
     fn after(&self, i: usize) -> Option<(u64, f64)> {
@@ -168,9 +176,7 @@ impl ServerAcc {
             let reader = stage.read_by(s.stages);
             if let (Some(idle), Some(reader)) = (s.idle_before, reader) {
                 if s.cpu.iter().any(|(c, _)| *c == reader) {
-                    let a = &mut acc.after[usize::from(!idle.contains(&reader))];
-                    a.0 += 1;
-                    a.1 += u128::from(*ns);
+                    acc.split(idle, reader, *ns);
                 }
             }
         }
@@ -179,9 +185,7 @@ impl ServerAcc {
                 acc.cpu_count += 1;
                 acc.cpu_sum_ns += u128::from(*ns);
                 if let Some(idle) = s.idle_before {
-                    let a = &mut acc.after[usize::from(!idle.contains(stage))];
-                    a.0 += 1;
-                    a.1 += u128::from(*ns);
+                    acc.split(idle, *stage, *ns);
                 }
             }
         }

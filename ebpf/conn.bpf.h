@@ -307,16 +307,28 @@ static __always_inline __u64 thread_cpu_now(__u64 now)
 	return task_cpu_now(bpf_get_current_task_btf(), now);
 }
 
-/* Was the CPU idle before a service stage? Its idle task is switched out once each time
- * the CPU leaves idle, counted as a preemption (it never sleeps), so `nivcsw` of the run
- * queue's idle task counts the CPU's idle exits. Each service stage's end keeps that count
- * for its CPU (`idle_mark`); a stage's start that finds it moved ran on a CPU that had been
- * idle in between (cold caches, a wake from an idle state), whatever the connection. */
+/* Was the CPU idle before a service stage, or a handler call? Its idle task is switched
+ * out once each time the CPU leaves idle, counted as a preemption (it never sleeps), so
+ * `nivcsw` of the run queue's idle task counts the CPU's idle exits. Each CPU keeps that
+ * count twice:
+ *  - at the last service stage's end (`stage_exits`): a stage's start that finds it moved
+ *    ran on a CPU that had been idle in between (cold caches, a wake from an idle state),
+ *    whatever the connection (hs_conn.idle_before);
+ *  - at a traced server's last handler call (`call_exits`: an accept, a service stage's
+ *    first read or last write), with its time (`call_t`): a call that finds it moved woke
+ *    the CPU, which had slept for about as long as that was ago less the message's wait
+ *    (hs_conn.woke: the wake-up's cost by how long the CPU slept). */
+struct hs_cpu_mark {
+	__u64 stage_exits; /* 1 + the CPU's idle exits at the last service stage's end */
+	__u64 call_exits;  /* 1 + its idle exits at the last handler call */
+	__u64 call_t;      /* when that call was (ns; 0: none yet) */
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64); /* 1 + the CPU's idle exits at the last service stage's end */
+	__type(value, struct hs_cpu_mark);
 } idle_mark SEC(".maps");
 
 /* 1 + the idle exits of the CPU `t` runs on; 0 when its run queue cannot be reached (no
@@ -328,17 +340,88 @@ static __always_inline __u64 idle_exits(struct task_struct *t)
 	return 1 + t->se.cfs_rq->rq->idle->nivcsw;
 }
 
-/* A service stage starts (its first read): sets `bit` of idle_before if the CPU idled
- * since a service stage last ended on it (or none has yet); returns the thread's on-CPU
- * time (thread_cpu_now). One task lookup for both. */
-static __always_inline __u64 stage_starts(struct hs_conn_state *c, __u8 bit, __u64 now)
+/* `ns` on hs_woke_code's scale: 1 + 8 x log2 of the whole microseconds (at least 1), the
+ * three bits below the leading one its fraction (so within 1/8 of the value); 255 at most
+ * (about 35 minutes). A function of its own, verified once: inlined in each reader its
+ * branches multiplied the verifier's paths (seconds more to load). */
+__noinline int woke_code(__u64 ns)
+{
+	__u64 us = ns / 1000, x;
+	__u32 msb = 0, frac, code;
+
+	if (!us)
+		us = 1;
+	x = us;
+	if (x >> 32) {
+		x >>= 32;
+		msb += 32;
+	}
+	if (x >> 16) {
+		x >>= 16;
+		msb += 16;
+	}
+	if (x >> 8) {
+		x >>= 8;
+		msb += 8;
+	}
+	if (x >> 4) {
+		x >>= 4;
+		msb += 4;
+	}
+	if (x >> 2) {
+		x >>= 2;
+		msb += 2;
+	}
+	if (x >> 1)
+		msb += 1;
+	frac = msb >= 3 ? (us >> (msb - 3)) & 7 : (us << (3 - msb)) & 7;
+	code = 1 + 8 * msb + frac;
+	return code > 255 ? 255 : code;
+}
+
+/* A handler call of connection `c` (`slot`: HS_WOKE_*) begins at `now` on a CPU whose idle
+ * exits are `exits`: if the CPU idled since a traced handler last ran on it, keep how long
+ * ago that was. The CPU is busy from now. */
+static __always_inline void handler_call(struct hs_conn_state *c, int slot, __u64 exits,
+					 struct hs_cpu_mark *m, __u64 now)
+{
+	int woke = exits && m->call_t && m->call_exits != exits && now > m->call_t;
+
+	c->r.woke[slot] = woke ? woke_code(now - m->call_t) : 0;
+	m->call_exits = exits;
+	m->call_t = now;
+}
+
+/* The accept of connection `c` at `now`: a handler call (`woke`). */
+static __always_inline void accept_call(struct hs_conn_state *c, __u64 now)
+{
+	__u32 zero = 0;
+	struct hs_cpu_mark *m = bpf_map_lookup_elem(&idle_mark, &zero);
+
+	if (m)
+		handler_call(c, HS_WOKE_ACCEPT, idle_exits(bpf_get_current_task_btf()), m, now);
+}
+
+/* A service stage starts (its first read; `slot`: HS_WOKE_FLIGHT1, _FLIGHT2 or _RESPONSE):
+ * sets its bit of idle_before if the CPU idled since a service stage last ended on it (or
+ * none has yet), and its `woke` as a handler call; returns the thread's on-CPU time
+ * (thread_cpu_now). One task lookup for all. */
+static __always_inline __u64 stage_starts(struct hs_conn_state *c, int slot, __u64 now)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
 	__u32 zero = 0;
-	__u64 exits = idle_exits(t), *mark = bpf_map_lookup_elem(&idle_mark, &zero);
+	__u64 exits = idle_exits(t);
+	struct hs_cpu_mark *m = bpf_map_lookup_elem(&idle_mark, &zero);
+	__u8 bit = slot == HS_WOKE_FLIGHT1   ? HS_IDLE_FLIGHT1
+		   : slot == HS_WOKE_FLIGHT2 ? HS_IDLE_FLIGHT2
+					     : HS_IDLE_RESPONSE;
 
-	if (exits && mark)
-		c->r.idle_before = (c->r.idle_before & ~bit) | HS_IDLE_KNOWN | (*mark != exits ? bit : 0);
+	if (m) {
+		if (exits)
+			c->r.idle_before = (c->r.idle_before & ~bit) | HS_IDLE_KNOWN |
+					   (m->stage_exits != exits ? bit : 0);
+		handler_call(c, slot, exits, m, now);
+	}
 	return task_cpu_now(t, now);
 }
 
@@ -348,10 +431,13 @@ static __always_inline __u64 stage_ends(__u64 now)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
 	__u32 zero = 0;
-	__u64 *mark = bpf_map_lookup_elem(&idle_mark, &zero);
+	struct hs_cpu_mark *m = bpf_map_lookup_elem(&idle_mark, &zero);
 
-	if (mark)
-		*mark = idle_exits(t);
+	if (m) {
+		m->stage_exits = idle_exits(t);
+		m->call_exits = m->stage_exits;
+		m->call_t = now;
+	}
 	return task_cpu_now(t, now);
 }
 

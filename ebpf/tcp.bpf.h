@@ -120,6 +120,7 @@ static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
 	}
 	/* last: from here on the entry is an accepted connection's */
 	c->r.t_accept = bpf_ktime_get_ns();
+	accept_call(c, c->r.t_accept);
 	if (targ_all && !tgid_traced(tgid)) {
 		__u8 one = 1;
 		bpf_map_update_elem(&traced_tgids, &tgid, &one, BPF_ANY);

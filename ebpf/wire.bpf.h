@@ -67,6 +67,8 @@ __noinline int hello_retry_restart(struct hs_conn_state *c)
 	c->r.cpu_retry_sent = c->r.cpu_last[HS_FL_S1];
 	c->r.idle_before = (c->r.idle_before & ~(HS_IDLE_FLIGHT1 | HS_IDLE_RETRY)) |
 			   ((c->r.idle_before & HS_IDLE_FLIGHT1) ? HS_IDLE_RETRY : 0);
+	c->r.woke[HS_WOKE_RETRY] = c->r.woke[HS_WOKE_FLIGHT1];
+	c->r.woke[HS_WOKE_FLIGHT1] = 0;
 	for (int f = HS_FL_C1; f <= HS_FL_S1; f++) {
 		c->r.t_arrive[f] = 0;
 		c->r.t_first[f] = 0;
@@ -460,7 +462,7 @@ static __always_inline void on_record_end(struct hs_conn_state *c, __u32 dir, __
 			}
 			c->r.t_arrive[f & 3] = c->last_arrive;
 			c->r.cpu_first[f & 3] =
-				stage_starts(c, f == HS_FL_C1 ? HS_IDLE_FLIGHT1 : HS_IDLE_FLIGHT2, now);
+				stage_starts(c, f == HS_FL_C1 ? HS_WOKE_FLIGHT1 : HS_WOKE_FLIGHT2, now);
 		}
 	}
 	/* TLS 1.3 0-RTT: application data in the client's first flight is early data, the
@@ -479,7 +481,7 @@ static __always_inline void on_record_end(struct hs_conn_state *c, __u32 dir, __
 			c->r.phase = HS_PH_REQUEST;
 		c->r.t_req_read = now;
 		c->r.t_req_arrive = c->last_arrive;
-		c->r.cpu_req_read = stage_starts(c, HS_IDLE_RESPONSE, now);
+		c->r.cpu_req_read = stage_starts(c, HS_WOKE_RESPONSE, now);
 		c->exchanges = 1;
 	}
 	/* TLS 1.2: the client's Finished (a handshake record after its ChangeCipherSpec) */
@@ -555,7 +557,7 @@ static __always_inline void on_exchange(struct hs_conn_state *c, __u32 dir, int 
 			c->r.phase = HS_PH_REQUEST;
 			c->r.t_req_read = now;
 			c->r.t_req_arrive = c->last_arrive;
-			c->r.cpu_req_read = stage_starts(c, HS_IDLE_RESPONSE, now);
+			c->r.cpu_req_read = stage_starts(c, HS_WOKE_RESPONSE, now);
 			c->exchanges = 1;
 		} else if (ph == HS_PH_DONE && new_flight && is_request(c, buf, iovcnt)) {
 			c->exchanges += 1;

@@ -94,6 +94,18 @@
 #define HS_IDLE_RETRY (1 << 3)    /* the first ClientHello's read: the HelloRetryRequest */
 #define HS_IDLE_KNOWN (1 << 7)
 
+/* hs_conn.woke: the handler calls that read a message of the client's (or took the
+ * connection from the accept queue), by slot. A call that found its CPU idle since a traced
+ * server's handler last ran on it (its accept, a service stage's first read or last write)
+ * keeps how long ago that was, coded on a log scale (hs_woke_code): the message's wait
+ * less that is how long the CPU had slept before it came, the wait its wake-up. */
+#define HS_WOKE_ACCEPT 0   /* the accept */
+#define HS_WOKE_FLIGHT1 1  /* the ClientHello's read (after a retry: the second's) */
+#define HS_WOKE_FLIGHT2 2  /* the client's second flight's read */
+#define HS_WOKE_RESPONSE 3 /* the first request's read */
+#define HS_WOKE_RETRY 4    /* the first ClientHello's read, when a HelloRetryRequest followed */
+#define HS_WOKE_CALLS 5
+
 /* Where a connection is (hs_conn.phase). */
 #define HS_PH_HANDSHAKE 0
 #define HS_PH_WAIT_REQUEST 1 /* handshake complete, no request read yet */
@@ -230,7 +242,10 @@ struct hs_conn {
 	__u8 phase;         /* HS_PH_* when the record was made */
 	__u8 idle_before;   /* HS_IDLE_* bits: which service stages began on a CPU that had
 			     * been idle since the last service stage ran on it */
-	__u8 pad1[6];
+	__u8 woke[HS_WOKE_CALLS]; /* each handler call that found its CPU idle since a traced
+				   * server's handler last ran there: how long before, as
+				   * hs_woke_code; 0: it did not (or unknown) */
+	__u8 pad1;
 	/* the server thread's on-CPU time (the scheduler's accounting, thread_cpu_now), read
 	 * where a service stage starts or ends: a client flight's first record read
 	 * (cpu_first of flights 0 and 2), a server flight's last write (cpu_last of flights 1

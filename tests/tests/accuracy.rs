@@ -468,6 +468,72 @@ fn a_queue_is_split_by_what_its_reader_found() {
     daemon.stop();
 }
 
+/// The parameters' wake-up by how long the server's CPU slept, read on the live server:
+/// lone handshakes 150 ms apart (a client process's start adds a few milliseconds) find the
+/// worker's CPU asleep for that long at their accept, and briefly asleep inside the
+/// handshake (between the accept and the ClientHello, or while the client answers). Each
+/// range of sleeps keeps its mean sleep and wait; the accepts' range holds one a handshake.
+/// The worker is pinned to CPU 0 and the clients to CPU 1.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn the_wakeup_is_measured_by_how_long_the_cpu_slept() {
+    let nginx = Nginx::start_with_key("wakeup", 1, 2048);
+    let worker = *nginx.worker_pids().iter().next().unwrap();
+    pin(worker, 0);
+    let daemon = Daemon::start(&["--pid", &nginx.master_pid().to_string()]);
+    let port = nginx.port;
+    pin_thread(0, 1).unwrap();
+    let lone = 12;
+    for _ in 0..lone {
+        thread::sleep(Duration::from_millis(150));
+        assert!(s_client(port, &["-tls1_2", "-no_ticket"]).contains("New, TLS"));
+    }
+    let server = format!("nginx:{port}");
+    wait_for(
+        "the daemon to count the handshakes",
+        Duration::from_secs(10),
+        || daemon.server_parameters(&server)["connections"].as_u64() >= Some(lone),
+    );
+    let s = daemon.server_parameters(&server);
+    let ranges = s["wakeup_after_idle"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    eprintln!("wakeup_after_idle: {ranges:?}");
+    let idle: Vec<f64> = ranges.iter().map(|r| f(&r["idle_s"])).collect();
+    assert!(
+        idle.windows(2).all(|w| w[0] < w[1]),
+        "shortest sleep first: {ranges:?}"
+    );
+    for r in &ranges {
+        let (count, wait) = (r["count"].as_u64().unwrap_or(0), f(&r["mean_s"]));
+        assert!(
+            count > 0 && wait > 0.0 && wait < 0.05,
+            "a wake-up's wait, not another's work: {r}"
+        );
+    }
+    // every accept after the pause (the first may follow the daemon's own start)
+    let accepts = ranges
+        .iter()
+        .find(|r| (0.14..0.6).contains(&f(&r["idle_s"])))
+        .unwrap_or_else(|| panic!("no range of sleeps about 150 ms long: {ranges:?}"));
+    assert!(
+        accepts["count"].as_u64() >= Some(lone - 1),
+        "{accepts} of {lone} handshakes"
+    );
+    // and the short sleeps inside each handshake
+    assert!(
+        idle.first().is_some_and(|&i| i < 0.02),
+        "no sleep shorter than 20 ms: {ranges:?}"
+    );
+    let calls: u64 = ranges.iter().filter_map(|r| r["count"].as_u64()).sum();
+    assert!(
+        calls <= 4 * lone,
+        "at most an accept and three reads a handshake: {calls}"
+    );
+    daemon.stop();
+}
+
 fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)
 }

@@ -120,6 +120,30 @@ pub const IDLE_RESPONSE: u8 = 1 << 2;
 pub const IDLE_RETRY: u8 = 1 << 3;
 pub const IDLE_KNOWN: u8 = 1 << 7;
 
+/// `Conn::woke`: the handler calls that took a message of the client's (or the connection
+/// from the accept queue), by slot.
+pub const WOKE_ACCEPT: usize = 0;
+pub const WOKE_FLIGHT1: usize = 1;
+pub const WOKE_FLIGHT2: usize = 2;
+pub const WOKE_RESPONSE: usize = 3;
+pub const WOKE_RETRY: usize = 4;
+pub const WOKE_CALLS: usize = 5;
+
+/// A `Conn::woke` code as ns (the middle of the span it stands for); None for 0. The code
+/// is 1 + 8 x log2 of the whole microseconds, the three bits below the leading one its
+/// fraction (`woke_code` in ebpf/conn.bpf.h).
+pub fn woke_ns(code: u8) -> Option<u64> {
+    let q = u32::from(code.checked_sub(1)?);
+    let (msb, frac) = (q / 8, f64::from(q % 8));
+    // below 8 µs the code is exact; above, the middle of its eighth of an octave
+    let us = if msb < 3 {
+        (8.0 + frac) * f64::from(1u32 << msb) / 8.0
+    } else {
+        (8.5 + frac) * 2f64.powi(msb as i32 - 3)
+    };
+    Some((us * 1000.0) as u64)
+}
+
 pub const RT_CCS: u32 = 1 << 0;
 pub const RT_ALERT: u32 = 1 << 1;
 pub const RT_HANDSHAKE: u32 = 1 << 2;
@@ -228,7 +252,10 @@ pub struct Conn {
     pub t_resp_last: u64,
     pub phase: u8,
     pub idle_before: u8,
-    pub pad1: [u8; 6],
+    /// each handler call (`WOKE_*`) that found its CPU idle since a traced server's handler
+    /// last ran there: how long before, coded (`woke_ns`); 0: it did not, or not known
+    pub woke: [u8; WOKE_CALLS],
+    pub pad1: u8,
     pub cpu_first: [u64; FLIGHTS],
     pub cpu_last: [u64; FLIGHTS],
     pub cpu_hs_done: u64,
@@ -545,6 +572,33 @@ mod tests {
         defines
     }
 
+    /// A `woke` code is 1 + 8 log2 of the microseconds, an eighth of an octave a step:
+    /// exact below 8 µs, the middle of its step above, within an eighth of any value in it.
+    #[test]
+    fn woke_codes_read_as_nanoseconds() {
+        assert_eq!(woke_ns(0), None);
+        // 1 µs (and anything shorter, which the BPF side counts as 1): 0 octaves, no fraction
+        assert_eq!(woke_ns(1), Some(1_000));
+        // 3 µs: one octave, the bit below the leading one set
+        assert_eq!(woke_ns(1 + 8 + 4), Some(3_000));
+        // 1000 µs = 0b1111101000: 9 octaves, the three bits below the leading one 111
+        let ms = woke_ns(1 + 8 * 9 + 7).unwrap();
+        assert!((992_000..=1_000_000).contains(&ms), "{ms}");
+        for us in [9u64, 100, 999, 4_097, 150_000, 2_000_000_000] {
+            // the C side's coding of `us`
+            let msb = 63 - us.leading_zeros();
+            let frac = (us >> (msb - 3)) & 7;
+            let code = (1 + 8 * u64::from(msb) + frac).min(255) as u8;
+            let back = woke_ns(code).unwrap() as f64 / 1e3;
+            assert!(
+                (back / us as f64 - 1.0).abs() <= 1.0 / 8.0,
+                "{us} µs: {back}"
+            );
+        }
+        // the longest: 2^31 µs and more
+        assert!(woke_ns(255).unwrap() > 2_000_000_000_000);
+    }
+
     /// Every constant shared with the C side has one definition in the header and its
     /// twin here (the same name less HS_), with the same value; counters have the same
     /// names. Fails on a constant defined on one side only.
@@ -562,6 +616,7 @@ mod tests {
             F_READ_RESET, F_PEER_RESET, F_SSLV2_HELLO, F_HRR, F_EARLY_DATA, F_WIRE_ENDS,
             F_CLOSED,
             IDLE_FLIGHT1, IDLE_FLIGHT2, IDLE_RESPONSE, IDLE_RETRY, IDLE_KNOWN,
+            WOKE_ACCEPT, WOKE_FLIGHT1, WOKE_FLIGHT2, WOKE_RESPONSE, WOKE_RETRY, WOKE_CALLS,
             PH_HANDSHAKE, PH_WAIT_REQUEST, PH_REQUEST, PH_RESPONSE, PH_DONE,
             SET_NO_FDS,
             RT_CCS, RT_ALERT, RT_HANDSHAKE, RT_APPDATA,

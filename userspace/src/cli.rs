@@ -357,8 +357,9 @@ enum Command {
         /// With event-loop-sim: how long a worker asleep in epoll_wait takes to run after
         /// an event (its CPU waking up): one TIME, or by how long it slept, IDLE=TIME,...
         /// (e.g. 1ms=50us,200ms=300us; interpolated on log(idle) between them)
-        /// [default: with event-loop-sim, measured: the parameters' queue waits at low load
-        /// less --sleep-cpu; else 0]
+        /// [default: with event-loop-sim, measured: the parameters' wakeup_after_idle (the
+        /// live server's waits by how long its CPU slept), else its queue waits after an
+        /// idle CPU, less --sleep-cpu; else 0]
         #[arg(long, value_name = "TIME|IDLE=TIME,...", allow_hyphen_values = true)]
         wakeup: Option<String>,
         /// With event-loop-sim: the CPU a stage pays when it runs cold, beyond its warm

@@ -61,6 +61,9 @@ pub struct Record {
     /// the service stages of `cpu_ns` that began on a CPU idle since a service stage last
     /// ended on it (`stage::idle_before`); None: not known
     pub idle_before: Option<Vec<Stage>>,
+    /// the queue stages whose message was taken by a call that woke its CPU, with how long
+    /// the CPU had slept (`stage::wakeups`; not printed: the parameters' wake-up curve)
+    pub wakeups: Vec<stage::Wakeup>,
     /// with --uprobes all: what SSL_read/SSL_write saw of the first request and response
     pub library: Option<Library>,
     pub failure: Option<&'static str>,
@@ -181,6 +184,7 @@ impl Record {
             ),
             wait_cpu_ns: Stages(Vec::new()),
             idle_before: None,
+            wakeups: Vec::new(),
             library: None,
             failure: None,
             failed_in: None,
@@ -409,6 +413,7 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
             .flatten(),
         held_ns: stage::span(c.t_accept, c.t_end),
         idle_before: stage::idle_before(c, &cpu_ns),
+        wakeups: stage::wakeups(c, &stages_ns),
         cpu_ns,
         wait_cpu_ns: stage::wait_cpu(c, &stages_ns),
         stages_ns,

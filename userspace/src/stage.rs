@@ -466,6 +466,53 @@ pub fn idle_before(c: &Conn, cpu: &Stages) -> Option<Vec<Stage>> {
     )
 }
 
+/// A message (or a connection in the accept queue) taken by a handler call that found its
+/// CPU had been idle since a traced server's handler last ran there: what the wait cost
+/// after how long the CPU slept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wakeup {
+    /// the queue stage the message waited in (the accept queue for an accept)
+    pub queue: Stage,
+    /// how long the CPU had slept when the message came: from the last handler call on it
+    /// (within an eighth, `abi::woke_ns`) to the message's arrival
+    pub asleep_ns: u64,
+    /// the message's wait (the queue stage): the CPU waking, then the server's own way to
+    /// its read
+    pub wait_ns: u64,
+}
+
+/// Each queue stage of `stages` whose message its reader took after its CPU had idled
+/// (`Conn::woke`); empty when the CPU's idle exits could not be read.
+pub fn wakeups(c: &Conn, stages: &Stages) -> Vec<Wakeup> {
+    // a retry never answered: its first ClientHello's read is still the first flight's
+    let retry_slot = match retry(c) {
+        Retry::Pending => abi::WOKE_FLIGHT1,
+        _ => abi::WOKE_RETRY,
+    };
+    let slot = |queue: Stage| match queue {
+        Stage::AcceptQueue => Some(abi::WOKE_ACCEPT),
+        _ => match queue.read_by(&stages.0)? {
+            Stage::HelloRetry => Some(retry_slot),
+            Stage::ServerFlight1 => Some(abi::WOKE_FLIGHT1),
+            Stage::ServerFlight2 => Some(abi::WOKE_FLIGHT2),
+            Stage::Response => Some(abi::WOKE_RESPONSE),
+            _ => None,
+        },
+    };
+    stages
+        .0
+        .iter()
+        .filter_map(|&(queue, wait_ns)| {
+            let ago = abi::woke_ns(c.woke[slot(queue)?])?;
+            Some(Wakeup {
+                queue,
+                asleep_ns: ago.saturating_sub(wait_ns),
+                wait_ns,
+            })
+        })
+        .collect()
+}
+
 /// On-CPU time of the server thread across each of the connection's waits for its client
 /// between two service stages, keyed by the wait's delay stage: from the end of one
 /// service stage (its last write) to the start of the next (its first read), through the
@@ -777,6 +824,75 @@ mod tests {
         c.fail_flight = FL_S1 as u8 + 1;
         let cpu_ns = cpu(&c, &stages(&c));
         assert_eq!(idle_before(&c, &cpu_ns), Some(vec![Stage::HelloRetry]));
+    }
+
+    /// Each queue stage whose reader's call found the CPU idle: the accept's own slot, the
+    /// others by the stage that read their message (a retry's first ClientHello by the
+    /// retry's slot, or the first flight's while the retry is pending); its sleep is the
+    /// time since the last handler call less its wait (never below nothing).
+    #[test]
+    fn wakeups_pair_each_queue_with_its_readers_call() {
+        let code_1ms = 1 + 8 * 9 + 7; // ~992 µs
+        let one_ms = abi::woke_ns(code_1ms).unwrap();
+        let stages = Stages(vec![
+            (Stage::AcceptQueue, 100_000),
+            (Stage::ClientHelloQueue, 50_000),
+            (Stage::ServerFlight1, 900_000),
+            (Stage::ClientFlight2Queue, 2_000_000),
+            (Stage::ServerFlight2, 100_000),
+            (Stage::RequestQueue, 10_000),
+            (Stage::Response, 200_000),
+        ]);
+        let mut c = conn();
+        assert_eq!(wakeups(&c, &stages), vec![]);
+        c.woke[abi::WOKE_ACCEPT] = code_1ms;
+        c.woke[abi::WOKE_FLIGHT2] = code_1ms;
+        c.woke[abi::WOKE_RESPONSE] = code_1ms;
+        let w = |queue, wait_ns: u64| Wakeup {
+            queue,
+            asleep_ns: one_ms.saturating_sub(wait_ns),
+            wait_ns,
+        };
+        assert_eq!(
+            wakeups(&c, &stages),
+            vec![
+                w(Stage::AcceptQueue, 100_000),
+                // waited longer than the call's distance from the last: slept for nothing
+                Wakeup {
+                    asleep_ns: 0,
+                    ..w(Stage::ClientFlight2Queue, 2_000_000)
+                },
+                w(Stage::RequestQueue, 10_000),
+            ]
+        );
+        // a retry: its first ClientHello read by the retry's call, the second by flight 1's
+        let retried = Stages(vec![
+            (Stage::ClientHelloQueue, 50_000),
+            (Stage::HelloRetry, 300_000),
+            (Stage::ClientHello2Queue, 20_000),
+            (Stage::ServerFlight1, 900_000),
+        ]);
+        let mut c = conn();
+        c.flags |= abi::F_HRR;
+        c.t_retry_read = 400;
+        c.woke[abi::WOKE_RETRY] = code_1ms;
+        assert_eq!(
+            wakeups(&c, &retried),
+            vec![w(Stage::ClientHelloQueue, 50_000)]
+        );
+        c.woke = [0; abi::WOKE_CALLS];
+        c.woke[abi::WOKE_FLIGHT1] = code_1ms;
+        assert_eq!(
+            wakeups(&c, &retried),
+            vec![w(Stage::ClientHello2Queue, 20_000)]
+        );
+        // still pending: the one ClientHello read so far is in the first flight's slot
+        c.t_retry_read = 0;
+        let pending = Stages(retried.0[..2].to_vec());
+        assert_eq!(
+            wakeups(&c, &pending),
+            vec![w(Stage::ClientHelloQueue, 50_000)]
+        );
     }
 
     #[test]

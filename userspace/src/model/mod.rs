@@ -241,11 +241,28 @@ fn measured_knobs(knobs: &Knobs, server: &ServerInput) -> Knobs {
         k.overhead_s = (outside - k.sleep_cpu_s * measured_sleeps(server, &k)).max(0.0);
     }
     if !k.wakeup_given {
-        if let Some(q) = idle_queue(server, &k) {
+        if let Some(curve) = measured_wakeup(server, k.sleep_cpu_s) {
+            k.wakeup = curve;
+        } else if let Some(q) = idle_queue(server, &k) {
             k.wakeup = network::IdleCurve::constant((q - k.sleep_cpu_s).max(0.0));
         }
     }
     k
+}
+
+/// The wake-up by how long the worker slept, as the window measured it on the live server
+/// (`wakeup_after_idle`): each range of sleeps with at least `IDLE_WAITS` waits a point,
+/// its waits' mean less the CPU a sleep costs (`sleep_cpu_s`, paid apart). None with fewer
+/// than two such points (a window whose every call slept about as long): `idle_queue` then.
+fn measured_wakeup(server: &ServerInput, sleep_cpu_s: f64) -> Option<network::IdleCurve> {
+    let points: Vec<(f64, f64)> = server
+        .wakeup_after_idle
+        .iter()
+        .filter(|&&(_, count, _)| count >= IDLE_WAITS)
+        .map(|&(idle, _, mean)| (idle, (mean - sleep_cpu_s).max(0.0)))
+        .collect();
+    (points.len() >= 2 && points.windows(2).all(|w| w[0].0 < w[1].0))
+        .then(|| network::IdleCurve::curve(points))
 }
 
 /// The share of the window one of the server's processes was on CPU: the server's, over
@@ -849,5 +866,55 @@ mod tests {
             knobs::network(&server, &k, None).unwrap().cpus_left,
             Some(1.5)
         );
+    }
+    /// The simulation's wake-up, unless given: the live server's, by how long its CPU slept,
+    /// where two ranges of sleeps hold `IDLE_WAITS` waits each (less the CPU of a sleep);
+    /// else one time from the queue stages (`idle_queue`). Two ports pool their ranges.
+    #[test]
+    fn the_wakeup_is_the_measured_curve_where_it_has_two_points() {
+        let sim = Knobs {
+            discipline: Discipline::EventLoopSim,
+            ..Knobs::default()
+        };
+        let server = ServerInput {
+            per_wait_s: Some(1e-5),
+            busy: Some(0.01),
+            wakeup_after_idle: vec![(1e-4, 50, 6e-5), (2e-3, 19, 9e-5), (0.2, 30, 3e-4)],
+            connections: 100.0,
+            ..seed()
+        };
+        let k = effective_knobs(&sim, &server);
+        assert_eq!(k.sleep_cpu_s, 1e-5);
+        let got = k.wakeup.points();
+        assert_eq!(got.len(), 2, "{got:?}");
+        for (&(idle, wake), want) in got.iter().zip([(1e-4, 5e-5), (0.2, 2.9e-4)]) {
+            assert!((idle - want.0).abs() < 1e-15 && (wake - want.1).abs() < 1e-15);
+        }
+        // one range with enough waits: not a curve
+        let few = ServerInput {
+            wakeup_after_idle: vec![(1e-4, 50, 6e-5), (0.2, 19, 3e-4)],
+            ..server.clone()
+        };
+        assert!(effective_knobs(&sim, &few).wakeup.points().len() <= 1);
+        // given: as given
+        let given = Knobs {
+            wakeup: network::IdleCurve::constant(1e-3),
+            wakeup_given: true,
+            ..sim.clone()
+        };
+        assert_eq!(
+            effective_knobs(&given, &server).wakeup,
+            network::IdleCurve::constant(1e-3)
+        );
+        // two ports: the same range pooled by counts, the others kept
+        let mut other = server.clone();
+        other.server = "seed002:80".into();
+        other.wakeup_after_idle = vec![(3e-4 / 2.0, 50, 1e-4)];
+        let merged = input::merge(vec![server, other], "t").unwrap();
+        let pooled = merged.wakeup_after_idle;
+        assert_eq!(pooled.len(), 3, "{pooled:?}");
+        let (idle, n, mean) = pooled[0];
+        assert_eq!(n, 100);
+        assert!((idle - 1.25e-4).abs() < 1e-15 && (mean - 8e-5).abs() < 1e-15);
     }
 }

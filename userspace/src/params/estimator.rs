@@ -19,9 +19,10 @@ use hdrhistogram::Histogram;
 
 use super::{
     architecture::{self, Held},
+    v1::wake_bin,
     v1::{
         Architecture, Cache, ClassParams, Classes, Cpu, CpuAfter, Demand, Host, Parameters,
-        ServerParams, StageParams, WaitAfter, Window, SCHEMA,
+        ServerParams, StageParams, WaitAfter, WakeupAfter, Window, SCHEMA, WAKE_BINS,
     },
 };
 use crate::{
@@ -31,7 +32,7 @@ use crate::{
     ordered::Ordered,
     record::{CloseRecord, Record},
     sink::Sink,
-    stage::{Kind, RequestClass, Stage, StageClass},
+    stage::{Kind, RequestClass, Stage, StageClass, Wakeup},
 };
 
 /// Servers (comm:port) the parameters keep apart; more are folded into `other`.
@@ -60,6 +61,8 @@ pub struct Sample<'a> {
     pub wait_cpu: &'a [(Stage, u64)],
     /// the stages of `cpu` that began on a CPU that had been idle (None: not known)
     pub idle_before: Option<&'a [Stage]>,
+    /// the messages taken by a call that woke its CPU, with how long it had slept
+    pub wakeups: &'a [Wakeup],
     /// the client offered resumption
     pub resumption_offered: bool,
     /// when the process accepted the connection and when its record was made (ns, one
@@ -141,12 +144,30 @@ struct ServerAcc {
     wait_cpu: Option<Box<Histogram<u32>>>,
     /// by class, then stage (`Stage::index`)
     stages: [[Option<Box<StageAcc>>; Stage::ALL.len()]; 3],
+    /// the waits of the messages taken by a call that woke its CPU, by how long the CPU
+    /// had slept (`wake_bin`)
+    wakeups: [WakeAcc; WAKE_BINS],
+}
+
+/// The wake-ups of one bin of sleep lengths.
+#[derive(Clone, Copy, Default)]
+struct WakeAcc {
+    count: u64,
+    asleep_ns: u128,
+    wait_ns: u128,
 }
 
 impl ServerAcc {
     fn add(&mut self, s: &Sample) {
         self.connections += 1;
         *self.by_pid.entry(s.pid).or_default() += 1;
+        // the CPU's, whatever became of the connection
+        for w in s.wakeups {
+            let bin = &mut self.wakeups[wake_bin(w.asleep_ns as f64 / 1e9)];
+            bin.count += 1;
+            bin.asleep_ns += u128::from(w.asleep_ns);
+            bin.wait_ns += u128::from(w.wait_ns);
+        }
         if !s.wait_cpu.is_empty() {
             let h = self
                 .wait_cpu
@@ -193,6 +214,11 @@ impl ServerAcc {
 
     fn merge(&mut self, o: &ServerAcc) {
         self.connections += o.connections;
+        for (mine, theirs) in self.wakeups.iter_mut().zip(&o.wakeups) {
+            mine.count += theirs.count;
+            mine.asleep_ns += theirs.asleep_ns;
+            mine.wait_ns += theirs.wait_ns;
+        }
         for (pid, n) in &o.by_pid {
             *self.by_pid.entry(*pid).or_default() += n;
         }
@@ -655,6 +681,16 @@ fn server_params(server: String, acc: &ServerAcc, seconds: f64, cpu: Cpu) -> Ser
         },
         cpu,
         architecture: None,
+        wakeup_after_idle: acc
+            .wakeups
+            .iter()
+            .filter(|b| b.count > 0)
+            .map(|b| WakeupAfter {
+                idle_s: b.asleep_ns as f64 / 1e9 / b.count as f64,
+                count: b.count,
+                mean_s: b.wait_ns as f64 / 1e9 / b.count as f64,
+            })
+            .collect(),
         classes: Classes {
             tls_full: class(RequestClass::TlsFull),
             tls_resumed: class(RequestClass::TlsResumed),
@@ -678,6 +714,7 @@ impl Sink for Estimator {
                 cpu: &r.cpu_ns.0,
                 wait_cpu: &r.wait_cpu_ns.0,
                 idle_before: r.idle_before.as_deref(),
+                wakeups: &r.wakeups,
                 resumption_offered: r.resumption_offered,
                 held: r.held_ns.map(|ns| (r.wall_ns - i128::from(ns), r.wall_ns)),
             },
@@ -727,6 +764,7 @@ mod tests {
             cpu: &[],
             wait_cpu: &[],
             idle_before: None,
+            wakeups: &[],
             resumption_offered: offered,
             held: None,
         }
@@ -757,6 +795,77 @@ mod tests {
         // the median of 30, 10, 30, 10 µs (HDR: the lower of the two middle values)
         assert!((cpu.per_wait_s.unwrap() - 10e-6).abs() < 1e-12, "{cpu:?}");
         assert!((cpu.waits_per_connection.unwrap() - 4.0 / 3.0).abs() < 1e-12);
+    }
+
+    /// The wake-ups of a server's CPU by how long it slept: one entry per range of sleeps
+    /// (shortest first) with its sleeps' and waits' means, over the window's slots, a
+    /// failed connection's too; none without any.
+    #[test]
+    fn wakeups_by_how_long_the_cpu_slept() {
+        let mut e = Estimator::new(Duration::from_secs(60), 8);
+        let stages = [(Stage::ServerFlight1, 1_000_000)];
+        let now = e.start + Duration::from_secs(1);
+        e.add(now, &sample("nginx:443", Kind::Full, &stages, false));
+        assert!(e.parameters(now, UNIX_EPOCH).servers[0]
+            .wakeup_after_idle
+            .is_empty());
+        let w = |asleep_ms: f64, wait_us: u64| Wakeup {
+            queue: Stage::ClientHelloQueue,
+            asleep_ns: (asleep_ms * 1e6) as u64,
+            wait_ns: wait_us * 1000,
+        };
+        // 0.1 and 0.2 ms (one range), 150 ms (another): in two slots, one failed
+        let (short, long) = ([w(0.1, 40), w(0.2, 60)], [w(150.0, 300)]);
+        e.add(
+            now,
+            &Sample {
+                wakeups: &long,
+                ..sample("nginx:443", Kind::Failed, &[], false)
+            },
+        );
+        let later = now + Duration::from_secs(20);
+        e.add(
+            later,
+            &Sample {
+                wakeups: &short,
+                ..sample("nginx:443", Kind::Full, &stages, false)
+            },
+        );
+        let p = e.parameters(later, UNIX_EPOCH);
+        let got: Vec<(f64, u64, f64)> = p.servers[0]
+            .wakeup_after_idle
+            .iter()
+            .map(|b| (b.idle_s, b.count, b.mean_s))
+            .collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(
+            near(got[0].0, 150e-6) && got[0].1 == 2 && near(got[0].2, 50e-6),
+            "{got:?}"
+        );
+        assert!(
+            near(got[1].0, 0.15) && got[1].1 == 1 && near(got[1].2, 300e-6),
+            "{got:?}"
+        );
+    }
+
+    /// The ranges of sleeps: below 64 µs, then each 4 times longer, up to 1.05 s and beyond.
+    #[test]
+    fn wake_bins_are_quartering_ranges() {
+        for (asleep, bin) in [
+            (0.0, 0),
+            (63e-6, 0),
+            (64e-6, 1),
+            (255e-6, 1),
+            (1.1e-3, 3),
+            (0.2, 6),
+            (1.0, 7),
+            (1.1, 8),
+            (3600.0, 8),
+        ] {
+            assert_eq!(wake_bin(asleep), bin, "{asleep}");
+        }
+        assert_eq!(wake_bin(1e9), WAKE_BINS - 1);
     }
 
     /// A service stage's on-CPU time split by what its CPU did before it: the means of

@@ -78,7 +78,25 @@ pub struct ServerParams {
     /// none, in documents written before it, or by hand)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub architecture: Option<Architecture>,
+    /// how long a message waited for a call that woke the server's CPU, by how long the
+    /// CPU had slept (shortest first; absent when no call found its CPU idle, or its idle
+    /// exits could not be read)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wakeup_after_idle: Vec<WakeupAfter>,
     pub classes: Classes,
+}
+
+/// The messages (and accepts) of a server whose handler call found its CPU had been idle
+/// since one of the traced servers' handlers last ran there, over one range of how long the
+/// CPU had slept before the message came: the CPU's wake-up, then the server's way to its
+/// read.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WakeupAfter {
+    /// the mean sleep of the range's messages, seconds
+    pub idle_s: f64,
+    pub count: u64,
+    /// their mean wait (their queue stages'), seconds
+    pub mean_s: f64,
 }
 
 /// How a server holds its connections (`params::architecture`).
@@ -246,6 +264,21 @@ pub struct CpuAfter {
 pub struct WaitAfter {
     pub count: u64,
     pub mean_s: f64,
+}
+
+/// The ranges of sleeps `wakeup_after_idle` keeps apart: sleeps shorter than 64 µs, then each 4 times the last
+/// (64 µs × 4ᵏ: to 256 µs, 1.02 ms, 4.1 ms, 16 ms, 66 ms, 262 ms, 1.05 s), and the longer.
+pub const WAKE_BINS: usize = 9;
+
+/// The bin of a sleep of `asleep_s` seconds (`WAKE_BINS`).
+pub fn wake_bin(asleep_s: f64) -> usize {
+    let mut edge = 64e-6;
+    let mut bin = 0;
+    while bin + 1 < WAKE_BINS && asleep_s >= edge {
+        edge *= 4.0;
+        bin += 1;
+    }
+    bin
 }
 
 /// The per-request service demand, queueing and delay the queueing model takes.

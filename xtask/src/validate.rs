@@ -668,6 +668,35 @@ fn point(answer: &Value) -> Value {
     answer["curves"][0]["points"][0].clone()
 }
 
+/// `point`, with the wake-up curve the model took (its knobs' `wakeup_after_idle`) as
+/// `wakeup`.
+fn point_and_wakeup(answer: &Value) -> Value {
+    let mut p = point(answer);
+    p["wakeup"] = answer["knobs"]["wakeup_after_idle"].clone();
+    p
+}
+
+/// A wake-up curve as the model reports it (`[{idle_s, wakeup_s}]`), in words.
+fn wakeup_words(curve: &Value) -> String {
+    let points: Vec<String> = curve
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let idle = f(&p["idle_s"]);
+            let after = match idle > 0.0 {
+                true => format!(" after {} ms asleep", ms(idle)),
+                false => " after any sleep".into(),
+            };
+            format!("{:.0} µs{after}", f(&p["wakeup_s"]) * 1e6)
+        })
+        .collect();
+    match points.is_empty() {
+        true => "none".into(),
+        false => points.join(", "),
+    }
+}
+
 /// Every server of a parameters document, as `--server`'s comma list: the daemon follows
 /// nginx's master only, so these are its TLS port and (with plain requests) its plain one.
 fn servers_from(params: &Value) -> String {
@@ -825,9 +854,9 @@ fn predict(
         args.extend(mix_args(&load));
         args
     };
-    let busier = point(&model(bin, &forecast_args(&windows.busier))?);
+    let busier = point_and_wakeup(&model(bin, &forecast_args(&windows.busier))?);
     let mut args = forecast_args(forecast_from);
-    let forecast = point(&model(bin, &args)?);
+    let forecast = point_and_wakeup(&model(bin, &args)?);
     let host_speed = signature_cpu_s(&base)
         .zip(signature_cpu_s(&params))
         .map(|(then, now)| then / now);
@@ -1230,6 +1259,8 @@ fn mix_section(
             ("FROM_USERS", FORECAST_FROM_USERS.to_string()),
             ("BUSIER_USERS", busier.users.to_string()),
             ("BUSIER_BUSY", busier_busy_words(busier.cpu_busy)),
+            ("WAKEUP_ONE", wakeup_words(&busier.forecast["wakeup"])),
+            ("WAKEUP_BUSIER", wakeup_words(&busier.busier["wakeup"])),
         ],
     )
 }
@@ -1961,6 +1992,24 @@ mod tests {
         assert!((got[0].1 - 2.0).abs() < 1e-12, "{got:?}");
     }
 
+    /// The wake-up curve the model took, in words: each point, a constant's as after any
+    /// sleep, none when there was none.
+    #[test]
+    fn wakeup_words_name_each_point() {
+        let curve =
+            json!([{"idle_s": 1.5e-4, "wakeup_s": 4.2e-5}, {"idle_s": 0.19, "wakeup_s": 3.1e-4}]);
+        assert_eq!(
+            wakeup_words(&curve),
+            "42 µs after 0.15 ms asleep, 310 µs after 190.00 ms asleep"
+        );
+        assert_eq!(
+            wakeup_words(&json!([{"idle_s": 0.0, "wakeup_s": 6e-5}])),
+            "60 µs after any sleep"
+        );
+        assert_eq!(wakeup_words(&json!([])), "none");
+        assert_eq!(wakeup_words(&Value::Null), "none");
+    }
+
     /// The cold/warm words: a point's split counts only with enough stages read each way,
     /// and the median and range are of the ratios within each point.
     #[test]
@@ -1998,7 +2047,7 @@ mod tests {
         let mix = crate::template::tests::fill_all(MIX_TEMPLATE);
         assert!(
             mix.starts_with(
-                "### <ARCH>, mix <N>: <NAME> (p = <SECURE>, resume offered <RESUME>)\n\nThe busier window: <BUSIER_USERS> users, the server <BUSIER_BUSY> % busy.\n\n| N |"
+                "### <ARCH>, mix <N>: <NAME> (p = <SECURE>, resume offered <RESUME>)\n\nThe busier window: <BUSIER_USERS> users, the server <BUSIER_BUSY> % busy.\n\nThe wake-up"
             ),
             "{mix}"
         );

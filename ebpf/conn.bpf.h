@@ -9,6 +9,7 @@
 #define HSTRACE_CONN_BPF_H
 
 #include "hstrace.h"
+#include "woke.h"
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -316,8 +317,10 @@ static __always_inline __u64 thread_cpu_now(__u64 now)
  *    whatever the connection (hs_conn.idle_before);
  *  - at a traced server's last handler call (`call_exits`: an accept, a service stage's
  *    first read or last write), with its time (`call_t`): a call that finds it moved woke
- *    the CPU, which had slept for about as long as that was ago less the message's wait
- *    (hs_conn.woke: the wake-up's cost by how long the CPU slept). */
+ *    the CPU, which had slept at most as long as that was ago less the message's wait
+ *    (hs_conn.woke: the wake-up's cost by how long the CPU slept). Work no hook marks
+ *    (a plaintext preamble's, later requests', a close's, other processes') lengthens
+ *    that bound. */
 struct hs_cpu_mark {
 	__u64 stage_exits; /* 1 + the CPU's idle exits at the last service stage's end */
 	__u64 call_exits;  /* 1 + its idle exits at the last handler call */
@@ -340,43 +343,18 @@ static __always_inline __u64 idle_exits(struct task_struct *t)
 	return 1 + t->se.cfs_rq->rq->idle->nivcsw;
 }
 
-/* `ns` on hs_woke_code's scale: 1 + 8 x log2 of the whole microseconds (at least 1), the
- * three bits below the leading one its fraction (so within 1/8 of the value); 255 at most
- * (about 35 minutes). A function of its own, verified once: inlined in each reader its
- * branches multiplied the verifier's paths (seconds more to load). */
+/* `ns` as hs_conn.woke codes it (woke.h). A function of its own, verified once: inlined
+ * at each reader, its branches multiplied the verifier's paths (seconds more to load). */
 __noinline int woke_code(__u64 ns)
 {
-	__u64 us = ns / 1000, x;
-	__u32 msb = 0, frac, code;
+	return hs_woke_code(ns / 1000);
+}
 
-	if (!us)
-		us = 1;
-	x = us;
-	if (x >> 32) {
-		x >>= 32;
-		msb += 32;
-	}
-	if (x >> 16) {
-		x >>= 16;
-		msb += 16;
-	}
-	if (x >> 8) {
-		x >>= 8;
-		msb += 8;
-	}
-	if (x >> 4) {
-		x >>= 4;
-		msb += 4;
-	}
-	if (x >> 2) {
-		x >>= 2;
-		msb += 2;
-	}
-	if (x >> 1)
-		msb += 1;
-	frac = msb >= 3 ? (us >> (msb - 3)) & 7 : (us << (3 - msb)) & 7;
-	code = 1 + 8 * msb + frac;
-	return code > 255 ? 255 : code;
+/* A traced handler runs on this CPU at `now`, its idle exits `exits`. */
+static __always_inline void cpu_busy_now(struct hs_cpu_mark *m, __u64 exits, __u64 now)
+{
+	m->call_exits = exits;
+	m->call_t = now;
 }
 
 /* A handler call of connection `c` (`slot`: HS_WOKE_*) begins at `now` on a CPU whose idle
@@ -388,8 +366,7 @@ static __always_inline void handler_call(struct hs_conn_state *c, int slot, __u6
 	int woke = exits && m->call_t && m->call_exits != exits && now > m->call_t;
 
 	c->r.woke[slot] = woke ? woke_code(now - m->call_t) : 0;
-	m->call_exits = exits;
-	m->call_t = now;
+	cpu_busy_now(m, exits, now);
 }
 
 /* The accept of connection `c` at `now`: a handler call (`woke`). */
@@ -435,8 +412,7 @@ static __always_inline __u64 stage_ends(__u64 now)
 
 	if (m) {
 		m->stage_exits = idle_exits(t);
-		m->call_exits = m->stage_exits;
-		m->call_t = now;
+		cpu_busy_now(m, m->stage_exits, now);
 	}
 	return task_cpu_now(t, now);
 }

@@ -87,6 +87,7 @@ __noinline int hello_retry_restart(struct hs_conn_state *c)
 		c->r.t_req_read = 0;
 		c->r.t_req_arrive = 0;
 		c->r.cpu_req_read = 0;
+		c->r.woke[HS_WOKE_RESPONSE] = 0;
 		c->exchanges = 0;
 	}
 	return 0;

@@ -18,6 +18,7 @@ fn main() {
             "proc.bpf.h",
             "ssl.bpf.h",
             "include/hstrace.h",
+            "include/woke.h",
             "compile.rs",
         ],
         "hstrace.bpf.o",

@@ -131,7 +131,8 @@ pub const WOKE_CALLS: usize = 5;
 
 /// A `Conn::woke` code as ns (the middle of the span it stands for); None for 0. The code
 /// is 1 + 8 x log2 of the whole microseconds, the three bits below the leading one its
-/// fraction (`woke_code` in ebpf/conn.bpf.h).
+/// fraction (ebpf/include/woke.h); 255, the last, stands for 1.75 x 2^31 µs (63 minutes)
+/// and longer.
 pub fn woke_ns(code: u8) -> Option<u64> {
     let q = u32::from(code.checked_sub(1)?);
     let (msb, frac) = (q / 8, f64::from(q % 8));
@@ -584,19 +585,71 @@ mod tests {
         // 1000 µs = 0b1111101000: 9 octaves, the three bits below the leading one 111
         let ms = woke_ns(1 + 8 * 9 + 7).unwrap();
         assert!((992_000..=1_000_000).contains(&ms), "{ms}");
-        for us in [9u64, 100, 999, 4_097, 150_000, 2_000_000_000] {
-            // the C side's coding of `us`
-            let msb = 63 - us.leading_zeros();
-            let frac = (us >> (msb - 3)) & 7;
-            let code = (1 + 8 * u64::from(msb) + frac).min(255) as u8;
+        // the longest: 1.75 x 2^31 µs (63 minutes) and more
+        assert!(woke_ns(255).unwrap() > 3_700_000_000_000);
+    }
+
+    /// The C side's coding (ebpf/include/woke.h, compiled for this host with the clang the
+    /// BPF programs are built with) reads back within an eighth, exact below 8 µs, and
+    /// keeps the order of the times it codes.
+    #[test]
+    fn the_c_coding_reads_back_within_an_eighth() {
+        let dir = std::env::temp_dir().join(format!("hstrace-woke-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (c, exe) = (dir.join("woke.c"), dir.join("woke"));
+        let header = format!("{}/../ebpf/include/woke.h", env!("CARGO_MANIFEST_DIR"));
+        std::fs::write(
+            &c,
+            format!(
+                "#include <stdio.h>\n#include <stdlib.h>\n#include \"{header}\"\n\
+                 int main(int argc, char **argv) {{\n\
+                 for (int i = 1; i < argc; i++)\n\
+                 printf(\"%u\\n\", hs_woke_code(strtoull(argv[i], 0, 10)));\n\
+                 return 0;\n}}\n"
+            ),
+        )
+        .unwrap();
+        let clang = std::env::var("HSTRACE_CLANG").unwrap_or_else(|_| "clang-19".into());
+        let built = std::process::Command::new(&clang)
+            .args(["-O2", "-Wall", "-Werror", "-o"])
+            .arg(&exe)
+            .arg(&c)
+            .status()
+            .unwrap_or_else(|e| panic!("{clang}: {e} (cargo xtask setup installs it)"));
+        assert!(built.success(), "{clang} could not compile woke.h");
+        let times: Vec<u64> = [0, 1, 2, 3, 7, 8, 9, 15, 100, 999, 1000, 4097, 65_535]
+            .into_iter()
+            .chain((0..40).map(|i| 3u64.pow(i / 2) * (1 + u64::from(i % 2))))
+            .chain([3_758_096_384, 1 << 40, u64::MAX])
+            .collect();
+        let out = std::process::Command::new(&exe)
+            .args(times.iter().map(u64::to_string))
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let codes: Vec<u8> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        assert_eq!(codes.len(), times.len());
+        for (&us, &code) in times.iter().zip(&codes) {
             let back = woke_ns(code).unwrap() as f64 / 1e3;
-            assert!(
-                (back / us as f64 - 1.0).abs() <= 1.0 / 8.0,
-                "{us} µs: {back}"
-            );
+            let us = us.max(1) as f64;
+            if us < 8.0 {
+                assert_eq!(back, us, "{us} µs: code {code}");
+            } else if code < 255 {
+                assert!(
+                    (back / us - 1.0).abs() <= 1.0 / 8.0,
+                    "{us} µs: code {code}, {back}"
+                );
+            } else {
+                assert!(us >= 1.75 * 2f64.powi(31), "{us} µs: code {code}");
+            }
         }
-        // the longest: 2^31 µs and more
-        assert!(woke_ns(255).unwrap() > 2_000_000_000_000);
+        let mut sorted: Vec<(u64, u8)> = times.iter().copied().zip(codes).collect();
+        sorted.sort();
+        assert!(sorted.windows(2).all(|w| w[0].1 <= w[1].1), "{sorted:?}");
     }
 
     /// Every constant shared with the C side has one definition in the header and its

@@ -482,29 +482,28 @@ pub struct Wakeup {
 }
 
 /// Each queue stage of `stages` whose message its reader took after its CPU had idled
-/// (`Conn::woke`); empty when the CPU's idle exits could not be read.
+/// (`Conn::woke`); empty when the CPU's idle exits could not be read. Left out: the
+/// ClientHello after a plaintext preamble (no hook marks the preamble's calls: the CPU's
+/// last call would be the accept), and a wait longer than the distance to the last call
+/// beyond the coding's eighth (the message came before that call: no sleep of the CPU's
+/// held it).
 pub fn wakeups(c: &Conn, stages: &Stages) -> Vec<Wakeup> {
-    // a retry never answered: its first ClientHello's read is still the first flight's
-    let retry_slot = match retry(c) {
-        Retry::Pending => abi::WOKE_FLIGHT1,
-        _ => abi::WOKE_RETRY,
-    };
     let slot = |queue: Stage| match queue {
         Stage::AcceptQueue => Some(abi::WOKE_ACCEPT),
-        _ => match queue.read_by(&stages.0)? {
-            Stage::HelloRetry => Some(retry_slot),
-            Stage::ServerFlight1 => Some(abi::WOKE_FLIGHT1),
-            Stage::ServerFlight2 => Some(abi::WOKE_FLIGHT2),
-            Stage::Response => Some(abi::WOKE_RESPONSE),
-            _ => None,
-        },
+        Stage::ClientHelloQueue if had_preamble(c) => None,
+        // the first ClientHello's read moved to the retry's slot once the second came
+        Stage::ClientHelloQueue if retry(c) == Retry::Done => Some(abi::WOKE_RETRY),
+        Stage::ClientHelloQueue | Stage::ClientHello2Queue => Some(abi::WOKE_FLIGHT1),
+        Stage::ClientFlight2Queue => Some(abi::WOKE_FLIGHT2),
+        Stage::RequestQueue => Some(abi::WOKE_RESPONSE),
+        _ => None,
     };
     stages
         .0
         .iter()
         .filter_map(|&(queue, wait_ns)| {
             let ago = abi::woke_ns(c.woke[slot(queue)?])?;
-            Some(Wakeup {
+            (wait_ns <= ago + ago / 8).then(|| Wakeup {
                 queue,
                 asleep_ns: ago.saturating_sub(wait_ns),
                 wait_ns,
@@ -827,9 +826,11 @@ mod tests {
     }
 
     /// Each queue stage whose reader's call found the CPU idle: the accept's own slot, the
-    /// others by the stage that read their message (a retry's first ClientHello by the
-    /// retry's slot, or the first flight's while the retry is pending); its sleep is the
-    /// time since the last handler call less its wait (never below nothing).
+    /// others by the call that read their message (a retry's first ClientHello by the
+    /// retry's slot once the second came, whichever of its stages were timed; the first
+    /// flight's while the retry is pending); its sleep is the time since the last handler
+    /// call less its wait (nothing within the coding's eighth past it; left out beyond, and
+    /// for a ClientHello after a plaintext preamble).
     #[test]
     fn wakeups_pair_each_queue_with_its_readers_call() {
         let code_1ms = 1 + 8 * 9 + 7; // ~992 µs
@@ -838,16 +839,21 @@ mod tests {
             (Stage::AcceptQueue, 100_000),
             (Stage::ClientHelloQueue, 50_000),
             (Stage::ServerFlight1, 900_000),
-            (Stage::ClientFlight2Queue, 2_000_000),
+            (Stage::ClientFlight2Queue, 1_050_000),
             (Stage::ServerFlight2, 100_000),
             (Stage::RequestQueue, 10_000),
             (Stage::Response, 200_000),
         ]);
         let mut c = conn();
         assert_eq!(wakeups(&c, &stages), vec![]);
-        c.woke[abi::WOKE_ACCEPT] = code_1ms;
-        c.woke[abi::WOKE_FLIGHT2] = code_1ms;
-        c.woke[abi::WOKE_RESPONSE] = code_1ms;
+        for slot in [
+            abi::WOKE_ACCEPT,
+            abi::WOKE_FLIGHT1,
+            abi::WOKE_FLIGHT2,
+            abi::WOKE_RESPONSE,
+        ] {
+            c.woke[slot] = code_1ms;
+        }
         let w = |queue, wait_ns: u64| Wakeup {
             queue,
             asleep_ns: one_ms.saturating_sub(wait_ns),
@@ -857,14 +863,26 @@ mod tests {
             wakeups(&c, &stages),
             vec![
                 w(Stage::AcceptQueue, 100_000),
-                // waited longer than the call's distance from the last: slept for nothing
+                w(Stage::ClientHelloQueue, 50_000),
+                // a wait past the distance, within the coding's eighth: slept for nothing
                 Wakeup {
                     asleep_ns: 0,
-                    ..w(Stage::ClientFlight2Queue, 2_000_000)
+                    ..w(Stage::ClientFlight2Queue, 1_050_000)
                 },
                 w(Stage::RequestQueue, 10_000),
             ]
         );
+        // a wait well past it: the message came before the CPU's last call, left out
+        let mut late = stages.clone();
+        late.0[3].1 = 2_000_000;
+        assert!(wakeups(&c, &late)
+            .iter()
+            .all(|w| w.queue != Stage::ClientFlight2Queue));
+        // after a plaintext preamble the ClientHello's distance spans the preamble
+        c.pre_flights = 2;
+        assert!(wakeups(&c, &stages)
+            .iter()
+            .all(|w| w.queue != Stage::ClientHelloQueue));
         // a retry: its first ClientHello read by the retry's call, the second by flight 1's
         let retried = Stages(vec![
             (Stage::ClientHelloQueue, 50_000),
@@ -886,6 +904,9 @@ mod tests {
             wakeups(&c, &retried),
             vec![w(Stage::ClientHello2Queue, 20_000)]
         );
+        // even with none of the retry's own stages timed
+        let untimed = Stages(vec![retried.0[0], retried.0[3]]);
+        assert_eq!(wakeups(&c, &untimed), vec![]);
         // still pending: the one ClientHello read so far is in the first flight's slot
         c.t_retry_read = 0;
         let pending = Stages(retried.0[..2].to_vec());

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::{
     cold_start::ColdStart,
     http_client,
-    params::{v1, wake_bin, Parameters, WAKE_BINS},
+    params::{v1, Parameters},
     stage::{Kind, RequestClass, Stage, StageClass},
 };
 
@@ -88,8 +88,8 @@ pub struct ServerInput {
     /// the cold start measured on a CPU the servers run on (`host.cold_start`)
     pub cold_start: Option<ColdStart>,
     /// a message's wait for a call that woke the server's CPU, by how long the CPU had
-    /// slept (`wakeup_after_idle`: shortest first, each (idle_s, count, mean_s))
-    pub wakeup_after_idle: Vec<(f64, u64, f64)>,
+    /// slept (`wakeup_after_idle`, shortest first)
+    pub wakeup_after_idle: Vec<v1::WakeupAfter>,
     /// read from Prometheus, which carries neither
     pub from_prometheus: bool,
 }
@@ -202,7 +202,7 @@ fn server_input(s: &v1::ServerParams, origin: &str) -> Result<ServerInput> {
             .iter()
             .filter(|w| w.idle_s.is_finite() && w.idle_s >= 0.0)
             .filter(|w| w.mean_s.is_finite() && w.mean_s >= 0.0)
-            .map(|w| (w.idle_s, w.count, w.mean_s))
+            .copied()
             .collect(),
         from_prometheus: false,
     })
@@ -356,25 +356,9 @@ pub fn merge(parts: Vec<ServerInput>, origin: &str) -> Result<ServerInput> {
         server_cpus: parts.iter().find_map(|p| p.server_cpus),
         other_cpus: parts.iter().find_map(|p| p.other_cpus),
         cold_start: parts.iter().find_map(|p| p.cold_start.clone()),
-        wakeup_after_idle: merged_wakeups(&parts),
+        wakeup_after_idle: v1::WakeupAfter::pooled(parts.iter().flat_map(|p| &p.wakeup_after_idle)),
         from_prometheus: parts.iter().any(|p| p.from_prometheus),
     })
-}
-
-/// The ports' wake-ups together (they share the server's CPUs): each range of sleeps
-/// (`estimator::wake_bin`) the count-weighted means of the ports'.
-fn merged_wakeups(parts: &[ServerInput]) -> Vec<(f64, u64, f64)> {
-    let mut bins = [(0.0, 0u64, 0.0); WAKE_BINS];
-    for &(idle, count, mean) in parts.iter().flat_map(|p| &p.wakeup_after_idle) {
-        let b = &mut bins[wake_bin(idle)];
-        b.0 += idle * count as f64;
-        b.1 += count;
-        b.2 += mean * count as f64;
-    }
-    bins.into_iter()
-        .filter(|b| b.1 > 0)
-        .map(|(idle, n, mean)| (idle / n as f64, n, mean / n as f64))
-        .collect()
 }
 
 /// The ports of one server: one architecture when every port measured the same kind (their

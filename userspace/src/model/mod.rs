@@ -258,8 +258,8 @@ fn measured_wakeup(server: &ServerInput, sleep_cpu_s: f64) -> Option<network::Id
     let points: Vec<(f64, f64)> = server
         .wakeup_after_idle
         .iter()
-        .filter(|&&(_, count, _)| count >= IDLE_WAITS)
-        .map(|&(idle, _, mean)| (idle, (mean - sleep_cpu_s).max(0.0)))
+        .filter(|w| w.count >= IDLE_WAITS)
+        .map(|w| (w.idle_s, (w.mean_s - sleep_cpu_s).max(0.0)))
         .collect();
     (points.len() >= 2 && points.windows(2).all(|w| w[0].0 < w[1].0))
         .then(|| network::IdleCurve::curve(points))
@@ -876,10 +876,15 @@ mod tests {
             discipline: Discipline::EventLoopSim,
             ..Knobs::default()
         };
+        let w = |idle_s, count, mean_s| crate::params::v1::WakeupAfter {
+            idle_s,
+            count,
+            mean_s,
+        };
         let server = ServerInput {
             per_wait_s: Some(1e-5),
             busy: Some(0.01),
-            wakeup_after_idle: vec![(1e-4, 50, 6e-5), (2e-3, 19, 9e-5), (0.2, 30, 3e-4)],
+            wakeup_after_idle: vec![w(1e-4, 50, 6e-5), w(2e-3, 19, 9e-5), w(0.2, 30, 3e-4)],
             connections: 100.0,
             ..seed()
         };
@@ -892,7 +897,7 @@ mod tests {
         }
         // one range with enough waits: not a curve
         let few = ServerInput {
-            wakeup_after_idle: vec![(1e-4, 50, 6e-5), (0.2, 19, 3e-4)],
+            wakeup_after_idle: vec![w(1e-4, 50, 6e-5), w(0.2, 19, 3e-4)],
             ..server.clone()
         };
         assert!(effective_knobs(&sim, &few).wakeup.points().len() <= 1);
@@ -909,12 +914,16 @@ mod tests {
         // two ports: the same range pooled by counts, the others kept
         let mut other = server.clone();
         other.server = "seed002:80".into();
-        other.wakeup_after_idle = vec![(3e-4 / 2.0, 50, 1e-4)];
+        other.wakeup_after_idle = vec![w(3e-4 / 2.0, 50, 1e-4)];
         let merged = input::merge(vec![server, other], "t").unwrap();
         let pooled = merged.wakeup_after_idle;
         assert_eq!(pooled.len(), 3, "{pooled:?}");
-        let (idle, n, mean) = pooled[0];
-        assert_eq!(n, 100);
-        assert!((idle - 1.25e-4).abs() < 1e-15 && (mean - 8e-5).abs() < 1e-15);
+        assert_eq!(pooled[0].count, 100);
+        assert!((pooled[0].idle_s - 1.25e-4).abs() < 1e-15);
+        assert!((pooled[0].mean_s - 8e-5).abs() < 1e-15);
+        assert_eq!(
+            (pooled[1], pooled[2]),
+            (w(2e-3, 19, 9e-5), w(0.2, 30, 3e-4))
+        );
     }
 }

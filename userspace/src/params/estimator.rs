@@ -19,10 +19,10 @@ use hdrhistogram::Histogram;
 
 use super::{
     architecture::{self, Held},
-    v1::wake_bin,
     v1::{
-        Architecture, Cache, ClassParams, Classes, Cpu, CpuAfter, Demand, Host, Parameters,
-        ServerParams, StageParams, WaitAfter, WakeupAfter, Window, SCHEMA, WAKE_BINS,
+        wake_bin, Architecture, Cache, ClassParams, Classes, Cpu, CpuAfter, Demand, Host,
+        Parameters, ServerParams, StageParams, WaitAfter, WakeupAfter, Window, LONGEST_SLEEP_S,
+        SCHEMA, WAKE_BINS,
     },
 };
 use crate::{
@@ -163,9 +163,10 @@ impl ServerAcc {
         *self.by_pid.entry(s.pid).or_default() += 1;
         // the CPU's, whatever became of the connection
         for w in s.wakeups {
-            let bin = &mut self.wakeups[wake_bin(w.asleep_ns as f64 / 1e9)];
+            let asleep_ns = w.asleep_ns.min((LONGEST_SLEEP_S * 1e9) as u64);
+            let bin = &mut self.wakeups[wake_bin(asleep_ns as f64 / 1e9)];
             bin.count += 1;
-            bin.asleep_ns += u128::from(w.asleep_ns);
+            bin.asleep_ns += u128::from(asleep_ns);
             bin.wait_ns += u128::from(w.wait_ns);
         }
         if !s.wait_cpu.is_empty() {
@@ -814,8 +815,9 @@ mod tests {
             asleep_ns: (asleep_ms * 1e6) as u64,
             wait_ns: wait_us * 1000,
         };
-        // 0.1 and 0.2 ms (one range), 150 ms (another): in two slots, one failed
-        let (short, long) = ([w(0.1, 40), w(0.2, 60)], [w(150.0, 300)]);
+        // 0.1 and 0.2 ms (one range), 150 ms (another): in two slots, one failed; an hour
+        // asleep counts as the longest sleep taken as it is
+        let (short, long) = ([w(0.1, 40), w(0.2, 60)], [w(150.0, 300), w(3.6e6, 900)]);
         e.add(
             now,
             &Sample {
@@ -837,8 +839,9 @@ mod tests {
             .iter()
             .map(|b| (b.idle_s, b.count, b.mean_s))
             .collect();
-        assert_eq!(got.len(), 2, "{got:?}");
-        let near = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert_eq!(got.len(), 3, "{got:?}");
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(near(got[2].0, LONGEST_SLEEP_S) && got[2].1 == 1, "{got:?}");
         assert!(
             near(got[0].0, 150e-6) && got[0].1 == 2 && near(got[0].2, 50e-6),
             "{got:?}"
@@ -866,6 +869,7 @@ mod tests {
             assert_eq!(wake_bin(asleep), bin, "{asleep}");
         }
         assert_eq!(wake_bin(1e9), WAKE_BINS - 1);
+        assert_eq!(wake_bin(LONGEST_SLEEP_S), WAKE_BINS - 1);
     }
 
     /// A service stage's on-CPU time split by what its CPU did before it: the means of

@@ -12,4 +12,4 @@ pub mod format;
 pub mod v1;
 
 pub use estimator::{Estimator, Sample, MAX_SERVERS};
-pub use v1::{wake_bin, Parameters, WAKE_BINS};
+pub use v1::Parameters;

@@ -266,9 +266,15 @@ pub struct WaitAfter {
     pub mean_s: f64,
 }
 
-/// The ranges of sleeps `wakeup_after_idle` keeps apart: sleeps shorter than 64 µs, then each 4 times the last
-/// (64 µs × 4ᵏ: to 256 µs, 1.02 ms, 4.1 ms, 16 ms, 66 ms, 262 ms, 1.05 s), and the longer.
+/// The ranges of sleeps `wakeup_after_idle` keeps apart: sleeps shorter than 64 µs, then
+/// each 4 times the last (64 µs × 4ᵏ: to 256 µs, 1.02 ms, 4.1 ms, 16.4 ms, 65.5 ms, 262 ms,
+/// 1.05 s), and the longer.
 pub const WAKE_BINS: usize = 9;
+
+/// The longest sleep `wakeup_after_idle` takes as it was, seconds (4 times the last range's
+/// start): one longer (a night without traffic) counts as this long, or it alone would make
+/// the last range's mean.
+pub const LONGEST_SLEEP_S: f64 = 64e-6 * 16_384.0 * 4.0;
 
 /// The bin of a sleep of `asleep_s` seconds (`WAKE_BINS`).
 pub fn wake_bin(asleep_s: f64) -> usize {
@@ -279,6 +285,28 @@ pub fn wake_bin(asleep_s: f64) -> usize {
         bin += 1;
     }
     bin
+}
+
+impl WakeupAfter {
+    /// Wake-ups of several windows or ports together (the CPUs they share): each range of
+    /// sleeps (`wake_bin`) the count-weighted means of those in it, shortest first.
+    pub fn pooled<'a>(all: impl IntoIterator<Item = &'a WakeupAfter>) -> Vec<WakeupAfter> {
+        let mut bins = [(0.0, 0u64, 0.0); WAKE_BINS];
+        for w in all {
+            let b = &mut bins[wake_bin(w.idle_s)];
+            b.0 += w.idle_s * w.count as f64;
+            b.1 += w.count;
+            b.2 += w.mean_s * w.count as f64;
+        }
+        bins.into_iter()
+            .filter(|b| b.1 > 0)
+            .map(|(idle, count, mean)| WakeupAfter {
+                idle_s: idle / count as f64,
+                count,
+                mean_s: mean / count as f64,
+            })
+            .collect()
+    }
 }
 
 /// The per-request service demand, queueing and delay the queueing model takes.

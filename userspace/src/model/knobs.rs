@@ -998,6 +998,14 @@ mod tests {
         let loaded = simulate(&cold, top, Settings::for_users(1, top));
         let warm_demand = 0.53e-3 - 90e-6;
         assert!((cold.least_service_demand() - warm_demand).abs() < 1e-15);
+        // a cold start that took every visit whole: no warm demand, and no bound below
+        // nothing from the subtraction's rounding
+        let all_cold = Network {
+            cold_paid_s: [0.53e-3 * (1.0 + 1e-12), 0.0, 0.0],
+            ..cold.clone()
+        };
+        assert_eq!(all_cold.warm_service_demand(), 0.0);
+        assert!(all_cold.bounds(3000).throughput_max_per_s > 0.0);
         assert!(
             (loaded.throughput_per_s * warm_demand - 1.0).abs() < 0.01,
             "{loaded:?}"

@@ -188,9 +188,12 @@ impl Network {
     }
 
     /// The mean request's demand at the server with each visit's cold start left out (the
-    /// window's, `cold_paid_s`); the service demand without a cold start.
+    /// window's, `cold_paid_s`); the service demand without a cold start. Never below
+    /// nothing: where the cold start took every visit whole (a host whose quiet CPU stalls
+    /// longer than the visits ran), the difference is rounding, and a tiny negative
+    /// demand would make the throughput bound a huge negative.
     pub fn warm_service_demand(&self) -> f64 {
-        self.service_demand() - mixed(&self.mix, &self.cold_paid_s)
+        (self.service_demand() - mixed(&self.mix, &self.cold_paid_s)).max(0.0)
     }
 
     /// D_max: the bottleneck's demand per processor (the delay centre has no bottleneck),

@@ -312,12 +312,23 @@ fn cpu_ns_separates_computing_from_waiting_for_a_cpu() {
         .args(["1", "nice", "-n", "-10", "sh", "-c", "while :; do :; done"])
         .spawn()
         .unwrap();
-    let (busy_wall, busy_cpu) = run("sharing its CPU with a busy loop");
+    // the scheduler may let the woken worker run its signatures through before the loop
+    // gets the CPU back: up to three tries for a median that waited
+    let slowed = |(wall, cpu): (f64, f64)| wall > 1.4 * cpu && wall > idle_wall;
+    let mut tries = Vec::new();
+    let (busy_wall, busy_cpu) = loop {
+        let t = run("sharing its CPU with a busy loop");
+        tries.push(t);
+        if slowed(t) || tries.len() == 3 {
+            break t;
+        }
+    };
     let _ = hog.kill();
     let _ = hog.wait();
     assert!(
-        busy_wall > 1.4 * busy_cpu && busy_wall > idle_wall,
-        "the busy loop did not slow the stage: {busy_wall:.2} vs {idle_wall:.2} ms"
+        slowed((busy_wall, busy_cpu)),
+        "the busy loop did not slow the stage in {} tries (wall, cpu ms): {tries:?} vs {idle_wall:.2} ms alone",
+        tries.len()
     );
     assert!(
         busy_cpu < 0.75 * busy_wall,

@@ -40,6 +40,10 @@
 /* A TLS 1.3 alert (close_notify) as an encrypted record: 2 bytes, content type, 16-byte
  * AEAD tag. No request is that short. */
 #define HS_TLS13_ALERT_LEN 19
+/* A TLS 1.3 EndOfEarlyData as an encrypted record: its 4-byte message header, content type,
+ * 16-byte tag. After 0-RTT it opens the client's second flight, which the server may read
+ * after it answered the early request (with uprobes, the handshake was done before). */
+#define HS_TLS13_EOED_LEN 21
 
 static __always_inline __u32 flight_dir(__s8 f)
 {
@@ -526,10 +530,12 @@ static __always_inline void on_read_attempt(struct hs_conn_state *c, __u64 now)
 }
 
 /* Does a client flight whose bytes start at `buf` (an iovec array if `iovcnt`) open with
- * a request, not an alert? Only its first record header is read. */
+ * a request, not an alert nor the end of early data? Only its first record header is
+ * read. */
 static __always_inline int is_request(struct hs_conn_state *c, __u64 buf, __u32 iovcnt)
 {
 	struct iovec first;
+	__u32 len;
 	__u8 h[5];
 
 	/* plain text has no records; a call whose buffer is unknown is counted */
@@ -542,7 +548,10 @@ static __always_inline int is_request(struct hs_conn_state *c, __u64 buf, __u32 
 	}
 	if (bpf_probe_read_user(h, 5, (const void *)buf) || h[0] != REC_APPDATA)
 		return 0;
-	return !(is_tls13(c) && (((__u32)h[3] << 8) | h[4]) == HS_TLS13_ALERT_LEN);
+	if (!is_tls13(c))
+		return 1;
+	len = ((__u32)h[3] << 8) | h[4];
+	return len != HS_TLS13_ALERT_LEN && !((c->r.flags & HS_F_EARLY_DATA) && len == HS_TLS13_EOED_LEN);
 }
 
 /* After the bytes are parsed: the first request and response of a plain-text stream

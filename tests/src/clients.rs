@@ -30,6 +30,19 @@ pub fn s_client(port: u16, args: &[&str]) -> String {
     )
 }
 
+/// `openssl s_client` to 127.0.0.1:port with nothing on stdin, waiting for the server to
+/// close: the only request is the one its `args` send (`-early_data FILE`).
+pub fn s_client_early_only(port: u16, args: &[&str]) -> String {
+    let mut child = s_client_child(port, args);
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// `openssl s_client` to 127.0.0.1:port (SNI demo.test, ALPN http/1.1, `ARGS`), its stdin
 /// and output piped: it waits on stdin until it is written to or closed.
 pub fn s_client_child(port: u16, args: &[&str]) -> Child {

@@ -4,13 +4,15 @@
 
 use hstrace_tests::{
     assert::{assert_accounted, assert_has_stages, check_stages},
-    clients::{curl, s_client},
+    clients::{curl, s_client, s_client_early_only},
     fixtures::make_cert_named,
     hstrace::{Hstrace, Traced},
+    proxies::DelayProxy,
     servers::{Nginx, TestServer},
     util::work_dir,
 };
 use serde_json::Value;
+use std::time::Duration;
 
 /// Trace `nginx` in `mode` while `client` runs; its records and close lines.
 fn traced(nginx: &TestServer, mode: &str, client: impl Fn()) -> Traced {
@@ -185,7 +187,9 @@ fn early_data() {
         let out = traced(&nginx, mode, || {
             let first = s_client(nginx.port, &["-tls1_3", "-sess_out", &sess]);
             assert!(first.contains("New, TLSv1.3"), "{first}");
-            let early = s_client(
+            // the early request only: a second one from stdin, sent once the handshake
+            // is done, may reach nginx before it closes (two exchanges, rightly counted)
+            let early = s_client_early_only(
                 nginx.port,
                 &["-tls1_3", "-sess_in", &sess, "-early_data", &req],
             );
@@ -237,4 +241,39 @@ fn early_data() {
     }
     // nginx's view of the same connections: new, resumed; new, resumed
     assert_eq!(nginx.resumed_log(), [false, true, false, true]);
+}
+
+/// A keep-alive request in 0-RTT, the client's second flight (EndOfEarlyData, Finished)
+/// held back until nginx has answered it: reading that flight opens no second exchange.
+/// No more requests follow; nginx closes the connection after a second of keep-alive.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn early_data_answered_before_the_clients_finished() {
+    let extra = "ssl_early_data on; keepalive_timeout 1s;";
+    let nginx = Nginx::start_with("early-late", 1, 2048, extra);
+    let sess = nginx.dir.join("early.sess");
+    let req = nginx.dir.join("request.txt");
+    std::fs::write(&req, "GET / HTTP/1.1\r\nHost: demo.test\r\n\r\n").unwrap();
+    let (sess, req) = (sess.display().to_string(), req.display().to_string());
+    let first = s_client(nginx.port, &["-tls1_3", "-sess_out", &sess]);
+    assert!(first.contains("New, TLSv1.3"), "{first}");
+    let late = DelayProxy::start(nginx.port, 2, Duration::from_millis(50));
+    for mode in ["handshake", "none"] {
+        let out = traced(&nginx, mode, || {
+            let early = s_client_early_only(
+                late.port,
+                &["-tls1_3", "-sess_in", &sess, "-early_data", &req],
+            );
+            assert!(early.contains("Early data was accepted"), "{early}");
+            assert!(early.contains("HTTP/1.1 200 OK"), "{early}");
+        });
+        let what = format!("--uprobes {mode}");
+        assert_eq!(out.records.len(), 1, "{what}: {}", out.stderr);
+        let early = &out.records[0];
+        assert_eq!(early["early_data"], true, "{what}: {early}");
+        assert_has_stages(early, &["response"], &format!("{what}: {early}"));
+        check_stages(early);
+        assert_eq!(out.closes.len(), 1, "{what}: {}", out.stderr);
+        one_exchange(&out, &what);
+    }
 }

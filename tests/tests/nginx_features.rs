@@ -169,6 +169,24 @@ fn a_certificate_chain_written_in_several_calls() {
     }
 }
 
+/// Where a 0-RTT test keeps its session (`.0`) and its early request (`.1`, HTTP/1.`minor`
+/// to demo.test) in `nginx`'s directory.
+fn early_files(nginx: &TestServer, minor: u32) -> (String, String) {
+    let req = nginx.dir.join("request.txt");
+    let text = format!("GET / HTTP/1.{minor}\r\nHost: demo.test\r\n\r\n");
+    std::fs::write(&req, text).unwrap();
+    let sess = nginx.dir.join("early.sess");
+    (sess.display().to_string(), req.display().to_string())
+}
+
+/// Resumes `sess` on `port` with `req` as 0-RTT data and nothing else to send: nginx took
+/// the early data and answered it.
+fn early_request_only(port: u16, sess: &str, req: &str) {
+    let early = s_client_early_only(port, &["-tls1_3", "-sess_in", sess, "-early_data", req]);
+    assert!(early.contains("Early data was accepted"), "{early}");
+    assert!(early.contains("HTTP/1.1 200 OK"), "{early}");
+}
+
 /// 0-RTT (`ssl_early_data on`): a resumed TLS 1.3 client sends its request with its
 /// ClientHello, and nginx answers it right after its first flight, usually before the
 /// client's Finished (with HTTP/1.0 it closes without ever reading that Finished). The
@@ -179,22 +197,14 @@ fn a_certificate_chain_written_in_several_calls() {
 #[ignore = "needs root: run `sudo cargo xtask test`"]
 fn early_data() {
     let nginx = Nginx::start_with("early", 1, 2048, "ssl_early_data on;");
-    let sess = nginx.dir.join("early.sess");
-    let req = nginx.dir.join("request.txt");
-    std::fs::write(&req, "GET / HTTP/1.0\r\nHost: demo.test\r\n\r\n").unwrap();
-    let (sess, req) = (sess.display().to_string(), req.display().to_string());
+    let (sess, req) = early_files(&nginx, 0);
     for mode in ["handshake", "none"] {
         let out = traced(&nginx, mode, || {
             let first = s_client(nginx.port, &["-tls1_3", "-sess_out", &sess]);
             assert!(first.contains("New, TLSv1.3"), "{first}");
             // the early request only: a second one from stdin, sent once the handshake
             // is done, may reach nginx before it closes (two exchanges, rightly counted)
-            let early = s_client_early_only(
-                nginx.port,
-                &["-tls1_3", "-sess_in", &sess, "-early_data", &req],
-            );
-            assert!(early.contains("Early data was accepted"), "{early}");
-            assert!(early.contains("HTTP/1.1 200 OK"), "{early}");
+            early_request_only(nginx.port, &sess, &req);
         });
         let what = format!("--uprobes {mode}");
         assert_eq!(out.records.len(), 2, "{what}: {}", out.stderr);
@@ -251,22 +261,12 @@ fn early_data() {
 fn early_data_answered_before_the_clients_finished() {
     let extra = "ssl_early_data on; keepalive_timeout 1s;";
     let nginx = Nginx::start_with("early-late", 1, 2048, extra);
-    let sess = nginx.dir.join("early.sess");
-    let req = nginx.dir.join("request.txt");
-    std::fs::write(&req, "GET / HTTP/1.1\r\nHost: demo.test\r\n\r\n").unwrap();
-    let (sess, req) = (sess.display().to_string(), req.display().to_string());
+    let (sess, req) = early_files(&nginx, 1);
     let first = s_client(nginx.port, &["-tls1_3", "-sess_out", &sess]);
     assert!(first.contains("New, TLSv1.3"), "{first}");
     let late = DelayProxy::start(nginx.port, 2, Duration::from_millis(50));
     for mode in ["handshake", "none"] {
-        let out = traced(&nginx, mode, || {
-            let early = s_client_early_only(
-                late.port,
-                &["-tls1_3", "-sess_in", &sess, "-early_data", &req],
-            );
-            assert!(early.contains("Early data was accepted"), "{early}");
-            assert!(early.contains("HTTP/1.1 200 OK"), "{early}");
-        });
+        let out = traced(&nginx, mode, || early_request_only(late.port, &sess, &req));
         let what = format!("--uprobes {mode}");
         assert_eq!(out.records.len(), 1, "{what}: {}", out.stderr);
         let early = &out.records[0];

@@ -2126,8 +2126,11 @@ mod tests {
     /// than the window's (hstrace's own readings: the host's speed moves with sustained
     /// load, which no quiet window shows), and the same forecast told that speed (and the
     /// point's other work on nginx's CPU, next to none: the client is pinned apart) is
-    /// within the tolerance; a broken model misses both. `cargo xtask test` builds hsload and
-    /// gives it as HSTRACE_HSLOAD.
+    /// within the tolerance; a broken model misses both. Where the host drifted so far
+    /// that even the forecast told its speed misses (in one CI run the one-user window ran
+    /// its signatures 51–57 % slower than the loads, the forecast +61 … +79 %), the whole
+    /// run is measured once more; a miss on a host that held its speed fails at once.
+    /// `cargo xtask test` builds hsload and gives it as HSTRACE_HSLOAD.
     #[test]
     #[ignore = "needs root: a real nginx, hsload and the daemon (cargo xtask test runs it)"]
     fn a_reduced_validation_forecasts_within_a_quarter() {
@@ -2136,7 +2139,33 @@ mod tests {
             std::env::var_os("HSTRACE_HSLOAD")
                 .expect("HSTRACE_HSLOAD: run it with `cargo xtask test`"),
         );
-        let points = reduced(&bin, &hsload).expect("the reduced validation ran");
+        let mut misses = reduced_misses(&bin, &hsload);
+        if !misses.is_empty() && misses.iter().all(|m| m.host_drifted) {
+            eprintln!("xtask: every miss came with the host's speed drifting: once more");
+            misses = reduced_misses(&bin, &hsload);
+        }
+        assert!(
+            misses.is_empty(),
+            "forecast off by more than {:.0} %:\n{}",
+            REDUCED_TOLERANCE * 100.0,
+            misses
+                .iter()
+                .map(|m| m.line.as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+
+    /// A forecast of the reduced validation off by more than the tolerance, and whether the
+    /// host ran that point's signatures at least `HOST_DRIFT` off the window's speed.
+    struct ReducedMiss {
+        line: String,
+        host_drifted: bool,
+    }
+
+    /// One reduced validation, checked: the forecasts that missed, each explained.
+    fn reduced_misses(bin: &Path, hsload: &Path) -> Vec<ReducedMiss> {
+        let points = reduced(bin, hsload).expect("the reduced validation ran");
         let busier = busier_window(&points).expect("the busier window").users;
         let mut misses = Vec::new();
         for p in &points[1..] {
@@ -2171,7 +2200,16 @@ mod tests {
                         pct(e.0),
                         pct(e.1)
                     ),
-                    _ => misses.push(line),
+                    // say what the host's speed was, and what the forecast told it gave
+                    (k, e) => misses.push(ReducedMiss {
+                        line: format!(
+                            "{line}; host speed {}, told it: {}",
+                            k.map_or("–".into(), |k| pct(k - 1.0)),
+                            e.map_or("–".into(), |(r, x)| format!("R {}, X {}", pct(r), pct(x)))
+                        ),
+                        host_drifted: may_drift
+                            && k.is_some_and(|k| (k - 1.0).abs() >= HOST_DRIFT),
+                    }),
                 }
             }
         }
@@ -2185,11 +2223,6 @@ mod tests {
                 .any(|p| p.users > busier && p.cpu_busy < REDUCED_UTIL_LIMIT),
             "no point above the busier window's {busier} users: its forecast was not checked"
         );
-        assert!(
-            misses.is_empty(),
-            "forecast off by more than {:.0} %:\n{}",
-            REDUCED_TOLERANCE * 100.0,
-            misses.join("\n")
-        );
+        misses
     }
 }

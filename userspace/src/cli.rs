@@ -606,7 +606,7 @@ pub fn run(cli: Cli) -> Result<()> {
                     knobs::MAX_SERVERS
                 );
             }
-            let knobs = knobs::Knobs {
+            let mut knobs = knobs::Knobs {
                 think_s: knobs::parse_seconds("--think-time", &think_time)?,
                 servers: servers.map_or(1, |s| s as u32),
                 servers_given: servers.is_some(),
@@ -645,23 +645,16 @@ pub fn run(cli: Cli) -> Result<()> {
                     .transpose()?
                     .unwrap_or(0.0),
                 sleep_cpu_given: sleep_cpu.is_some(),
-                cold_start: match cold_start.as_deref() {
-                    None | Some("measure") | Some("none") => Default::default(),
-                    Some(c) => model::network::ColdStartCurves::every_visit(
-                        knobs::parse_idle_curve("--cold-start", c)?,
-                    ),
-                },
-                cold_start_given: cold_start.is_some(),
-                // measured (or taken from the parameters) by model::run, once the
-                // discipline is known
+                // set below (--cold-start)
+                cold_start: Default::default(),
+                cold_start_given: false,
                 cold_start_measured: None,
-                cold_start_from: match cold_start.as_deref() {
-                    None | Some("measure") | Some("none") => knobs::ColdStartFrom::None,
-                    Some(_) => knobs::ColdStartFrom::Given,
-                },
+                cold_start_from: knobs::ColdStartFrom::None,
                 // measured by model::run, once the parameters are read
                 key_change: None,
             };
+            let measure_cold_start =
+                knobs::ColdStartArg::parse(cold_start.as_deref())?.apply(&mut knobs);
             model::run(ModelOptions {
                 source,
                 server,
@@ -676,7 +669,7 @@ pub fn run(cli: Cli) -> Result<()> {
                     Some(s) => keys::parse_sign_costs(&s)?,
                     None => Vec::new(),
                 },
-                measure_cold_start: cold_start.as_deref() == Some("measure"),
+                measure_cold_start,
                 format: match format {
                     ModelFormatArg::Text => ModelFormat::Text,
                     ModelFormatArg::Json => ModelFormat::Json,

@@ -601,6 +601,8 @@ fn model(bin: &Path, args: &[String]) -> Result<Value> {
 
 /// The cold start a parameters document holds (`host.cold_start`, the daemon's
 /// measurement) in words: each work, then its CPU back to back and after each pause.
+/// (`ColdStart::words` says it for stderr; xtask reads the JSON itself, as it may not
+/// depend on the hstrace crate, whose build needs the clang `setup` installs.)
 fn cold_start_words(measured: &Value) -> String {
     let runs = |work: &Value| {
         (work["runs"].as_array().into_iter().flatten())

@@ -584,6 +584,45 @@ impl Knobs {
     }
 }
 
+/// `--cold-start` as given.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ColdStartArg {
+    /// left out: the parameters' `host.cold_start`, with event-loop-sim
+    Parameters,
+    /// `none`: not simulated
+    None,
+    /// `measure`: timed on the model's host, by `model::run`
+    Measure,
+    /// `SINCE=TIME,...`: one curve for every visit
+    Given(IdleCurve),
+}
+
+impl ColdStartArg {
+    pub fn parse(arg: Option<&str>) -> Result<ColdStartArg> {
+        Ok(match arg {
+            None => ColdStartArg::Parameters,
+            Some("none") => ColdStartArg::None,
+            Some("measure") => ColdStartArg::Measure,
+            Some(curve) => ColdStartArg::Given(parse_idle_curve("--cold-start", curve)?),
+        })
+    }
+
+    /// Sets `knobs`' cold start as asked (a curve given is taken here; the parameters' and
+    /// a measured one once the discipline is known); whether to measure it.
+    pub fn apply(self, knobs: &mut Knobs) -> bool {
+        knobs.cold_start_given = self != ColdStartArg::Parameters;
+        match self {
+            ColdStartArg::Given(curve) => {
+                knobs.cold_start = ColdStartCurves::every_visit(curve);
+                knobs.cold_start_from = ColdStartFrom::Given;
+                false
+            }
+            ColdStartArg::Measure => true,
+            ColdStartArg::Parameters | ColdStartArg::None => false,
+        }
+    }
+}
+
 /// Where the model's cold start came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColdStartFrom {
@@ -809,6 +848,31 @@ pub fn network(
 mod tests {
     use super::*;
     use crate::model::input::seed_parameters as seed;
+
+    /// `--cold-start` left out, none, measure or a curve: what the knobs then hold and
+    /// whether the model measures it.
+    #[test]
+    fn the_cold_start_argument_sets_the_knobs() {
+        let set = |arg: Option<&str>| {
+            let mut knobs = Knobs::default();
+            let measure = ColdStartArg::parse(arg).unwrap().apply(&mut knobs);
+            (knobs, measure)
+        };
+        let (k, measure) = set(None);
+        assert!(!k.cold_start_given && !measure && k.cold_start.is_zero());
+        assert_eq!(k.cold_start_from, ColdStartFrom::None);
+        let (k, measure) = set(Some("none"));
+        assert!(k.cold_start_given && !measure && k.cold_start.is_zero());
+        assert_eq!(k.cold_start_from, ColdStartFrom::None);
+        let (k, measure) = set(Some("measure"));
+        assert!(k.cold_start_given && measure && k.cold_start.is_zero());
+        let (k, measure) = set(Some("1ms=2us,200ms=60us"));
+        assert!(k.cold_start_given && !measure);
+        assert_eq!(k.cold_start_from, ColdStartFrom::Given);
+        assert!((k.cold_start.record.after(0.2) - 60e-6).abs() < 1e-12);
+        assert!(k.cold_start.handshake.is_zero());
+        assert!(ColdStartArg::parse(Some("soon")).is_err());
+    }
 
     /// With a cold start and the window's rates, each visit that served something is its
     /// warm part (never below 0) and cold (the share of the cold start it held), the cold

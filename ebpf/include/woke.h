@@ -12,33 +12,18 @@
 static inline unsigned int hs_woke_code(unsigned long long us)
 {
 	unsigned long long x;
-	unsigned int msb = 0, frac, code;
+	unsigned int msb = 0, step, frac, code;
 
 	if (!us)
 		us = 1;
+	/* the leading one's position, by halving steps (BPF has no count of leading zeros) */
 	x = us;
-	if (x >> 32) {
-		x >>= 32;
-		msb += 32;
+	for (step = 32; step; step >>= 1) {
+		if (x >> step) {
+			x >>= step;
+			msb += step;
+		}
 	}
-	if (x >> 16) {
-		x >>= 16;
-		msb += 16;
-	}
-	if (x >> 8) {
-		x >>= 8;
-		msb += 8;
-	}
-	if (x >> 4) {
-		x >>= 4;
-		msb += 4;
-	}
-	if (x >> 2) {
-		x >>= 2;
-		msb += 2;
-	}
-	if (x >> 1)
-		msb += 1;
 	frac = msb >= 3 ? (us >> (msb - 3)) & 7 : (us << (3 - msb)) & 7;
 	code = 1 + 8 * msb + frac;
 	return code > 255 ? 255 : code;

@@ -2193,8 +2193,10 @@ mod tests {
                     continue;
                 }
                 let at_speed = p.forecast_at_speed.as_ref().map(|v| p.errors(v));
+                let drifted =
+                    may_drift && p.host_speed.is_some_and(|k| (k - 1.0).abs() >= HOST_DRIFT);
                 match (p.host_speed, at_speed) {
-                    (Some(k), Some(e)) if may_drift && (k - 1.0).abs() >= HOST_DRIFT && !off(e) => eprintln!(
+                    (Some(k), Some(e)) if drifted && !off(e) => eprintln!(
                         "  the host ran the signatures {:.1} % {} than in the one-user window; its forecast told that speed (and the point's other work, {} CPUs): R {}, X {}",
                         100.0 * (k - 1.0).abs(),
                         if k > 1.0 { "faster" } else { "slower" },
@@ -2209,8 +2211,7 @@ mod tests {
                             k.map_or("–".into(), |k| pct(k - 1.0)),
                             e.map_or("–".into(), |(r, x)| format!("R {}, X {}", pct(r), pct(x)))
                         ),
-                        host_drifted: may_drift
-                            && k.is_some_and(|k| (k - 1.0).abs() >= HOST_DRIFT),
+                        host_drifted: drifted,
                     }),
                 }
             }

@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Result};
 use super::{
     input::{ClassInput, ServerInput, StageMean},
     keys::KeyChange,
-    network::{ColdStartCurves, Discipline, IdleCurve, Network, Step, VisitKinds},
+    network::{ColdStartCurves, Discipline, IdleCurve, Network, OverheadCold, Step, VisitKinds},
     pick::DisciplineFrom,
 };
 use crate::{
@@ -569,6 +569,38 @@ fn warm(
     (routes, taken)
 }
 
+/// The cold start the window's CPU outside the stages (`overhead_s` a request) held: the
+/// record's curve at the window's interval between connections on a worker (the workers
+/// over the classes' summed rates), for the loop's own code a connection's accept runs
+/// after that long; none without a cold start or without every measured class's rate (as
+/// `warm`).
+fn warm_overhead(
+    overhead_s: f64,
+    routes: &[Vec<Step>; 3],
+    rates: [Option<f64>; 3],
+    workers: u32,
+    cold_start: &ColdStartCurves,
+) -> OverheadCold {
+    let accepts = |c: usize| (routes[c].iter()).any(|s| matches!(s, Step::Accept { .. }));
+    let known = (0..3).all(|c| rates[c].is_some() || !accepts(c));
+    let rate: f64 = (0..3)
+        .filter(|&c| accepts(c))
+        .filter_map(|c| rates[c])
+        .sum();
+    if cold_start.record.is_zero() || !known || rate <= 0.0 || overhead_s <= 0.0 {
+        return OverheadCold::default();
+    }
+    let paid = cold_start.record.after(f64::from(workers.max(1)) / rate);
+    if paid <= 0.0 {
+        return OverheadCold::default();
+    }
+    let paid_s = overhead_s.min(paid);
+    OverheadCold {
+        paid_s,
+        share: paid_s / paid,
+    }
+}
+
 impl Knobs {
     /// The cold start measured (`--cold-start measure`, or the parameters'): its curve, the
     /// cost beyond back to back, with the runs it was made of and where they came from.
@@ -798,12 +830,19 @@ pub fn network(
     if !cold_start.is_zero() {
         check_cold_start(server)?;
     }
+    let rates = server.classes.each_ref().map(|c| c.rate_per_s);
     let (routes, cold_paid_s) = warm(
         server.classes.each_ref().map(|c| route(c, knobs)),
-        server.classes.each_ref().map(|c| c.rate_per_s),
+        rates,
         knobs.servers,
         &cold_start,
     );
+    // the CPU outside the stages as measured holds a cold start; a figure given is taken
+    // as it is
+    let overhead_cold = match knobs.overhead_given {
+        true => OverheadCold::default(),
+        false => warm_overhead(overhead_s, &routes, rates, knobs.servers, &cold_start),
+    };
     let net = Network {
         think_s: knobs.think_s,
         servers: knobs.servers,
@@ -823,6 +862,7 @@ pub fn network(
             .filter(|_| knobs.discipline == Discipline::EventLoopSim),
         cold_start,
         cold_paid_s,
+        overhead_cold,
     };
     if knobs.discipline != Discipline::EventLoopSim
         && (!knobs.wakeup.is_zero() || knobs.sleep_cpu_s > 0.0 || !knobs.cold_start.is_zero())
@@ -1016,7 +1056,7 @@ mod tests {
         let routes = [
             vec![
                 Step::Accept { listener: 0 },
-                Step::Delay { mean_s: 1e-4 },
+                Step::Delay { mean_s: 2e-4 },
                 visit("client_hello_queue", 0.5),
                 Step::Delay { mean_s: 1e-3 },
                 visit("request_queue", 0.03),
@@ -1030,7 +1070,7 @@ mod tests {
                 servers: 1,
                 mix: [1.0, 0.0, 0.0],
                 service_s: [0.53e-3, 0.0, 0.0],
-                delay_s: [1.1e-3, 0.0, 0.0],
+                delay_s: [1.2e-3, 0.0, 0.0],
                 discipline: Discipline::EventLoopSim,
                 visits: [3.0, 0.0, 0.0],
                 visit_sq_s: [0.25e-6 + 0.9e-9, 0.0, 0.0],
@@ -1042,13 +1082,14 @@ mod tests {
                 cpus_left: None,
                 cold_start,
                 cold_paid_s,
+                overhead_cold: OverheadCold::default(),
             };
         // the window: a request every 2 s, each visit's kind away that long
         let (warmed, paid) = warm(routes.clone(), [Some(0.5), None, None], 1, &curve);
         assert!((paid[0] - 90e-6).abs() < 1e-15, "{paid:?}");
         let (measured, cold) = (
-            net(routes, ColdStartCurves::default(), [0.0; 3]),
-            net(warmed, curve, paid),
+            net(routes.clone(), ColdStartCurves::default(), [0.0; 3]),
+            net(warmed.clone(), curve.clone(), paid),
         );
         let one = Settings {
             think: Dist::Constant,
@@ -1075,6 +1116,53 @@ mod tests {
             "{loaded:?}"
         );
         assert!((loaded.utilisation - 1.0).abs() < 0.01, "{loaded:?}");
+
+        // 0.2 ms of CPU outside the stages a request: the window's held the record's curve
+        // at its interval between connections (2 s on one worker: 60 µs), which one user
+        // pays back at each accept (within the client's 0.2 ms before its ClientHello);
+        // the rest every call shares, warm
+        let rates = [Some(0.5), None, None];
+        let overhead_cold = warm_overhead(0.2e-3, &warmed, rates, 1, &curve);
+        assert!(
+            (overhead_cold.paid_s - 60e-6).abs() < 1e-15,
+            "{overhead_cold:?}"
+        );
+        assert!(
+            (overhead_cold.share - 1.0).abs() < 1e-12,
+            "{overhead_cold:?}"
+        );
+        let (measured, cold) = (
+            Network {
+                overhead_s: 0.2e-3,
+                ..measured
+            },
+            Network {
+                overhead_s: 0.2e-3,
+                overhead_cold,
+                ..cold
+            },
+        );
+        assert!((cold.warm_overhead_s() - 0.14e-3).abs() < 1e-15);
+        let (a, b) = (simulate(&measured, 1, one), simulate(&cold, 1, one));
+        assert!((a.response_s - b.response_s).abs() < 1e-9, "{a:?} {b:?}");
+        assert!((a.utilisation - b.utilisation).abs() < 1e-9, "{a:?} {b:?}");
+        // under load the accepts follow other calls closely: the loop's code runs warm
+        let warm_demand = warm_demand + 0.14e-3;
+        assert!((cold.least_service_demand() - warm_demand).abs() < 1e-15);
+        let top = 3 * cold.n_star().ceil() as u32;
+        let loaded = simulate(&cold, top, Settings::for_users(1, top));
+        assert!(
+            (loaded.throughput_per_s * warm_demand - 1.0).abs() < 0.01,
+            "{loaded:?}"
+        );
+        // less CPU outside the stages than the curve: all of it cold, the share it held;
+        // without the rates, or a curve, none
+        let less = warm_overhead(30e-6, &warmed, rates, 1, &curve);
+        assert!((less.paid_s - 30e-6).abs() < 1e-15 && (less.share - 0.5).abs() < 1e-12);
+        let none = OverheadCold::default();
+        assert_eq!(warm_overhead(0.2e-3, &warmed, [None; 3], 1, &curve), none);
+        let no_curve = ColdStartCurves::default();
+        assert_eq!(warm_overhead(0.2e-3, &warmed, rates, 1, &no_curve), none);
     }
 
     #[test]

@@ -163,6 +163,7 @@ mod tests {
             cpus_left: None,
             cold_start: Default::default(),
             cold_paid_s: [0.0; 3],
+            overhead_cold: Default::default(),
         }
     }
 
@@ -221,6 +222,7 @@ mod tests {
             cpus_left: None,
             cold_start: Default::default(),
             cold_paid_s: [0.0; 3],
+            overhead_cold: Default::default(),
         };
         let ps = Network {
             discipline: Discipline::ProcessorSharing,

@@ -84,6 +84,24 @@ pub struct Network {
     /// `EventLoopSim`: what the window's cold start took out of each class's visits, per
     /// request (`service_s` still holds it; the routes do not)
     pub cold_paid_s: [f64; 3],
+    /// `EventLoopSim`: the cold start of the CPU no stage measures (`overhead_s` still
+    /// holds it)
+    pub overhead_cold: OverheadCold,
+}
+
+/// The cold start of the worker's CPU outside the stages (the accept, the close, the log
+/// line, epoll: the loop's own code, which runs at every handler call): a connection's
+/// first call, its accept, pays the record's curve (`ColdStartCurves::record`) by how
+/// long since the worker's last handler call, times `share`; the window's `overhead_s`
+/// held `paid_s` of it a request (the record's curve at the window's interval between
+/// connections on a worker), and the rest is the warm part every call shares.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct OverheadCold {
+    /// what the window's CPU outside the stages held of the cold start, per request
+    pub paid_s: f64,
+    /// the share of the record's curve it held: 1 where all of it, less where that CPU
+    /// was less than the curve (its warm part then 0); 0 without a cold start
+    pub share: f64,
 }
 
 /// 95 % confidence half-widths of a simulated solution.
@@ -184,7 +202,9 @@ impl Network {
                 })
                 .sum()
         });
-        self.warm_service_demand() + mixed(&self.mix, &cold)
+        self.warm_service_demand()
+            + mixed(&self.mix, &cold)
+            + self.overhead_cold.share * self.cold_start.record.after(0.0)
     }
 
     /// The mean request's demand at the server with each visit's cold start left out (the
@@ -193,7 +213,13 @@ impl Network {
     /// longer than the visits ran), the difference is rounding, and a tiny negative
     /// demand would make the throughput bound a huge negative.
     pub fn warm_service_demand(&self) -> f64 {
-        (self.service_demand() - mixed(&self.mix, &self.cold_paid_s)).max(0.0)
+        (self.service_demand() - mixed(&self.mix, &self.cold_paid_s) - self.overhead_cold.paid_s)
+            .max(0.0)
+    }
+
+    /// The CPU outside the stages per request, warm (`overhead_cold`'s left out).
+    pub fn warm_overhead_s(&self) -> f64 {
+        (self.overhead_s - self.overhead_cold.paid_s).max(0.0)
     }
 
     /// D_max: the bottleneck's demand per processor (the delay centre has no bottleneck),

@@ -50,7 +50,9 @@ use std::{
     collections::{BinaryHeap, VecDeque},
 };
 
-use super::network::{Ci95, ColdStartCurves, IdleCurve, Network, Solution, Step, VisitKinds};
+use super::network::{
+    Ci95, ColdStartCurves, IdleCurve, Network, OverheadCold, Solution, Step, VisitKinds,
+};
 
 /// How a time is drawn from its mean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,8 +230,8 @@ struct Loop {
     state: Worker,
     /// when it last fell asleep in `epoll_wait`
     asleep_since: f64,
-    /// per kind of visit (`VisitKinds`), then for the visit that signs: when one last ran
-    /// here (−∞: never)
+    /// per kind of visit (`VisitKinds`), then for the visit that signs, then for any
+    /// handler call (the loop's own code): when one last ran here (−∞: never)
     last_ran: Vec<f64>,
 }
 
@@ -281,6 +283,8 @@ struct Sim<'a> {
     /// a cold visit's CPU beyond its warm part, by how long since its kind last ran on
     /// the CPU
     cold_start: &'a ColdStartCurves,
+    /// the CPU outside the stages' share of the record's cold start, paid at each accept
+    overhead_cold: OverheadCold,
     kinds: VisitKinds,
     /// the cold start charged while measuring
     cold_charged_s: f64,
@@ -488,10 +492,16 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// A handler call on worker `w` now: when the one before it ran.
+    fn ran_call(&mut self, w: usize) -> f64 {
+        let slot = self.kinds.count + 1;
+        std::mem::replace(&mut self.loops[w].last_ran[slot], self.now)
+    }
+
     /// After worker `w`'s handler call for a connection of `class`: its time no stage
-    /// measures (the connection has what it needs: its flight is out).
-    fn unmeasured(&mut self, w: usize, class: usize) {
-        let t = self.unmeasured_s[class];
+    /// measures (the connection has what it needs: its flight is out), and `cold` beside.
+    fn unmeasured(&mut self, w: usize, class: usize, cold: f64) {
+        let t = self.unmeasured_s[class] + cold;
         if t > 0.0 {
             let t = self.on_cpu(t);
             self.loops[w].state = Worker::Unmeasured;
@@ -529,7 +539,13 @@ impl<'a> Sim<'a> {
                     user.step += 1;
                     user.worker = w;
                     self.advance(u);
-                    self.unmeasured(w, self.users[u as usize].class);
+                    // the loop's own code, cold by how long since the worker's last call
+                    let since = self.now - self.ran_call(w);
+                    let cold = self.overhead_cold.share * self.cold_start.record.after(since);
+                    if self.measuring_from.is_some() {
+                        self.cold_charged_s += cold;
+                    }
+                    self.unmeasured(w, self.users[u as usize].class, cold);
                 }
                 Item::Conn(u) => {
                     self.wait_done(u);
@@ -546,6 +562,7 @@ impl<'a> Sim<'a> {
                         other => unreachable!("a ready connection is at a visit, not {other:?}"),
                     };
                     user.step += 1;
+                    self.ran_call(w);
                     let mut s = self.rng.draw(service, self.set.service);
                     if cold > 0.0 {
                         // the kind's last visit here, and (one slot past the kinds) the
@@ -571,7 +588,7 @@ impl<'a> Sim<'a> {
                         self.schedule(self.now + s, Timer::Worker(w));
                     } else {
                         self.advance(u);
-                        self.unmeasured(w, class);
+                        self.unmeasured(w, class, 0.0);
                     }
                 }
             }
@@ -611,7 +628,7 @@ impl<'a> Sim<'a> {
                 match std::mem::replace(&mut self.loops[w].state, Worker::Running) {
                     Worker::Serving(u) => {
                         self.advance(u);
-                        self.unmeasured(w, self.users[u as usize].class);
+                        self.unmeasured(w, self.users[u as usize].class, 0.0);
                     }
                     Worker::Waking | Worker::Unmeasured => {}
                     s => unreachable!("worker {w} has no timer while {s:?}"),
@@ -698,14 +715,14 @@ impl<'a> Sim<'a> {
                 };
                 listeners(net)
             ],
-            loops: vec![Loop::new(kinds.count + 1); workers],
+            loops: vec![Loop::new(kinds.count + 2); workers],
             unmeasured_s: std::array::from_fn(|c| {
                 let calls = net.routes[c]
                     .iter()
                     .filter(|s| !matches!(s, Step::Delay { .. }))
                     .count();
                 if calls > 0 {
-                    net.overhead_s / calls as f64
+                    net.warm_overhead_s() / calls as f64
                 } else {
                     0.0
                 }
@@ -713,6 +730,7 @@ impl<'a> Sim<'a> {
             wakeup: &net.wakeup,
             sleep_cpu_s: net.sleep_cpu_s,
             cold_start: &net.cold_start,
+            overhead_cold: net.overhead_cold,
             kinds,
             cold_charged_s: 0.0,
             cpus_left: net.cpus_left,
@@ -882,6 +900,7 @@ mod tests {
             cpus_left: None,
             cold_start: ColdStartCurves::default(),
             cold_paid_s: [0.0; 3],
+            overhead_cold: Default::default(),
         }
     }
 

@@ -494,6 +494,14 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// A cold start charged now, counted while measuring (the utilisation holds it).
+    fn charged(&mut self, cold: f64) -> f64 {
+        if self.measuring_from.is_some() {
+            self.cold_charged_s += cold;
+        }
+        cold
+    }
+
     /// A handler call on worker `w` now: when the one before it ran.
     fn ran_call(&mut self, w: usize) -> f64 {
         let slot = self.kinds.count + 1;
@@ -543,10 +551,8 @@ impl<'a> Sim<'a> {
                     self.advance(u);
                     // the loop's own code, cold by how long since the worker's last call
                     let since = self.now - self.ran_call(w);
-                    let cold = self.overhead_cold.share * self.cold_start.record.after(since);
-                    if self.measuring_from.is_some() {
-                        self.cold_charged_s += cold;
-                    }
+                    let cold = self
+                        .charged(self.overhead_cold.share * self.cold_start.record.after(since));
                     self.unmeasured(w, self.users[u as usize].class, cold);
                 }
                 Item::Conn(u) => {
@@ -579,10 +585,7 @@ impl<'a> Sim<'a> {
                         if handshake {
                             last[signed] = self.now;
                         }
-                        s += cold;
-                        if self.measuring_from.is_some() {
-                            self.cold_charged_s += cold;
-                        }
+                        s += self.charged(cold);
                     }
                     if s > 0.0 {
                         let s = self.on_cpu(s);

@@ -699,6 +699,70 @@ fn parameters_carry_the_servers_cpu_per_connection() {
     daemon.stop();
 }
 
+/// The cold start is timed where the server runs once, then its long pauses again through
+/// the run, on one thread: their runs grow, back to back's stay, every figure a mean beside
+/// the median.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn the_cold_start_is_timed_again_through_the_run() {
+    let nginx = Nginx::start("serve-cold-start", 1);
+    let master = nginx.master_pid().to_string();
+    let daemon = Daemon::start(&["--pid", &master]);
+    let cold_start = || -> Value {
+        let doc: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
+        doc["host"]["cold_start"].clone()
+    };
+    // (pause, runs) of the record's work and of the handshake's
+    let runs = |c: &Value| -> Vec<(f64, u64)> {
+        [&c["runs"], &c["handshake"]["runs"]]
+            .into_iter()
+            .flat_map(|r| r.as_array().unwrap().clone())
+            .map(|r| {
+                let cost = r["cpu_mean_s"].as_f64().unwrap_or(-1.0);
+                assert!(cost > 0.0 && cost < 0.01, "{c}");
+                (r["pause_s"].as_f64().unwrap(), r["runs"].as_u64().unwrap())
+            })
+            .collect()
+    };
+    // the first measurement: about 7 s from the server's first sight
+    let start = Instant::now();
+    let first = loop {
+        let c = cold_start();
+        if !c.is_null() {
+            break c;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no cold start");
+        thread::sleep(Duration::from_millis(250));
+    };
+    let before = runs(&first);
+    assert_eq!(before.len(), 12, "{first}");
+    // a round every 6 s or so adds two runs at 200 ms
+    let start = Instant::now();
+    let after = loop {
+        let now = runs(&cold_start());
+        if now.iter().zip(&before).any(|(a, b)| a.1 > b.1) {
+            break now;
+        }
+        assert!(start.elapsed() < Duration::from_secs(15), "not timed again");
+        thread::sleep(Duration::from_millis(250));
+    };
+    for ((pause, was), (_, is)) in before.iter().zip(&after) {
+        let retimed = *pause == 0.2;
+        assert!(retimed == (is > was), "{pause} s: {was} runs, then {is}");
+    }
+    let threads = |pid: u32| -> usize {
+        fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter(|t| {
+                let comm = t.as_ref().unwrap().path().join("comm");
+                fs::read_to_string(comm).unwrap_or_default().trim() == "cold-start"
+            })
+            .count()
+    };
+    assert_eq!(threads(daemon.pid()), 1);
+    daemon.stop();
+}
+
 /// 10,000 TLS handshakes, each with a random SNI: the SNI label stays capped and the
 /// series count and the daemon's memory stay flat.
 #[test]

@@ -12,13 +12,21 @@
 //! ClientHello with a certificate does: after 0.2 s away the second pays three to four
 //! times the first's. Both come from the host's OpenSSL libcrypto (the library its TLS servers
 //! run), loaded at run time, on one CPU, by the thread's CPU clock, back to back and after
-//! each pause of `PAUSES`, the two works in turn. The record source measures them once on
-//! a CPU the traced servers run on, and the parameters carry them (`host.cold_start`);
-//! `hstrace model --cold-start measure` measures them on the model's host.
+//! each pause of `PAUSES`, the two works in turn. The record source measures them on a CPU
+//! the traced servers run on, then times the longest pause again through the run (`RETIMED`:
+//! a cold start varies from one moment to the next, by a factor of 3 between runs of a dozen
+//! seconds apart, and the stages it is taken out of are a window's means), and the
+//! parameters carry the latest (`host.cold_start`); `hstrace model --cold-start measure`
+//! measures them once on the model's host.
 
 use std::{
     collections::BTreeSet,
-    thread::{self, JoinHandle},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError},
+        Arc,
+    },
+    thread,
     time::Duration,
 };
 
@@ -42,6 +50,18 @@ const PAUSES: [(Duration, u32); 5] = [
 /// Back-to-back runs, the warm cost every pause's is measured against.
 const WARM_RUNS: u32 = 60;
 
+/// The pause the record source times again through the run, where one run's median moved
+/// most: `RETIMED_RUNS` times a round (the first, after the rest, not kept), a round every
+/// `REST` and a second: two runs kept every 6 s, for about 1 ms of CPU a second (cold runs
+/// are the dear ones).
+const RETIMED: [Duration; 1] = [Duration::from_millis(200)];
+const RETIMED_RUNS: u32 = 3;
+const REST: Duration = Duration::from_secs(5);
+
+/// The runs kept at a pause: the latest this many (at the pause timed again, about the last
+/// three minutes).
+const KEPT: usize = 60;
+
 /// One pause's run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ColdRun {
@@ -51,6 +71,17 @@ pub struct ColdRun {
     pub cpu_s: f64,
     /// how many times the work ran after that pause
     pub runs: u32,
+    /// the work's CPU time, mean, seconds: what the curve is made of, as the stages it is
+    /// taken out of are means (absent in documents written before hstrace kept it)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_mean_s: Option<f64>,
+}
+
+impl ColdRun {
+    /// The work's CPU time the curve takes: the mean, else (an older document) the median.
+    pub fn cost_s(&self) -> f64 {
+        self.cpu_mean_s.unwrap_or(self.cpu_s)
+    }
 }
 
 /// What was measured, and where (`host.cold_start` of the parameters): the record's work
@@ -121,20 +152,23 @@ impl ColdStart {
 }
 
 fn beyond_back_to_back(runs: &[ColdRun]) -> Vec<(f64, f64)> {
-    let warm = runs.first().map_or(0.0, |r| r.cpu_s);
+    let warm = runs.first().map_or(0.0, ColdRun::cost_s);
     runs.iter()
-        .map(|r| (r.pause_s, (r.cpu_s - warm).max(0.0)))
+        .map(|r| (r.pause_s, (r.cost_s() - warm).max(0.0)))
         .collect()
 }
 
 fn check_runs(runs: &[ColdRun], what: &str) -> Result<()> {
     let ok = runs.first().is_some_and(|r| r.pause_s == 0.0)
         && runs.windows(2).all(|w| w[0].pause_s < w[1].pause_s)
-        && runs
-            .iter()
-            .all(|r| r.cpu_s.is_finite() && r.cpu_s >= 0.0 && r.pause_s.is_finite());
+        && runs.iter().all(|r| {
+            [r.cpu_s, r.cost_s()]
+                .iter()
+                .all(|t| t.is_finite() && *t >= 0.0)
+                && r.pause_s.is_finite()
+        });
     if !ok {
-        bail!("{what} must start back to back (pause_s 0), then pauses ascending, each cpu_s a time in seconds");
+        bail!("{what} must start back to back (pause_s 0), then pauses ascending, each cpu_s and cpu_mean_s a time in seconds");
     }
     Ok(())
 }
@@ -142,7 +176,7 @@ fn check_runs(runs: &[ColdRun], what: &str) -> Result<()> {
 fn runs_words(runs: &[ColdRun]) -> String {
     runs.iter()
         .map(|r| {
-            let us = r.cpu_s * 1e6;
+            let us = r.cost_s() * 1e6;
             match r.pause_s {
                 0.0 => format!("{us:.1} µs back to back"),
                 s => format!("{us:.1} µs after {:.1} ms", s * 1e3),
@@ -169,69 +203,177 @@ fn handshake_work() -> String {
 }
 
 /// Times the work on the first CPU this process may run on (`hstrace model --cold-start
-/// measure`), waiting for it.
+/// measure`), once, waiting for it.
 pub fn measure() -> Result<ColdStart> {
-    joined(spawn_on(first_allowed_cpu()?)?)
-}
-
-/// The measurement's result, waiting for its thread.
-fn joined(h: JoinHandle<Result<ColdStart>>) -> Result<ColdStart> {
-    h.join()
+    let (results, _stop) = spawn_on(first_allowed_cpu()?, false)?;
+    results
+        .recv()
         .unwrap_or_else(|_| Err(anyhow!("the cold start's measuring thread panicked")))
 }
 
 /// The measurement on a thread of its own, pinned to `cpu`: each work back to back and
 /// after each pause, the two in turn, each run after a pause of its own (about 7 s, mostly
-/// asleep; under 0.1 s of CPU).
-fn spawn_on(cpu: u32) -> Result<JoinHandle<Result<ColdStart>>> {
+/// asleep; under 0.1 s of CPU); then, if `retime`, the longest pause again in rounds until
+/// told to stop (each round's runs pooled with the earlier). Each result on the channel:
+/// the first measurement, then one a round (skipped while the last waits unread).
+fn spawn_on(cpu: u32, retime: bool) -> Result<(Receiver<Result<ColdStart>>, Arc<AtomicBool>)> {
+    // one result waits at most: a round's holds every earlier round's runs
+    let (out, results) = mpsc::sync_channel(1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let told = stop.clone();
     thread::Builder::new()
         .name("cold-start".into())
-        .spawn(move || -> Result<ColdStart> {
-            pin(cpu)?;
-            let lib = libcrypto::Lib::load()?;
-            let keys = lib.handshake_keys()?;
-            let record = vec![7u8; WORK_BYTES];
-            let mut sealed = vec![0u8; WORK_BYTES + 64];
-            let timed = |work: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
-                let from = thread_cpu_ns()?;
-                work()?;
-                let took = thread_cpu_ns()?.saturating_sub(from) as f64 / 1e9;
-                // SAFETY: no arguments; returns the CPU this thread runs on
-                if unsafe { libc::sched_getcpu() } != cpu as i32 {
-                    bail!("the measuring thread was moved off CPU {cpu} (were hstrace's threads pinned elsewhere while it ran? pin hstrace before it starts, e.g. taskset -c CPUS hstrace ...)");
-                }
-                Ok(took)
-            };
-            let (mut records, mut handshakes) = (Vec::new(), Vec::new());
-            for (pause, runs) in std::iter::once((Duration::ZERO, WARM_RUNS)).chain(PAUSES) {
-                let (mut record_took, mut handshake_took) = (Vec::new(), Vec::new());
-                for _ in 0..runs {
-                    pause_for(pause);
-                    record_took.push(timed(&mut || lib.digest_and_seal(&record, &mut sealed))?);
-                    pause_for(pause);
-                    handshake_took.push(timed(&mut || {
-                        lib.handshake_flight(&keys, &record, &mut sealed)
-                    })?);
-                }
-                let run = |took: &mut Vec<f64>| ColdRun {
-                    pause_s: pause.as_secs_f64(),
-                    cpu_s: median(took),
-                    runs,
-                };
-                records.push(run(&mut record_took));
-                handshakes.push(run(&mut handshake_took));
+        .spawn(move || {
+            if let Err(e) = run_on(cpu, retime, &told, &out) {
+                let _ = out.send(Err(e));
             }
-            Ok(ColdStart {
-                work: record_work(),
-                cpu,
-                runs: records,
-                handshake: Some(ColdWork {
-                    work: handshake_work(),
-                    runs: handshakes,
-                }),
-            })
         })
-        .context("cannot start the cold start's measuring thread")
+        .context("cannot start the cold start's measuring thread")?;
+    Ok((results, stop))
+}
+
+/// The measuring thread's work; an error ends it (a send that fails: nobody listens).
+fn run_on(
+    cpu: u32,
+    retime: bool,
+    stop: &AtomicBool,
+    out: &SyncSender<Result<ColdStart>>,
+) -> Result<()> {
+    pin(cpu)?;
+    let mut probe = Probe::new(cpu)?;
+    for (pause, runs) in std::iter::once((Duration::ZERO, WARM_RUNS)).chain(PAUSES) {
+        for _ in 0..runs {
+            probe.pair(pause, true)?;
+        }
+    }
+    if out.send(Ok(probe.result())).is_err() || !retime {
+        return Ok(());
+    }
+    while !stop.load(Ordering::Relaxed) {
+        for pause in RETIMED {
+            for i in 0..RETIMED_RUNS {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                probe.pair(pause, i > 0)?;
+            }
+        }
+        if let Err(TrySendError::Disconnected(_)) = out.try_send(Ok(probe.result())) {
+            return Ok(());
+        }
+        thread::sleep(REST);
+    }
+    Ok(())
+}
+
+/// The two works, their inputs and what each took after each pause.
+struct Probe {
+    cpu: u32,
+    lib: libcrypto::Lib,
+    keys: libcrypto::HandshakeKeys,
+    record: Vec<u8>,
+    sealed: Vec<u8>,
+    /// (pause, the record's runs, the handshake's), back to back first, then `PAUSES`
+    took: Vec<(Duration, Took, Took)>,
+}
+
+impl Probe {
+    fn new(cpu: u32) -> Result<Probe> {
+        let lib = libcrypto::Lib::load()?;
+        let keys = lib.handshake_keys()?;
+        let took = std::iter::once(Duration::ZERO)
+            .chain(PAUSES.map(|(p, _)| p))
+            .map(|p| (p, Took::default(), Took::default()))
+            .collect();
+        Ok(Probe {
+            cpu,
+            lib,
+            keys,
+            record: vec![7u8; WORK_BYTES],
+            sealed: vec![0u8; WORK_BYTES + 64],
+            took,
+        })
+    }
+
+    /// The record's work after `pause`, then the handshake's after another; kept if `keep`.
+    fn pair(&mut self, pause: Duration, keep: bool) -> Result<()> {
+        pause_for(pause);
+        let (lib, record, sealed) = (&self.lib, &self.record, &mut self.sealed);
+        let r = timed(self.cpu, || lib.digest_and_seal(record, sealed))?;
+        pause_for(pause);
+        let keys = &self.keys;
+        let h = timed(self.cpu, || lib.handshake_flight(keys, record, sealed))?;
+        if keep {
+            let (_, rs, hs) = self
+                .took
+                .iter_mut()
+                .find(|(p, _, _)| *p == pause)
+                .expect("every pause timed has its runs");
+            rs.push(r);
+            hs.push(h);
+        }
+        Ok(())
+    }
+
+    fn result(&self) -> ColdStart {
+        let runs = |which: fn(&(Duration, Took, Took)) -> &Took| {
+            self.took
+                .iter()
+                .map(|t| which(t).run(t.0))
+                .collect::<Vec<_>>()
+        };
+        ColdStart {
+            work: record_work(),
+            cpu: self.cpu,
+            runs: runs(|t| &t.1),
+            handshake: Some(ColdWork {
+                work: handshake_work(),
+                runs: runs(|t| &t.2),
+            }),
+        }
+    }
+}
+
+/// `work`'s CPU time on this thread, seconds; refused if the thread left `cpu`.
+fn timed(cpu: u32, work: impl FnOnce() -> Result<()>) -> Result<f64> {
+    let from = thread_cpu_ns()?;
+    work()?;
+    let took = thread_cpu_ns()?.saturating_sub(from) as f64 / 1e9;
+    // SAFETY: no arguments; returns the CPU this thread runs on
+    if unsafe { libc::sched_getcpu() } != cpu as i32 {
+        bail!("the measuring thread was moved off CPU {cpu} (were hstrace's threads pinned elsewhere while it ran? pin hstrace before it starts, e.g. taskset -c CPUS hstrace ...)");
+    }
+    Ok(took)
+}
+
+/// A work's CPU times after one pause: the latest `KEPT`.
+#[derive(Default)]
+struct Took {
+    runs: Vec<f64>,
+    /// where the next replaces the oldest, once `KEPT` are held
+    next: usize,
+}
+
+impl Took {
+    fn push(&mut self, took: f64) {
+        if self.runs.len() < KEPT {
+            self.runs.push(took);
+        } else {
+            self.runs[self.next] = took;
+            self.next = (self.next + 1) % KEPT;
+        }
+    }
+
+    fn run(&self, pause: Duration) -> ColdRun {
+        let n = self.runs.len().max(1) as f64;
+        ColdRun {
+            pause_s: pause.as_secs_f64(),
+            cpu_s: median(&mut self.runs.clone()),
+            runs: self.runs.len() as u32,
+            // to the nanosecond, the clock's: what a document's reader parses back
+            cpu_mean_s: Some((self.runs.iter().sum::<f64>() / n * 1e9).round() / 1e9),
+        }
+    }
 }
 
 /// Whether the record source measures the cold start (`source::Options::cold_start`).
@@ -239,46 +381,61 @@ fn spawn_on(cpu: u32) -> Result<JoinHandle<Result<ColdStart>>> {
 pub enum Want {
     /// no (trace, report)
     No,
-    /// once, in the background; a run that ends first goes without it (serve)
+    /// in the background, and again through the run; a run that ends before the first
+    /// measurement goes without it (serve)
     Background,
-    /// the same, and a run that ends first waits for it (export: its document is all
-    /// there is)
+    /// the same, and a run that ends first waits for the first (export: its document is
+    /// all there is)
     BeforeTheEnd,
 }
 
-/// The record source's measurement: once, on a thread of its own, started on the CPU the
-/// traced processes are seen on (`cpu_of_most`) when they are first seen.
+/// The record source's measurement: on a thread of its own, started on the CPU the traced
+/// processes are seen on (`cpu_of_most`) when they are first seen, timing the longest pause
+/// again until dropped.
 #[derive(Default)]
 pub enum Background {
     #[default]
     NotStarted,
-    Running(JoinHandle<Result<ColdStart>>),
+    Running {
+        results: Receiver<Result<ColdStart>>,
+        stop: Arc<AtomicBool>,
+        /// whether the first measurement came
+        measured: bool,
+    },
     Over,
 }
 
 impl Background {
-    /// Start on `cpu` (None: no traced process seen yet); once the measurement is over, its
-    /// result, once.
+    /// Start on `cpu` (None: no traced process seen yet); the latest result since the last
+    /// call, if any.
     pub fn poll(&mut self, cpu: Option<u32>) -> Option<Result<ColdStart>> {
-        match self {
-            Background::NotStarted => {
-                match spawn_on(cpu?) {
-                    Ok(h) => *self = Background::Running(h),
-                    Err(e) => {
-                        *self = Background::Over;
-                        return Some(Err(e));
+        if let Background::NotStarted = self {
+            match spawn_on(cpu?, true) {
+                Ok((results, stop)) => {
+                    *self = Background::Running {
+                        results,
+                        stop,
+                        measured: false,
                     }
                 }
-                None
+                Err(e) => {
+                    *self = Background::Over;
+                    return Some(Err(e));
+                }
             }
-            Background::Running(h) if h.is_finished() => self.finish(),
-            Background::Running(_) | Background::Over => None,
         }
+        self.latest(false)
     }
 
-    /// Whether a measurement is under way.
-    pub fn running(&self) -> bool {
-        matches!(self, Background::Running(_))
+    /// Whether the first measurement is still under way.
+    pub fn first_pending(&self) -> bool {
+        matches!(
+            self,
+            Background::Running {
+                measured: false,
+                ..
+            }
+        )
     }
 
     /// Whether one was ever started.
@@ -286,14 +443,65 @@ impl Background {
         !matches!(self, Background::NotStarted)
     }
 
-    /// The result of a measurement under way, waiting for it (at most its 7 s).
+    /// The latest result since the last poll, waiting for the first measurement if it is
+    /// under way (at most its 7 s); the measurement stops.
     pub fn finish(&mut self) -> Option<Result<ColdStart>> {
-        match std::mem::replace(self, Background::Over) {
-            Background::Running(h) => Some(joined(h)),
-            other => {
-                *self = other;
-                None
+        let latest = self.latest(true);
+        if let Background::Running { stop, .. } = self {
+            stop.store(true, Ordering::Relaxed);
+        }
+        *self = Background::Over;
+        latest
+    }
+
+    /// The results on the channel, the latest (an error ends the measurement); with
+    /// `wait_first`, waiting for the first if none came yet.
+    fn latest(&mut self, wait_first: bool) -> Option<Result<ColdStart>> {
+        let Background::Running {
+            results, measured, ..
+        } = self
+        else {
+            return None;
+        };
+        let mut latest = None;
+        if wait_first && !*measured {
+            latest =
+                Some(results.recv().unwrap_or_else(|_| {
+                    Err(anyhow!("the cold start's measuring thread panicked"))
+                }));
+        }
+        let mut over = false;
+        loop {
+            match results.try_recv() {
+                Ok(r) => latest = Some(r),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    over = true;
+                    break;
+                }
             }
+        }
+        let failed = latest.as_ref().is_some_and(|r| r.is_err());
+        if failed && *measured {
+            // the parameters keep the last result: not a reason to say there is none
+            if let Some(Err(e)) = latest.take() {
+                log::warn!("the cold start is no longer timed again: {e:#}");
+            }
+        }
+        if latest.as_ref().is_some_and(|r| r.is_ok()) {
+            *measured = true;
+        }
+        if over || failed {
+            *self = Background::Over;
+        }
+        latest
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Background::Running { stop, .. } = self {
+            stop.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -626,10 +834,12 @@ mod tests {
     /// The curve is each pause's cost beyond back to back, never below 0.
     #[test]
     fn the_curve_is_the_cost_beyond_back_to_back() {
+        // a document written before the mean was kept: the median
         let p = |pause_s: f64, us: f64| ColdRun {
             pause_s,
             cpu_s: us * 1e-6,
             runs: 10,
+            cpu_mean_s: None,
         };
         let c = ColdStart {
             work: record_work(),
@@ -677,6 +887,56 @@ mod tests {
         both.handshake.as_mut().unwrap().runs.reverse();
         let e = both.check().unwrap_err().to_string();
         assert!(e.contains("handshake"), "{e}");
+    }
+
+    /// Where the mean was kept, the curve is the mean's (the stages it is taken out of are
+    /// means), and the words give it; a mean that is no time is refused.
+    #[test]
+    fn the_curve_takes_the_mean() {
+        let p = |pause_s: f64, median_us: f64, mean_us: f64| ColdRun {
+            pause_s,
+            cpu_s: median_us * 1e-6,
+            runs: 100,
+            cpu_mean_s: Some(mean_us * 1e-6),
+        };
+        let mut c = ColdStart {
+            work: record_work(),
+            cpu: 0,
+            runs: vec![p(0.0, 12.0, 13.0), p(0.2, 90.0, 140.0)],
+            handshake: None,
+        };
+        c.check().unwrap();
+        let got = c.beyond_back_to_back();
+        assert!(
+            got[0] == (0.0, 0.0) && (got[1].1 - 127e-6).abs() < 1e-12,
+            "{got:?}"
+        );
+        assert!(c
+            .words()
+            .contains("13.0 µs back to back, 140.0 µs after 200.0 ms"));
+        c.runs[1].cpu_mean_s = Some(f64::INFINITY);
+        assert!(c.check().is_err());
+    }
+
+    /// A pause keeps its latest `KEPT` runs: the figures are theirs.
+    #[test]
+    fn a_pause_keeps_its_latest_runs() {
+        let mut t = Took::default();
+        for i in 0..KEPT {
+            t.push(1.0 + i as f64);
+        }
+        let r = t.run(Duration::from_millis(200));
+        assert_eq!((r.pause_s, r.runs), (0.2, KEPT as u32));
+        assert_eq!(r.cpu_mean_s, Some((1.0 + KEPT as f64) / 2.0));
+        // as many again, each 1000: the first ones are gone, the count stays
+        for _ in 0..KEPT {
+            t.push(1000.0);
+        }
+        let r = t.run(Duration::from_millis(200));
+        assert_eq!(
+            (r.runs, r.cpu_s, r.cpu_mean_s),
+            (KEPT as u32, 1000.0, Some(1000.0))
+        );
     }
 
     /// The CPU most processes may run on, the lowest of those.

@@ -658,7 +658,7 @@ impl Source {
         if let (Some(b), cold_start::Want::BeforeTheEnd) =
             (self.cold_start.as_mut(), self.opts.cold_start)
         {
-            if b.running() {
+            if b.first_pending() {
                 eprintln!("hstrace: finishing the cold start's measurement (a few seconds)");
             } else if !b.started() {
                 eprintln!("hstrace: no cold start in the parameters: no traced process was seen to measure it where it runs");

@@ -1208,6 +1208,7 @@ mod tests {
             pause_s,
             cpu_s,
             runs: 10,
+            cpu_mean_s: Some(2.0 * cpu_s),
         };
         let c = ColdStart {
             work: "SHA-256".into(),
@@ -1222,7 +1223,13 @@ mod tests {
         let p = e.parameters(now + Duration::from_secs(600), SystemTime::now());
         assert_eq!(p.host.as_ref().unwrap().cold_start, Some(c.clone()));
         let back = Parameters::from_json(&p.to_json(), "test").unwrap();
-        assert_eq!(back.host.unwrap().cold_start, Some(c));
+        assert_eq!(back.host.unwrap().cold_start, Some(c.clone()));
+        // timed again through the run: the latest replaces it
+        let mut again = c;
+        again.runs[1].runs = 12;
+        e.cold_start(&again);
+        let p = e.parameters(now + Duration::from_secs(601), SystemTime::now());
+        assert_eq!(p.host.unwrap().cold_start, Some(again));
     }
 
     /// Prefork children each serve a connection now and then: one whose connection came

@@ -280,6 +280,9 @@ struct Point {
     /// the same told the point's client delays too (each delay stage scaled to the
     /// point's mean, `--scale-stage`): what is left is the model's own error
     forecast_told_delays: Option<Value>,
+    /// the forecast told the point's client delays alone: how much of its miss is the
+    /// rig's client, whose delays a remote client's would not share
+    forecast_told_delays_alone: Value,
 }
 
 /// A model's errors on R and X against hsload's measurement (`load`).
@@ -600,7 +603,7 @@ fn model(bin: &Path, args: &[String]) -> Result<Value> {
 }
 
 /// The cold start a parameters document holds (`host.cold_start`, the daemon's
-/// measurement) in words: each work, then its CPU back to back and after each pause.
+/// measurement) in words: each work, then its mean CPU back to back and after each pause.
 /// (`ColdStart::words` says it for stderr; xtask reads the JSON itself, as it may not
 /// depend on the hstrace crate, whose build needs the clang `setup` installs.)
 fn cold_start_words(measured: &Value) -> String {
@@ -611,11 +614,12 @@ fn cold_start_words(measured: &Value) -> String {
                     0.0 => "back to back".to_string(),
                     s => format!("after {} ms asleep", ms(s)),
                 };
-                format!(
-                    "{:.1} µs {after} ({} runs)",
-                    f(&r["cpu_s"]) * 1e6,
-                    r["runs"]
-                )
+                // the mean, what the forecast takes (the median in older documents)
+                let (cost, of) = match r["cpu_mean_s"].as_f64() {
+                    Some(mean) => (mean, "mean of"),
+                    None => (f(&r["cpu_s"]), "median of"),
+                };
+                format!("{:.1} µs {after} ({of} {} runs)", cost * 1e6, r["runs"])
             })
             .collect::<Vec<_>>()
             .join("; ")
@@ -859,6 +863,12 @@ fn predict(
     let busier = point_and_wakeup(&model(bin, &forecast_args(&windows.busier))?);
     let mut args = forecast_args(forecast_from);
     let forecast = point_and_wakeup(&model(bin, &args)?);
+    let told_delays: Vec<String> = delay_scales(&base, &params)
+        .into_iter()
+        .flat_map(|(stage, k)| ["--scale-stage".into(), format!("{stage}={k}")])
+        .collect();
+    let forecast_told_delays_alone =
+        point(&model(bin, &[args.clone(), told_delays.clone()].concat())?);
     let host_speed = signature_cpu_s(&base)
         .zip(signature_cpu_s(&params))
         .map(|(then, now)| then / now);
@@ -869,9 +879,7 @@ fn predict(
                 args.extend(["--other-cpus".into(), o.to_string()]);
             }
             let at_speed = point(&model(bin, &args)?);
-            for (stage, k) in delay_scales(&base, &params) {
-                args.extend(["--scale-stage".into(), format!("{stage}={k}")]);
-            }
+            args.extend(told_delays);
             (Some(at_speed), Some(point(&model(bin, &args)?)))
         }
         None => (None, None),
@@ -896,6 +904,7 @@ fn predict(
         host_speed,
         forecast_at_speed,
         forecast_told_delays,
+        forecast_told_delays_alone,
     })
 }
 
@@ -1173,6 +1182,7 @@ fn mix_section(
         let (forecast, _) = other(Some(&p.forecast));
         let (_, at_speed_err) = other(p.forecast_at_speed.as_ref());
         let (_, told_delays_err) = other(p.forecast_told_delays.as_ref());
+        let (_, told_alone_err) = other(Some(&p.forecast_told_delays_alone));
         let (_, without_other_err) = other(Some(&p.live_without_other));
         let other_cpus = p.other_cpus.map_or("–".into(), |o| format!("{o:.2}"));
         let speed = p.host_speed.map_or("–".into(), |k| pct(k - 1.0));
@@ -1187,7 +1197,7 @@ fn mix_section(
         };
         let _ = writeln!(
             rows,
-            "| {} | {:.1} % | {other_cpus} / {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {without_other_err} | {forecast} | {} | {} | {} | {} | {speed} | {at_speed_err} | {told_delays_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.1} % | {other_cpus} / {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {without_other_err} | {forecast} | {} | {} | {told_alone_err} | {} | {} | {speed} | {at_speed_err} | {told_delays_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} | {} |",
             p.users,
             p.cpu_busy * 100.0,
             p.client_cpu,

@@ -491,19 +491,17 @@ pub fn route(class: &ClassInput, knobs: &Knobs) -> Vec<Step> {
 /// visit's warm part, and the simulation adds the cold start back after however long that
 /// kind had been away when the visit runs (under load, a short while). A visit that held
 /// less than that (its warm part floored at 0) pays that share of it. A visit with no
-/// service runs nothing; without every measured class's rate the routes are taken as
-/// measured (`check_cold_start` refuses that first). Also what was taken out of each
-/// class's visits, per request.
+/// service runs nothing. `rates`: the classes' (`cold_start_rates`). Also what was taken
+/// out of each class's visits, per request.
 fn warm(
     mut routes: [Vec<Step>; 3],
-    rates: [Option<f64>; 3],
+    rates: [f64; 3],
     workers: u32,
     cold_start: &ColdStartCurves,
 ) -> ([Vec<Step>; 3], [f64; 3]) {
     let served = |s: &Step| matches!(s, Step::Visit { service_s, .. } if *service_s > 0.0);
-    let known = (0..3).all(|c| rates[c].is_some() || !routes[c].iter().any(served));
     let mut taken = [0.0; 3];
-    if cold_start.is_zero() || !known {
+    if cold_start.is_zero() {
         return (routes, taken);
     }
     // each kind's window rate: the classes' whose visits of it serve something
@@ -515,7 +513,7 @@ fn warm(
             .map(|(step, _)| kinds.of[c][step])
             .collect();
         for kind in serving {
-            kind_rate[kind] += rates[c].unwrap_or(0.0);
+            kind_rate[kind] += rates[c];
         }
     }
     // and the window's signatures: the classes whose signing visit serves something
@@ -532,7 +530,7 @@ fn warm(
                     )
             })
         })
-        .map(|c| rates[c].unwrap_or(0.0))
+        .map(|c| rates[c])
         .sum();
     let workers = f64::from(workers.max(1));
     let paid: [Vec<f64>; 3] = std::array::from_fn(|c| {
@@ -571,23 +569,18 @@ fn warm(
 
 /// The cold start the window's CPU outside the stages (`overhead_s` a request) held: the
 /// record's curve at the window's interval between connections on a worker (the workers
-/// over the classes' summed rates), for the loop's own code a connection's accept runs
-/// after that long; none without a cold start or without every measured class's rate (as
-/// `warm`).
+/// over the classes' summed rates, `cold_start_rates`), for the loop's own code a
+/// connection's accept runs after that long; none without a cold start or a rate.
 fn warm_overhead(
     overhead_s: f64,
     routes: &[Vec<Step>; 3],
-    rates: [Option<f64>; 3],
+    rates: [f64; 3],
     workers: u32,
     cold_start: &ColdStartCurves,
 ) -> OverheadCold {
     let accepts = |c: usize| (routes[c].iter()).any(|s| matches!(s, Step::Accept { .. }));
-    let known = (0..3).all(|c| rates[c].is_some() || !accepts(c));
-    let rate: f64 = (0..3)
-        .filter(|&c| accepts(c))
-        .filter_map(|c| rates[c])
-        .sum();
-    if cold_start.record.is_zero() || !known || rate <= 0.0 || overhead_s <= 0.0 {
+    let rate: f64 = (0..3).filter(|&c| accepts(c)).map(|c| rates[c]).sum();
+    if cold_start.record.is_zero() || rate <= 0.0 || overhead_s <= 0.0 {
         return OverheadCold::default();
     }
     let paid = cold_start.record.after(f64::from(workers.max(1)) / rate);
@@ -679,10 +672,11 @@ impl ColdStartFrom {
     }
 }
 
-/// `--cold-start` is taken out of the window's visits at each class's rate: every measured
-/// class needs one (parameters hstrace wrote; not from Prometheus, nor a file written by
-/// hand before hstrace measured rates).
-pub fn check_cold_start(server: &ServerInput) -> Result<()> {
+/// The classes' rates over the window (`rate_per_s`; 0 for a class not measured), at which
+/// `--cold-start` is taken out of the window's visits: every measured class needs one
+/// (parameters hstrace wrote; not from Prometheus, nor a file written by hand before
+/// hstrace measured rates).
+pub fn cold_start_rates(server: &ServerInput) -> Result<[f64; 3]> {
     if let Some(c) = server
         .classes
         .iter()
@@ -694,7 +688,10 @@ pub fn check_cold_start(server: &ServerInput) -> Result<()> {
             c.class.name()
         );
     }
-    Ok(())
+    Ok(server
+        .classes
+        .each_ref()
+        .map(|c| c.rate_per_s.unwrap_or(0.0)))
 }
 
 /// The product of the --scale-stage factors naming `stage`.
@@ -827,10 +824,10 @@ pub fn network(
         Discipline::EventLoopSim => knobs.cold_start.divided(knobs.speed()),
         _ => ColdStartCurves::default(),
     };
-    if !cold_start.is_zero() {
-        check_cold_start(server)?;
-    }
-    let rates = server.classes.each_ref().map(|c| c.rate_per_s);
+    let rates = match cold_start.is_zero() {
+        true => [0.0; 3],
+        false => cold_start_rates(server)?,
+    };
     let (routes, cold_paid_s) = warm(
         server.classes.each_ref().map(|c| route(c, knobs)),
         rates,
@@ -958,7 +955,7 @@ mod tests {
         // both classes make, had been away half a second in the window on a worker; the
         // request, the first class's only, and client flight 2, served by the second
         // class's only (the first's serves nothing), one second
-        let (got, taken) = warm(routes.clone(), [Some(2.0), Some(2.0), None], 2, &curve);
+        let (got, taken) = warm(routes.clone(), [2.0, 2.0, 0.0], 2, &curve);
         let (hello, once) = (record.after(0.5), record.after(1.0));
         assert!(hello > 40e-6 && hello < once && once == 60e-6);
         // the signing visit: the record's part by its kind's interval, the signature's by
@@ -1011,13 +1008,9 @@ mod tests {
         assert_eq!(taken[2], 0.0);
         let none = (routes.clone(), [0.0; 3]);
         assert_eq!(
-            warm(routes.clone(), [Some(2.0), None, None], 2, &curve),
-            none
-        );
-        assert_eq!(
             warm(
                 routes.clone(),
-                [Some(2.0), Some(2.0), None],
+                [2.0, 2.0, 0.0],
                 2,
                 &ColdStartCurves::default()
             ),
@@ -1026,7 +1019,7 @@ mod tests {
         // no handshake curve measured: the signing visit pays the record's like any other
         let (got, _) = warm(
             routes.clone(),
-            [Some(2.0), Some(2.0), None],
+            [2.0, 2.0, 0.0],
             2,
             &ColdStartCurves::every_visit(record.clone()),
         );
@@ -1085,7 +1078,7 @@ mod tests {
                 overhead_cold: OverheadCold::default(),
             };
         // the window: a request every 2 s, each visit's kind away that long
-        let (warmed, paid) = warm(routes.clone(), [Some(0.5), None, None], 1, &curve);
+        let (warmed, paid) = warm(routes.clone(), [0.5, 0.0, 0.0], 1, &curve);
         assert!((paid[0] - 90e-6).abs() < 1e-15, "{paid:?}");
         let (measured, cold) = (
             net(routes.clone(), ColdStartCurves::default(), [0.0; 3]),
@@ -1121,7 +1114,7 @@ mod tests {
         // at its interval between connections (2 s on one worker: 60 µs), which one user
         // pays back at each accept (within the client's 0.2 ms before its ClientHello);
         // the rest every call shares, warm
-        let rates = [Some(0.5), None, None];
+        let rates = [0.5, 0.0, 0.0];
         let overhead_cold = warm_overhead(0.2e-3, &warmed, rates, 1, &curve);
         assert!(
             (overhead_cold.paid_s - 60e-6).abs() < 1e-15,
@@ -1156,11 +1149,14 @@ mod tests {
             "{loaded:?}"
         );
         // less CPU outside the stages than the curve: all of it cold, the share it held;
-        // without the rates, or a curve, none
+        // without an accepting class's rate, or a curve, none
         let less = warm_overhead(30e-6, &warmed, rates, 1, &curve);
         assert!((less.paid_s - 30e-6).abs() < 1e-15 && (less.share - 0.5).abs() < 1e-12);
         let none = OverheadCold::default();
-        assert_eq!(warm_overhead(0.2e-3, &warmed, [None; 3], 1, &curve), none);
+        assert_eq!(
+            warm_overhead(0.2e-3, &warmed, [0.0, 1.0, 1.0], 1, &curve),
+            none
+        );
         let no_curve = ColdStartCurves::default();
         assert_eq!(warm_overhead(0.2e-3, &warmed, rates, 1, &no_curve), none);
     }

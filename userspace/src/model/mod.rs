@@ -364,13 +364,13 @@ pub fn run(opts: ModelOptions) -> Result<()> {
         if knobs.discipline != Discipline::EventLoopSim {
             bail!("{}", knobs::NOT_SIMULATED);
         }
-        knobs::check_cold_start(&server)?;
+        knobs::cold_start_rates(&server)?;
         let measured = crate::cold_start::measure()?;
         eprintln!("hstrace: --cold-start measure: {}", measured.words());
         knobs.take_cold_start(measured, ColdStartFrom::Measured);
     } else if !knobs.cold_start_given && knobs.discipline == Discipline::EventLoopSim {
         match (&server.cold_start, server.from_prometheus) {
-            (Some(c), _) => match c.check().and_then(|_| knobs::check_cold_start(&server)) {
+            (Some(c), _) => match c.check().and_then(|_| knobs::cold_start_rates(&server).map(drop)) {
                 Ok(()) => {
                     eprintln!("hstrace: the cold start the parameters hold: {}", c.words());
                     knobs.take_cold_start(c.clone(), ColdStartFrom::Parameters);

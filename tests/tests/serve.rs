@@ -699,9 +699,9 @@ fn parameters_carry_the_servers_cpu_per_connection() {
     daemon.stop();
 }
 
-/// The cold start is timed where the server runs once, then its long pauses again through
-/// the run, on one thread: their runs grow, back to back's stay, every figure a mean beside
-/// the median.
+/// The cold start is timed where the server runs once, then its longest pause again through
+/// the run, on one thread: that pause's runs grow, the others' stay, every figure a mean
+/// beside the median.
 #[test]
 #[ignore = "needs root: run `sudo cargo xtask test`"]
 fn the_cold_start_is_timed_again_through_the_run() {

@@ -52,8 +52,8 @@ const WARM_RUNS: u32 = 60;
 
 /// The pause the record source times again through the run, where one run's median moved
 /// most: `RETIMED_RUNS` times a round (the first, after the rest, not kept), a round every
-/// `REST` and a second: two runs kept every 6 s, for about 1 ms of CPU a second (cold runs
-/// are the dear ones).
+/// `REST` and a second: two runs kept every 6 s, for about 2 ms of CPU a second on the test
+/// machines (cold runs are the dear ones).
 const RETIMED: [Duration; 1] = [Duration::from_millis(200)];
 const RETIMED_RUNS: u32 = 3;
 const REST: Duration = Duration::from_secs(5);
@@ -69,7 +69,7 @@ pub struct ColdRun {
     pub pause_s: f64,
     /// the work's CPU time, median, seconds
     pub cpu_s: f64,
-    /// how many times the work ran after that pause
+    /// how many runs after that pause the figures are of (the latest, at most `KEPT`)
     pub runs: u32,
     /// the work's CPU time, mean, seconds: what the curve is made of, as the stages it is
     /// taken out of are means (absent in documents written before hstrace kept it)
@@ -261,7 +261,11 @@ fn run_on(
         if let Err(TrySendError::Disconnected(_)) = out.try_send(Ok(probe.result())) {
             return Ok(());
         }
-        thread::sleep(REST);
+        // the rest in slices: a stop is seen within one
+        let rested = std::time::Instant::now();
+        while rested.elapsed() < REST && !stop.load(Ordering::Relaxed) {
+            thread::sleep(Duration::from_millis(100));
+        }
     }
     Ok(())
 }
@@ -391,7 +395,7 @@ pub enum Want {
 
 /// The record source's measurement: on a thread of its own, started on the CPU the traced
 /// processes are seen on (`cpu_of_most`) when they are first seen, timing the longest pause
-/// again until dropped.
+/// again until `finish`, dropped, or an error.
 #[derive(Default)]
 pub enum Background {
     #[default]
@@ -454,8 +458,10 @@ impl Background {
         latest
     }
 
-    /// The results on the channel, the latest (an error ends the measurement); with
-    /// `wait_first`, waiting for the first if none came yet.
+    /// The latest result on the channel since the last call; with `wait_first`, waiting
+    /// for the first if none came yet. Before the first, an error (or the thread's end) is
+    /// the result; after it, a warning: the parameters keep the last figures. Either ends
+    /// the measurement.
     fn latest(&mut self, wait_first: bool) -> Option<Result<ColdStart>> {
         let Background::Running {
             results, measured, ..
@@ -463,38 +469,51 @@ impl Background {
         else {
             return None;
         };
-        let mut latest = None;
+        let mut pending = Vec::new();
         if wait_first && !*measured {
-            latest =
-                Some(results.recv().unwrap_or_else(|_| {
-                    Err(anyhow!("the cold start's measuring thread panicked"))
-                }));
+            pending.push(results.recv().map_err(|_| ()));
         }
-        let mut over = false;
         loop {
             match results.try_recv() {
-                Ok(r) => latest = Some(r),
+                Ok(r) => pending.push(Ok(r)),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
-                    over = true;
+                    pending.push(Err(()));
                     break;
                 }
             }
         }
-        let failed = latest.as_ref().is_some_and(|r| r.is_err());
-        if failed && *measured {
-            // the parameters keep the last result: not a reason to say there is none
-            if let Some(Err(e)) = latest.take() {
-                log::warn!("the cold start is no longer timed again: {e:#}");
+        let mut latest = None;
+        let mut ended = None;
+        for r in pending {
+            match r {
+                Ok(Ok(c)) => {
+                    if !*measured {
+                        log::info!("cold start: {}", c.words());
+                    }
+                    *measured = true;
+                    latest = Some(c);
+                }
+                Ok(Err(e)) => {
+                    ended = Some(e);
+                    break;
+                }
+                Err(()) => {
+                    ended = Some(anyhow!("the cold start's measuring thread ended"));
+                    break;
+                }
             }
         }
-        if latest.as_ref().is_some_and(|r| r.is_ok()) {
-            *measured = true;
+        let Some(e) = ended else {
+            return latest.map(Ok);
+        };
+        let first = !*measured;
+        *self = Background::Over;
+        if first {
+            return Some(Err(e));
         }
-        if over || failed {
-            *self = Background::Over;
-        }
-        latest
+        log::warn!("the cold start is no longer timed again: {e:#}");
+        latest.map(Ok)
     }
 }
 
@@ -937,6 +956,57 @@ mod tests {
             (r.runs, r.cpu_s, r.cpu_mean_s),
             (KEPT as u32, 1000.0, Some(1000.0))
         );
+    }
+
+    /// What the measuring thread sends, as the record source sees it: the latest result;
+    /// an error (or the thread's end) before the first is the answer, after it the last
+    /// figures stand; either ends the measurement.
+    #[test]
+    fn the_latest_result_wins_and_the_first_is_never_lost() {
+        let c = |runs: u32| ColdStart {
+            work: record_work(),
+            cpu: 0,
+            runs: vec![ColdRun {
+                pause_s: 0.0,
+                cpu_s: 1e-5,
+                runs,
+                cpu_mean_s: Some(1e-5),
+            }],
+            handshake: None,
+        };
+        let running = |sent: Vec<Result<ColdStart>>, hang_up: bool| {
+            let (out, results) = mpsc::sync_channel(8);
+            for r in sent {
+                out.send(r).unwrap();
+            }
+            if !hang_up {
+                std::mem::forget(out);
+            }
+            Background::Running {
+                results,
+                stop: Arc::new(AtomicBool::new(false)),
+                measured: false,
+            }
+        };
+        // two rounds waiting: the latest; nothing new: none, still running
+        let mut b = running(vec![Ok(c(12)), Ok(c(14))], false);
+        assert_eq!(b.poll(None).unwrap().unwrap(), c(14));
+        assert!(b.poll(None).is_none() && b.started() && !b.first_pending());
+        // the first, then an error in the same look: the first stands, the measurement ends
+        let mut b = running(vec![Ok(c(12)), Err(anyhow!("moved"))], false);
+        assert_eq!(b.poll(None).unwrap().unwrap(), c(12));
+        assert!(matches!(b, Background::Over));
+        // an error before any: the answer
+        let mut b = running(vec![Err(anyhow!("no libcrypto"))], false);
+        let e = b.poll(None).unwrap().unwrap_err().to_string();
+        assert_eq!(e, "no libcrypto");
+        // the thread gone before its first (a panic): said, not silent; after it: none
+        let mut b = running(vec![], true);
+        assert!(b.first_pending());
+        assert!(b.finish().unwrap().is_err());
+        let mut b = running(vec![Ok(c(12))], true);
+        assert_eq!(b.poll(None).unwrap().unwrap(), c(12));
+        assert!(matches!(b, Background::Over));
     }
 
     /// The CPU most processes may run on, the lowest of those.

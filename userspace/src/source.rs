@@ -683,10 +683,8 @@ impl Source {
 /// The cold start's measurement to the sink; why none, to the user.
 fn pass_cold_start(measured: Result<cold_start::ColdStart>, sink: &mut dyn Sink) {
     match measured {
-        Ok(c) => {
-            log::info!("cold start: {}", c.words());
-            sink.cold_start(&c);
-        }
+        // (in words in the log once, by the measurement, when it first comes)
+        Ok(c) => sink.cold_start(&c),
         Err(e) => eprintln!(
             "hstrace: no cold start in the parameters ({e:#}); hstrace model forecasts without it"
         ),

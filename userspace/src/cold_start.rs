@@ -20,7 +20,7 @@
 //! measures them once on the model's host.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeSet, VecDeque},
     sync::{
         atomic::{AtomicBool, Ordering},
         mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError},
@@ -353,26 +353,22 @@ fn timed(cpu: u32, work: impl FnOnce() -> Result<()>) -> Result<f64> {
 /// A work's CPU times after one pause: the latest `KEPT`.
 #[derive(Default)]
 struct Took {
-    runs: Vec<f64>,
-    /// where the next replaces the oldest, once `KEPT` are held
-    next: usize,
+    runs: VecDeque<f64>,
 }
 
 impl Took {
     fn push(&mut self, took: f64) {
-        if self.runs.len() < KEPT {
-            self.runs.push(took);
-        } else {
-            self.runs[self.next] = took;
-            self.next = (self.next + 1) % KEPT;
+        if self.runs.len() == KEPT {
+            self.runs.pop_front();
         }
+        self.runs.push_back(took);
     }
 
     fn run(&self, pause: Duration) -> ColdRun {
         let n = self.runs.len().max(1) as f64;
         ColdRun {
             pause_s: pause.as_secs_f64(),
-            cpu_s: median(&mut self.runs.clone()),
+            cpu_s: median(&mut Vec::from(self.runs.clone())),
             runs: self.runs.len() as u32,
             // to the nanosecond, the clock's: what a document's reader parses back
             cpu_mean_s: Some((self.runs.iter().sum::<f64>() / n * 1e9).round() / 1e9),
@@ -451,9 +447,7 @@ impl Background {
     /// under way (at most its 7 s); the measurement stops.
     pub fn finish(&mut self) -> Option<Result<ColdStart>> {
         let latest = self.latest(true);
-        if let Background::Running { stop, .. } = self {
-            stop.store(true, Ordering::Relaxed);
-        }
+        // (a measurement under way, replaced, is dropped: told to stop)
         *self = Background::Over;
         latest
     }

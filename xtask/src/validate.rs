@@ -867,8 +867,7 @@ fn predict(
         .into_iter()
         .flat_map(|(stage, k)| ["--scale-stage".into(), format!("{stage}={k}")])
         .collect();
-    let forecast_told_delays_alone =
-        point(&model(bin, &[args.clone(), told_delays.clone()].concat())?);
+    let forecast_told_delays_alone = point(&model(bin, &[&args[..], &told_delays[..]].concat())?);
     let host_speed = signature_cpu_s(&base)
         .zip(signature_cpu_s(&params))
         .map(|(then, now)| then / now);

@@ -26,6 +26,10 @@ use std::{
     os::unix::{io::AsRawFd, process::CommandExt},
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc, Arc,
+    },
     thread,
     time::{Duration, Instant},
 };
@@ -122,7 +126,7 @@ const NGINX_ONE: Arch = Arch {
     key: "nginx-1",
     title: "nginx, one worker",
     how: "nginx with one worker process (one event loop), master and worker pinned to CPU 0; \
-          hsload and the daemon pinned to CPU 1",
+          hsload and the daemon pinned to CPU 1, kept from halting in its idle time",
     discipline: SIMULATED,
     servers: 1,
     users: &[1, 4, 16, 32, 48, 64, 80, 96],
@@ -151,7 +155,7 @@ const ARCHES: [Arch; 3] = [
         how: "Apache httpd with the prefork MPM: 100 single-threaded child processes, each \
               serving one connection at a time, all pinned to CPU 0 and sharing it (one \
               processor: the machine's other CPU is the client's); hsload and the daemon \
-              pinned to CPU 1. The model is the discipline `hstrace model` picks for one \
+              pinned to CPU 1, kept from halting in its idle time. The model is the discipline `hstrace model` picks for one \
               process per connection: each CPU runs a flight to completion, simulated; \
               processor sharing is the PS column",
         discipline: SIMULATED,
@@ -440,6 +444,62 @@ struct Server {
     server: TestServer,
     /// the processes that serve connections (nginx's workers, Apache's children)
     workers: Vec<u32>,
+    /// the client's own CPU, where it has one, kept awake (`AwakeCpu`)
+    _client_cpu_awake: Option<AwakeCpu>,
+}
+
+/// A CPU kept from halting in its idle time: a busy loop at the lowest priority there is
+/// (SCHED_IDLE: any other task that wakes on that CPU runs first). On these virtual
+/// machines a CPU that halts gives its core back to the host, and a task woken on it waits
+/// for the host to run it again; with one user, the client's CPU would halt through every
+/// think time and answer each handshake late, where under load it never halts. A remote
+/// client's delays do not follow the server's load, so the rig's client CPU never halts.
+/// The loop touches no memory but its flag: the server's caches are left as they were.
+/// Stopped on drop.
+struct AwakeCpu {
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl AwakeCpu {
+    fn start(cpu: usize) -> Result<AwakeCpu> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (placed, is_placed) = mpsc::channel();
+        let flag = Arc::clone(&stop);
+        let thread = thread::spawn(move || {
+            let placement = pin_thread(0, cpu).and_then(|()| {
+                let lowest = libc::sched_param { sched_priority: 0 };
+                // SAFETY: sets the calling thread's policy; `lowest` outlives the call
+                match unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &lowest) } {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
+            let placed_well = placement.is_ok();
+            let _ = placed.send(placement);
+            // no spin-loop hint: a hypervisor may take a run of pauses for a lock's wait and
+            // deschedule the CPU, which is what the loop is there to prevent
+            while placed_well && !flag.load(Ordering::Relaxed) {}
+        });
+        let awake = AwakeCpu {
+            stop,
+            thread: Some(thread),
+        };
+        is_placed
+            .recv()
+            .context("the busy loop keeping the client's CPU awake ended at its start")?
+            .with_context(|| format!("cannot run a busy loop at SCHED_IDLE on CPU {cpu}"))?;
+        Ok(awake)
+    }
+}
+
+impl Drop for AwakeCpu {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Server {
@@ -470,7 +530,12 @@ impl Server {
         for (i, &w) in workers.iter().enumerate() {
             pin(w, i % arch.servers as usize)?;
         }
-        Ok(Server { server, workers })
+        let _client_cpu_awake = arch.client_cpu.map(AwakeCpu::start).transpose()?;
+        Ok(Server {
+            server,
+            workers,
+            _client_cpu_awake,
+        })
     }
 
     /// The CPU seconds its workers have run.

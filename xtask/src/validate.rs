@@ -274,6 +274,9 @@ struct Point {
     forecast: Value,
     /// the same from the busier window's parameters (`busier_users`)
     busier: Value,
+    /// that forecast told the point's client delays (`--scale-stage`, each delay stage from
+    /// the busier window's mean to the point's): how much of its miss is the rig's client
+    busier_told_delays: Value,
     /// how much faster the host ran this point's signatures than the forecast window's
     /// (`signature_cpu_s` there over here; None without full handshakes in both)
     host_speed: Option<f64>,
@@ -925,13 +928,22 @@ fn predict(
         args.extend(mix_args(&load));
         args
     };
-    let busier = point_and_wakeup(&model(bin, &forecast_args(&windows.busier))?);
+    let told_delays_from = |window: &Value| -> Vec<String> {
+        delay_scales(window, &params)
+            .into_iter()
+            .flat_map(|(stage, k)| ["--scale-stage".into(), format!("{stage}={k}")])
+            .collect()
+    };
+    let busier_args = forecast_args(&windows.busier);
+    let busier = point_and_wakeup(&model(bin, &busier_args)?);
+    let busier_base: Value = serde_json::from_str(&fs::read_to_string(&windows.busier)?)?;
+    let busier_told_delays = point(&model(
+        bin,
+        &[&busier_args[..], &told_delays_from(&busier_base)[..]].concat(),
+    )?);
     let mut args = forecast_args(forecast_from);
     let forecast = point_and_wakeup(&model(bin, &args)?);
-    let told_delays: Vec<String> = delay_scales(&base, &params)
-        .into_iter()
-        .flat_map(|(stage, k)| ["--scale-stage".into(), format!("{stage}={k}")])
-        .collect();
+    let told_delays = told_delays_from(&base);
     let forecast_told_delays_alone = point(&model(bin, &[&args[..], &told_delays[..]].concat())?);
     let host_speed = signature_cpu_s(&base)
         .zip(signature_cpu_s(&params))
@@ -965,6 +977,7 @@ fn predict(
         shared,
         forecast,
         busier,
+        busier_told_delays,
         host_speed,
         forecast_at_speed,
         forecast_told_delays,
@@ -1247,6 +1260,7 @@ fn mix_section(
         let (_, at_speed_err) = other(p.forecast_at_speed.as_ref());
         let (_, told_delays_err) = other(p.forecast_told_delays.as_ref());
         let (_, told_alone_err) = other(Some(&p.forecast_told_delays_alone));
+        let (_, busier_told_err) = other(Some(&p.busier_told_delays));
         let (_, without_other_err) = other(Some(&p.live_without_other));
         let other_cpus = p.other_cpus.map_or("–".into(), |o| format!("{o:.2}"));
         let speed = p.host_speed.map_or("–".into(), |k| pct(k - 1.0));
@@ -1261,7 +1275,7 @@ fn mix_section(
         };
         let _ = writeln!(
             rows,
-            "| {} | {:.1} % | {other_cpus} / {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {without_other_err} | {forecast} | {} | {} | {told_alone_err} | {} | {} | {speed} | {at_speed_err} | {told_delays_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.1} % | {other_cpus} / {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {without_other_err} | {forecast} | {} | {} | {told_alone_err} | {} | {} | {busier_told_err} | {speed} | {at_speed_err} | {told_delays_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} | {} |",
             p.users,
             p.cpu_busy * 100.0,
             p.client_cpu,

@@ -2017,6 +2017,66 @@ mod tests {
     /// ...at every point whose server was busy less than this.
     const REDUCED_UTIL_LIMIT: f64 = 0.7;
 
+    /// The threads of this process at SCHED_IDLE that last ran on `cpu`: (tid, CPU seconds
+    /// run), from /proc/self/task/*/stat (fields 14-15 utime and stime, 39 processor, 41
+    /// policy). Another test's busy loop (the reduced validation's, on CPU 1) is not one.
+    fn idle_threads_on(cpu: usize) -> Vec<(String, f64)> {
+        let tick = 100.0; // USER_HZ, what /proc counts in on Linux
+        let mut found = vec![];
+        for task in fs::read_dir("/proc/self/task").expect("/proc/self/task") {
+            let tid = task
+                .expect("a task")
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
+            let Ok(stat) = fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+                continue; // ended since the listing
+            };
+            // the fields after the command's closing parenthesis, from field 3 on
+            let rest: Vec<&str> = stat[stat.rfind(')').expect("a stat line") + 2..]
+                .split(' ')
+                .collect();
+            let field = |n: usize| rest[n - 3];
+            if field(41) == libc::SCHED_IDLE.to_string() && field(39) == cpu.to_string() {
+                let ticks: f64 =
+                    field(14).parse::<f64>().unwrap() + field(15).parse::<f64>().unwrap();
+                found.push((tid, ticks / tick));
+            }
+        }
+        found
+    }
+
+    /// The rig's client CPU kept awake: a thread at SCHED_IDLE on that CPU that runs
+    /// whenever nothing else does, and is gone when dropped.
+    #[test]
+    fn the_awake_cpu_spins_at_the_lowest_priority_until_dropped() {
+        let cpu = 0;
+        let awake = AwakeCpu::start(cpu).expect("a busy loop at SCHED_IDLE");
+        // the CPU's idle time is the loop's; /proc counts it in 10 ms ticks, and on a CPU
+        // busy with other work the loop's lowest weight gets little: wait for a tick, a while
+        let start = Instant::now();
+        let spinning = loop {
+            thread::sleep(Duration::from_millis(100));
+            let spinning = idle_threads_on(cpu);
+            let ran = spinning.iter().any(|(_, ran_s)| *ran_s > 0.0);
+            if ran || start.elapsed() > Duration::from_secs(10) {
+                break spinning;
+            }
+        };
+        assert_eq!(
+            spinning.len(),
+            1,
+            "one SCHED_IDLE thread on CPU {cpu}: {spinning:?}"
+        );
+        assert!(spinning[0].1 > 0.0, "the busy loop never ran in 10 s");
+        drop(awake);
+        assert_eq!(
+            idle_threads_on(cpu),
+            vec![],
+            "the busy loop outlived its drop"
+        );
+    }
+
     /// The reduced validation CI runs: nginx with one worker, mix 1, measured at 1, 16 and 40
     /// users and at the busier window's in short windows; each point with its forecasts
     /// from the one-user window and from the busier one.

@@ -1,7 +1,15 @@
 //! Processes the tests and xtask's jobs look at or steer through the kernel: children, CPU
 //! time and memory from /proc, the CPUs a thread may run on, stopped and continued.
 
-use std::{collections::BTreeSet, fs, io};
+use std::{
+    collections::BTreeSet,
+    fs, io,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc, Arc,
+    },
+    thread,
+};
 
 /// Direct children of `pid`.
 pub fn children(pid: u32) -> BTreeSet<u32> {
@@ -63,23 +71,33 @@ pub fn process_run_secs(pid: u32) -> io::Result<f64> {
 /// CPU seconds (user + system) a process has used so far, from /proc/PID/stat's clock
 /// ticks.
 pub fn process_cpu_secs(pid: u32) -> io::Result<f64> {
-    let path = format!("/proc/{pid}/stat");
+    Ok(stat_cpu_secs(&stat_fields(&format!("/proc/{pid}/stat"))?))
+}
+
+/// The fields of a /proc stat line (a process's or a thread's, `/proc/PID/task/TID/stat`)
+/// from field 3, its state, on: field n is at n − 3. The comm before them may hold spaces
+/// and parentheses: they resume after the last ')'.
+pub fn stat_fields(path: &str) -> io::Result<Vec<String>> {
     let stat =
-        fs::read_to_string(&path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
-    // the comm field may hold spaces and parentheses: fields resume after the last ')'
-    let f: Vec<&str> = stat
+        fs::read_to_string(path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+    Ok(stat
         .rsplit_once(')')
         .ok_or_else(|| io::Error::other(format!("{path}: not a stat line")))?
         .1
         .split_whitespace()
-        .collect();
-    // utime, stime: fields 14 and 15 of stat, 12 and 13 after the comm
-    let ticks: f64 = [11, 12]
+        .map(String::from)
+        .collect())
+}
+
+/// The CPU seconds a stat line's fields (`stat_fields`) count: utime and stime, fields 14
+/// and 15.
+pub fn stat_cpu_secs(fields: &[String]) -> f64 {
+    let ticks: f64 = [14, 15]
         .iter()
-        .filter_map(|i| f.get(*i)?.parse::<f64>().ok())
+        .filter_map(|n| fields.get(n - 3)?.parse::<f64>().ok())
         .sum();
     // SAFETY: sysconf has no preconditions
-    Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
 /// A process's resident memory now (KiB, /proc/PID/status's VmRSS), 0 if it is gone.
@@ -135,4 +153,60 @@ pub fn pin(pid: u32, cpu: usize) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A thread of its own on `cpu` alone at a scheduling `policy` (`libc::SCHED_*`, at
+/// `priority`), running `turn` again and again until dropped (also when a test panics, so
+/// it never outlives its owner). Started only once placed: a placement the kernel refuses
+/// (a real-time policy without root) is the start's error.
+pub struct PinnedLoop {
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl PinnedLoop {
+    pub fn start(
+        cpu: usize,
+        policy: i32,
+        priority: i32,
+        mut turn: impl FnMut() + Send + 'static,
+    ) -> io::Result<PinnedLoop> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (placed, is_placed) = mpsc::channel();
+        let flag = Arc::clone(&stop);
+        let thread = thread::spawn(move || {
+            let placement = pin_thread(0, cpu).and_then(|()| {
+                let param = libc::sched_param {
+                    sched_priority: priority,
+                };
+                // SAFETY: pid 0 is this thread, and the kernel only reads param
+                match unsafe { libc::sched_setscheduler(0, policy, &param) } {
+                    0 => Ok(()),
+                    _ => Err(io::Error::last_os_error()),
+                }
+            });
+            let placed_well = placement.is_ok();
+            let _ = placed.send(placement);
+            while placed_well && !flag.load(Ordering::Relaxed) {
+                turn();
+            }
+        });
+        let running = PinnedLoop {
+            stop,
+            thread: Some(thread),
+        };
+        is_placed
+            .recv()
+            .map_err(|_| io::Error::other("the thread ended before it was placed"))??;
+        Ok(running)
+    }
+}
+
+impl Drop for PinnedLoop {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }

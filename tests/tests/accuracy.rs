@@ -16,7 +16,7 @@ use hstrace_tests::{
     clients::{s_client, s_time},
     daemon::Daemon,
     hstrace::Hstrace,
-    procs::pin_thread,
+    procs::{pin_thread, PinnedLoop},
     proxies::DelayProxy,
     servers::{Nginx, TestServer},
     util::{median, wait_for},
@@ -202,51 +202,21 @@ fn pin(pid: u32, cpu: usize) {
 /// preempts whatever ordinary task runs there, so that task gets the CPU one millisecond
 /// in three. Well inside the kernel's real-time budget (95 % of each second).
 struct RealTimeHog {
-    stop: Arc<AtomicBool>,
-    thread: Option<thread::JoinHandle<()>>,
+    _running: PinnedLoop,
 }
 
 impl RealTimeHog {
     fn start(cpu: usize) -> RealTimeHog {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready) = std::sync::mpsc::channel();
-        let thread = {
-            let stop = stop.clone();
-            thread::spawn(move || {
-                let param = libc::sched_param { sched_priority: 1 };
-                let ready = pin_thread(0, cpu).and_then(|()| {
-                    // SAFETY: pid 0 is this thread, and the kernel only reads param
-                    match unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } {
-                        0 => Ok(()),
-                        _ => Err(std::io::Error::last_os_error()),
-                    }
-                });
-                let failed = ready.is_err();
-                ready_tx.send(ready).unwrap();
-                while !failed && !stop.load(Ordering::Relaxed) {
-                    let spin = Instant::now();
-                    while spin.elapsed() < Duration::from_millis(2) {
-                        std::hint::spin_loop();
-                    }
-                    thread::sleep(Duration::from_millis(1));
-                }
-            })
+        let spin_then_sleep = || {
+            let spin = Instant::now();
+            while spin.elapsed() < Duration::from_millis(2) {
+                std::hint::spin_loop();
+            }
+            thread::sleep(Duration::from_millis(1));
         };
-        if let Err(e) = ready.recv().unwrap() {
-            panic!("cannot run a real-time thread on CPU {cpu} (needs root): {e}");
-        }
-        RealTimeHog {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for RealTimeHog {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        match PinnedLoop::start(cpu, libc::SCHED_FIFO, 1, spin_then_sleep) {
+            Ok(running) => RealTimeHog { _running: running },
+            Err(e) => panic!("cannot run a real-time thread on CPU {cpu} (needs root): {e}"),
         }
     }
 }

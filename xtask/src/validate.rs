@@ -26,10 +26,6 @@ use std::{
     os::unix::{io::AsRawFd, process::CommandExt},
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        mpsc, Arc,
-    },
     thread,
     time::{Duration, Instant},
 };
@@ -39,7 +35,7 @@ use anyhow::{bail, Context, Result};
 use hstrace_tests::{
     daemon::Daemon,
     fixtures::make_ecdsa_cert,
-    procs::{pin, pin_thread, process_cpu_secs, process_run_secs},
+    procs::{pin, pin_thread, process_cpu_secs, process_run_secs, PinnedLoop},
     servers::{Apache, Nginx, TestServer},
 };
 use serde_json::Value;
@@ -155,9 +151,9 @@ const ARCHES: [Arch; 3] = [
         how: "Apache httpd with the prefork MPM: 100 single-threaded child processes, each \
               serving one connection at a time, all pinned to CPU 0 and sharing it (one \
               processor: the machine's other CPU is the client's); hsload and the daemon \
-              pinned to CPU 1, kept from halting in its idle time. The model is the discipline `hstrace model` picks for one \
-              process per connection: each CPU runs a flight to completion, simulated; \
-              processor sharing is the PS column",
+              pinned to CPU 1, kept from halting in its idle time. The model is the \
+              discipline `hstrace model` picks for one process per connection: each CPU runs \
+              a flight to completion, simulated; processor sharing is the PS column",
         discipline: SIMULATED,
         servers: 1,
         users: &[1, 4, 16, 32, 48, 64, 80],
@@ -447,8 +443,8 @@ struct Server {
     server: TestServer,
     /// the processes that serve connections (nginx's workers, Apache's children)
     workers: Vec<u32>,
-    /// the client's own CPU, where it has one, kept awake (`AwakeCpu`)
-    _client_cpu_awake: Option<AwakeCpu>,
+    /// the client's own CPU, where it has one, kept awake (`awake_cpu`)
+    _client_cpu_awake: Option<PinnedLoop>,
 }
 
 /// A CPU kept from halting in its idle time: a busy loop at the lowest priority there is
@@ -459,50 +455,11 @@ struct Server {
 /// client's delays do not follow the server's load, so the rig's client CPU never halts.
 /// The loop touches no memory but its flag: the server's caches are left as they were.
 /// Stopped on drop.
-struct AwakeCpu {
-    stop: Arc<AtomicBool>,
-    thread: Option<thread::JoinHandle<()>>,
-}
-
-impl AwakeCpu {
-    fn start(cpu: usize) -> Result<AwakeCpu> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (placed, is_placed) = mpsc::channel();
-        let flag = Arc::clone(&stop);
-        let thread = thread::spawn(move || {
-            let placement = pin_thread(0, cpu).and_then(|()| {
-                let lowest = libc::sched_param { sched_priority: 0 };
-                // SAFETY: sets the calling thread's policy; `lowest` outlives the call
-                match unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &lowest) } {
-                    0 => Ok(()),
-                    _ => Err(std::io::Error::last_os_error()),
-                }
-            });
-            let placed_well = placement.is_ok();
-            let _ = placed.send(placement);
-            // no spin-loop hint: a hypervisor may take a run of pauses for a lock's wait and
-            // deschedule the CPU, which is what the loop is there to prevent
-            while placed_well && !flag.load(Ordering::Relaxed) {}
-        });
-        let awake = AwakeCpu {
-            stop,
-            thread: Some(thread),
-        };
-        is_placed
-            .recv()
-            .context("the busy loop keeping the client's CPU awake ended at its start")?
-            .with_context(|| format!("cannot run a busy loop at SCHED_IDLE on CPU {cpu}"))?;
-        Ok(awake)
-    }
-}
-
-impl Drop for AwakeCpu {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+fn awake_cpu(cpu: usize) -> Result<PinnedLoop> {
+    // no spin-loop hint: a hypervisor may take a run of pauses for a lock's wait and
+    // deschedule the CPU, which is what the loop is there to prevent
+    PinnedLoop::start(cpu, libc::SCHED_IDLE, 0, || {})
+        .with_context(|| format!("cannot run a busy loop at SCHED_IDLE on CPU {cpu}"))
 }
 
 impl Server {
@@ -533,7 +490,7 @@ impl Server {
         for (i, &w) in workers.iter().enumerate() {
             pin(w, i % arch.servers as usize)?;
         }
-        let _client_cpu_awake = arch.client_cpu.map(AwakeCpu::start).transpose()?;
+        let _client_cpu_awake = arch.client_cpu.map(awake_cpu).transpose()?;
         Ok(Server {
             server,
             workers,
@@ -2010,6 +1967,7 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hstrace_tests::procs::{stat_cpu_secs, stat_fields};
     use serde_json::json;
 
     /// The reduced validation's forecast: within this...
@@ -2018,10 +1976,9 @@ mod tests {
     const REDUCED_UTIL_LIMIT: f64 = 0.7;
 
     /// The threads of this process at SCHED_IDLE that last ran on `cpu`: (tid, CPU seconds
-    /// run), from /proc/self/task/*/stat (fields 14-15 utime and stime, 39 processor, 41
-    /// policy). Another test's busy loop (the reduced validation's, on CPU 1) is not one.
+    /// run), from /proc/self/task/*/stat (field 39 the CPU, 41 the policy). Another test's
+    /// busy loop (the reduced validation's, on CPU 1) is not one.
     fn idle_threads_on(cpu: usize) -> Vec<(String, f64)> {
-        let tick = 100.0; // USER_HZ, what /proc counts in on Linux
         let mut found = vec![];
         for task in fs::read_dir("/proc/self/task").expect("/proc/self/task") {
             let tid = task
@@ -2029,18 +1986,12 @@ mod tests {
                 .file_name()
                 .to_string_lossy()
                 .into_owned();
-            let Ok(stat) = fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+            let Ok(fields) = stat_fields(&format!("/proc/self/task/{tid}/stat")) else {
                 continue; // ended since the listing
             };
-            // the fields after the command's closing parenthesis, from field 3 on
-            let rest: Vec<&str> = stat[stat.rfind(')').expect("a stat line") + 2..]
-                .split(' ')
-                .collect();
-            let field = |n: usize| rest[n - 3];
+            let field = |n: usize| fields[n - 3].as_str();
             if field(41) == libc::SCHED_IDLE.to_string() && field(39) == cpu.to_string() {
-                let ticks: f64 =
-                    field(14).parse::<f64>().unwrap() + field(15).parse::<f64>().unwrap();
-                found.push((tid, ticks / tick));
+                found.push((tid, stat_cpu_secs(&fields)));
             }
         }
         found
@@ -2051,7 +2002,7 @@ mod tests {
     #[test]
     fn the_awake_cpu_spins_at_the_lowest_priority_until_dropped() {
         let cpu = 0;
-        let awake = AwakeCpu::start(cpu).expect("a busy loop at SCHED_IDLE");
+        let awake = awake_cpu(cpu).expect("a busy loop at SCHED_IDLE");
         // the CPU's idle time is the loop's; /proc counts it in 10 ms ticks, and on a CPU
         // busy with other work the loop's lowest weight gets little: wait for a tick, a while
         let start = Instant::now();

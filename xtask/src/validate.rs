@@ -1852,8 +1852,9 @@ fn without_users(args: Vec<String>) -> Vec<String> {
         .collect()
 }
 
-/// Every picture of the document: per architecture and mix the forecast from its one-user
-/// window, per key of the what-if its forecast (each with the forecasts' cold start).
+/// Every picture of the document: per architecture and mix the forecasts from its one-user
+/// window and from its busier window, per key of the what-if its forecast (each with the
+/// forecasts' cold start).
 fn pictures(
     bin: &Path,
     dir: &Path,
@@ -1864,22 +1865,23 @@ fn pictures(
     for (arch, mixes) in archs {
         for (i, points) in mixes.iter().enumerate() {
             let first = points.first().context("no points to draw")?;
-            let from = point_file(dir, arch, i, first.users);
-            let server = servers_from(&first.params);
-            let think = first.load["think_time_measured_s"]
-                .as_f64()
-                .unwrap_or(THINK_S);
-            let args = without_users(model_args(
-                &from,
-                &server,
-                1,
-                think,
-                arch.discipline,
-                arch.servers,
-            ));
+            let busier = busier_window(points)?;
             let measured: Vec<(u32, &Value)> = points.iter().map(|p| (p.users, &p.load)).collect();
-            let name = format!("{}-mix{}", arch.key, i + 1);
-            plot(bin, &args, &measured, (dir, docs, &name))?;
+            for (from, suffix) in [(first, ""), (busier, "-busier")] {
+                let think = from.load["think_time_measured_s"]
+                    .as_f64()
+                    .unwrap_or(THINK_S);
+                let args = without_users(model_args(
+                    &point_file(dir, arch, i, from.users),
+                    &servers_from(&from.params),
+                    1,
+                    think,
+                    arch.discipline,
+                    arch.servers,
+                ));
+                let name = format!("{}-mix{}{suffix}", arch.key, i + 1);
+                plot(bin, &args, &measured, (dir, docs, &name))?;
+            }
         }
     }
     let base: Value = serde_json::from_str(&fs::read_to_string(&whatif.base)?)?;

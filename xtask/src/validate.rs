@@ -77,6 +77,8 @@ const FORECAST_FROM_USERS: u32 = 1;
 const BUSIER_UTIL: f64 = 0.15;
 /// ...which the criterion allows up to this.
 const BUSIER_UTIL_MAX: f64 = 0.2;
+/// A busier window measured again has at most this many times the first one's users.
+const BUSIER_AGAIN_MAX: u32 = 4;
 
 /// A request mix: seed 002's p (TLS share) and the share of TLS requests that offer the
 /// user's saved session.
@@ -809,7 +811,7 @@ fn predict(
     (load, cpu_busy, client_cpu): (Value, f64, f64),
     windows: &Windows,
 ) -> Result<Point> {
-    let forecast_from = windows.one_user.as_path();
+    let forecast_from = windows.one_user.file.as_path();
     let Rig {
         bin,
         arch,
@@ -878,9 +880,9 @@ fn predict(
     // the forecast: hstrace's own measurements at low load, only the mix set to this
     // point's (no harness wake-up curve); an event loop's with the cold start the daemon
     // measured (the window's host.cold_start, which the model takes unasked)
-    let base: Value = serde_json::from_str(&fs::read_to_string(forecast_from)?)?;
+    let base = &windows.one_user.params;
     if event_loop {
-        has_cold_start(&base, forecast_from)?;
+        has_cold_start(base, forecast_from)?;
     }
     let forecast_args = |window: &Path| {
         let mut args = with(window, arch.discipline);
@@ -893,18 +895,21 @@ fn predict(
             .flat_map(|(stage, k)| ["--scale-stage".into(), format!("{stage}={k}")])
             .collect()
     };
-    let busier_args = forecast_args(&windows.busier);
+    let busier_args = forecast_args(&windows.busier.file);
     let busier = point_and_wakeup(&model(bin, &busier_args)?);
-    let busier_base: Value = serde_json::from_str(&fs::read_to_string(&windows.busier)?)?;
     let busier_told_delays = point(&model(
         bin,
-        &[&busier_args[..], &told_delays_from(&busier_base)[..]].concat(),
+        &[
+            &busier_args[..],
+            &told_delays_from(&windows.busier.params)[..],
+        ]
+        .concat(),
     )?);
     let mut args = forecast_args(forecast_from);
     let forecast = point_and_wakeup(&model(bin, &args)?);
-    let told_delays = told_delays_from(&base);
+    let told_delays = told_delays_from(base);
     let forecast_told_delays_alone = point(&model(bin, &[&args[..], &told_delays[..]].concat())?);
-    let host_speed = signature_cpu_s(&base)
+    let host_speed = signature_cpu_s(base)
         .zip(signature_cpu_s(&params))
         .map(|(then, now)| then / now);
     let (forecast_at_speed, forecast_told_delays) = match host_speed {
@@ -921,7 +926,7 @@ fn predict(
     };
     Ok(Point {
         users,
-        busier_window: file == windows.busier,
+        busier_window: file == windows.busier.file,
         load,
         cpu_busy,
         client_cpu,
@@ -965,8 +970,26 @@ fn point_file(dir: &Path, arch: &Arch, mix: usize, users: u32) -> PathBuf {
 /// The two windows the forecasts are made from: one user's, and one at a production
 /// window's load (`busier_users`).
 struct Windows {
-    one_user: PathBuf,
-    busier: PathBuf,
+    one_user: Window,
+    busier: Window,
+}
+
+/// A window the forecasts are made from: its parameters' file, read once.
+struct Window {
+    file: PathBuf,
+    params: Value,
+}
+
+impl Window {
+    fn read(file: &Path) -> Result<Window> {
+        let text =
+            fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        Ok(Window {
+            file: file.to_owned(),
+            params: serde_json::from_str(&text)
+                .with_context(|| format!("{}: not a parameters document", file.display()))?,
+        })
+    }
 }
 
 /// The users that keep the server about `BUSIER_UTIL` busy, from the one-user window's
@@ -983,13 +1006,25 @@ fn busier_users(one_user_busy: f64) -> u32 {
 /// The users to measure the busier window again with, when a window of `users` found the
 /// server `busy` less than two thirds of `BUSIER_UTIL`: scaled by that window's own busy
 /// share (the CPU a request falls as load grows, so one user's reckoning falls short: 7
-/// users for 15 % kept nginx 8.7 % busy). None when near enough, or unread.
+/// users for 15 % kept nginx 8.7 % busy), at most `BUSIER_AGAIN_MAX` times as many. None
+/// when near enough, or unread (NaN, or no CPU at all: not a reading to scale by).
 fn busier_users_again(users: u32, busy: f64) -> Option<u32> {
-    if busy.is_nan() || busy >= BUSIER_UTIL * 2.0 / 3.0 {
+    if busy.is_nan() || busy <= 0.0 || busy >= BUSIER_UTIL * 2.0 / 3.0 {
         return None;
     }
-    let n = (f64::from(users) * BUSIER_UTIL / busy.max(1e-3)).round() as u32;
+    let n = (f64::from(users) * BUSIER_UTIL / busy).round();
+    let n = n.min(f64::from(users * BUSIER_AGAIN_MAX)) as u32;
     (n > users).then_some(n)
+}
+
+/// The user counts a mix measures after its windows (one user's, then `windows`): the
+/// plan's past the first, less those a window measured already.
+fn users_after_windows(plan: &[u32], windows: &[u32]) -> Vec<u32> {
+    plan.iter()
+        .skip(1)
+        .filter(|n| !windows.contains(n))
+        .copied()
+        .collect()
 }
 
 /// The busier window, measured (`measure`: a window at that many users, and how busy it
@@ -1060,8 +1095,8 @@ fn run_mix(rig: &Rig, mix: &Mix, index: usize, plan: &Plan) -> Result<Vec<Point>
         Ok((window, busy))
     })?;
     let windows = Windows {
-        one_user: one_user.0.clone(),
-        busier: busier.last().context("no busier window")?.1 .0.clone(),
+        one_user: Window::read(&one_user.0)?,
+        busier: Window::read(&busier.last().context("no busier window")?.1 .0)?,
     };
     let predict_at = |n: u32, (file, m): (PathBuf, (Value, f64, f64))| {
         predict(rig, &file, m, &windows).with_context(|| format!("{}: the models", at(n)))
@@ -1071,7 +1106,7 @@ fn run_mix(rig: &Rig, mix: &Mix, index: usize, plan: &Plan) -> Result<Vec<Point>
     for (n, window, _) in busier {
         points.push(predict_at(n, window)?);
     }
-    for &n in users[1..].iter().filter(|n| !measured.contains(n)) {
+    for n in users_after_windows(&users, &measured) {
         points.push(predict_at(n, measure_at(n)?)?);
     }
     points.sort_by_key(|p| p.users);
@@ -1507,6 +1542,7 @@ fn report(
             ("WINDOW_DELAYS", ms(whatif.window_delays_s)),
             ("BUSIER_USERS", whatif.busier.0.to_string()),
             ("BUSIER_BUSY", busier_busy_words(whatif.busier.1)),
+            ("BUSIER_PCT", format!("{:.0}", BUSIER_UTIL * 100.0)),
             (
                 "ROWS",
                 whatif_rows(&whatif.points, &mut misses)
@@ -2256,6 +2292,13 @@ mod tests {
         assert_eq!(busier_users_again(7, 0.10), None);
         assert_eq!(busier_users_again(7, 0.16), None);
         assert_eq!(busier_users_again(7, f64::NAN), None);
+        assert_eq!(busier_users_again(7, 0.0), None);
+        // this run's Apache: 6 users 9.7 % busy make 9.28, so 9; rounded, not cut: 7 users
+        // 9 % busy make 11.67, so 12
+        assert_eq!(busier_users_again(6, 0.097), Some(9));
+        assert_eq!(busier_users_again(7, 0.09), Some(12));
+        // a reading near nothing is not scaled past four times the users
+        assert_eq!(busier_users_again(7, 0.001), Some(28));
         // measured once more at most, each window in order, the last the busier one
         let mut asked = Vec::new();
         let windows = measure_busier(0.021, |n| {
@@ -2268,6 +2311,22 @@ mod tests {
         assert_eq!((last.0, last.1), (12, 120));
         let once = measure_busier(0.021, |n| Ok(((), f64::from(n) * 0.02))).unwrap();
         assert_eq!(once.len(), 1);
+        // a server that stays quiet is measured twice, not until it is busy
+        let mut asked = Vec::new();
+        measure_busier(0.021, |n| {
+            asked.push(n);
+            Ok(((), 0.05))
+        })
+        .unwrap();
+        assert_eq!(asked, [7, 21]);
+    }
+
+    #[test]
+    fn a_mix_measures_each_user_count_once() {
+        // the windows' counts are points already; the one-user window is the plan's first
+        assert_eq!(users_after_windows(&[1, 4, 16, 32], &[8, 14]), [4, 16, 32]);
+        assert_eq!(users_after_windows(&[1, 4, 16, 32], &[16]), [4, 32]);
+        assert_eq!(users_after_windows(&[1], &[7]), Vec::<u32>::new());
     }
 
     #[test]

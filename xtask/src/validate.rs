@@ -909,15 +909,10 @@ fn predict(
     let forecast = point_and_wakeup(&model(bin, &args)?);
     let told_delays = told_delays_from(base);
     let forecast_told_delays_alone = point(&model(bin, &[&args[..], &told_delays[..]].concat())?);
-    let host_speed = signature_cpu_s(base)
-        .zip(signature_cpu_s(&params))
-        .map(|(then, now)| then / now);
+    let host_speed = host_speed(base, &params);
     let (forecast_at_speed, forecast_told_delays) = match host_speed {
         Some(k) => {
-            args.extend(["--cpu-speedup".into(), k.to_string()]);
-            if let Some(o) = other_cpus {
-                args.extend(["--other-cpus".into(), o.to_string()]);
-            }
+            args.extend(at_speed_args(k, other_cpus));
             let at_speed = point(&model(bin, &args)?);
             args.extend(told_delays);
             (Some(at_speed), Some(point(&model(bin, &args)?)))
@@ -948,6 +943,24 @@ fn predict(
         forecast_told_delays,
         forecast_told_delays_alone,
     })
+}
+
+/// How much faster the host ran a point's signatures (`point`'s parameters) than a
+/// window's: the ratio of their `signature_cpu_s`; None without full handshakes in both.
+fn host_speed(window: &Value, point: &Value) -> Option<f64> {
+    signature_cpu_s(window)
+        .zip(signature_cpu_s(point))
+        .map(|(then, now)| then / now)
+}
+
+/// What a forecast is told to take the point's host speed `k` and the other work on the
+/// server's CPUs the point measured (`other_cpus`, where read).
+fn at_speed_args(k: f64, other_cpus: Option<f64>) -> Vec<String> {
+    let mut args = vec!["--cpu-speedup".into(), k.to_string()];
+    if let Some(o) = other_cpus {
+        args.extend(["--other-cpus".into(), o.to_string()]);
+    }
+    args
 }
 
 /// A full handshake's first flight's mean on-CPU time in a parameters document: nearly all
@@ -2426,7 +2439,7 @@ mod tests {
         // the busier window's forecast told the point's speed against that window's, as the
         // one-user one is (`Point::forecast_at_speed`): (speed, errors)
         let busier_at_speed = |p: &Point| -> Option<(f64, (f64, f64))> {
-            let k = signature_cpu_s(&window.params)? / signature_cpu_s(&p.params)?;
+            let k = host_speed(&window.params, &p.params)?;
             let think = p.load["think_time_measured_s"].as_f64().unwrap_or(THINK_S);
             let file = point_file(&reduced_dir(), &NGINX_ONE, 0, window.users);
             let mut args = model_args(
@@ -2438,10 +2451,7 @@ mod tests {
                 1,
             );
             args.extend(mix_args(&p.load));
-            args.extend(["--cpu-speedup".into(), k.to_string()]);
-            if let Some(o) = p.other_cpus {
-                args.extend(["--other-cpus".into(), o.to_string()]);
-            }
+            args.extend(at_speed_args(k, p.other_cpus));
             let answer = model(bin, &args).ok()?;
             Some((k, p.errors(&point(&answer))))
         };

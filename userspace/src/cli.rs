@@ -310,7 +310,7 @@ enum Command {
         #[arg(long, value_name = "CPUS", allow_negative_numbers = true)]
         other_cpus: Option<f64>,
         /// Multiply one stage's mean by K wherever it occurs (e.g. server_flight_2=4 for a
-        /// costlier key); repeatable
+        /// costlier key; 0: the stage takes no time); repeatable
         #[arg(long, value_name = "STAGE=K", allow_hyphen_values = true)]
         scale_stage: Vec<String>,
         /// Predict response times if the server's certificate had another key: FROM is its

@@ -284,10 +284,11 @@ pub fn parse_scale(s: &str) -> Result<(String, f64)> {
     let k: f64 = k.trim().parse().map_err(|_| {
         anyhow!("--scale-stage {s:?}: {k:?} is not a number: give e.g. --scale-stage {stage}=4")
     })?;
-    Ok((
-        stage.trim().to_owned(),
-        check_factor(&format!("--scale-stage {stage}="), k)?,
-    ))
+    // a stage's time × k: 0 is a stage that takes no time (a client that answers at once)
+    if !k.is_finite() || k < 0.0 {
+        bail!("--scale-stage {s:?}: {k} is not a factor of the stage's time: give e.g. --scale-stage {stage}=2 (twice as long), 0.5 (half), or 0 (no time at all)");
+    }
+    Ok((stage.trim().to_owned(), k))
 }
 
 /// Each class's service and delay demand after `--scale-stage` and `--cpu-speedup`:
@@ -1417,7 +1418,14 @@ mod tests {
             parse_scale("server_flight_2=4").unwrap(),
             ("server_flight_2".into(), 4.0)
         );
-        assert!(parse_scale("server_flight_2=0").is_err());
+        assert_eq!(
+            parse_scale("wait_client_hello=0").unwrap(),
+            ("wait_client_hello".into(), 0.0)
+        );
+        for bad in ["server_flight_2=-1", "server_flight_2=inf"] {
+            let e = parse_scale(bad).unwrap_err().to_string();
+            assert!(e.contains("twice as long"), "{bad}: {e}");
+        }
         assert!(parse_scale("server_flight_2").is_err());
     }
 

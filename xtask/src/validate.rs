@@ -290,6 +290,12 @@ struct Point {
     /// the forecast told the point's client delays alone: how much of its miss is the
     /// rig's client, whose delays a remote client's would not share
     forecast_told_delays_alone: Value,
+    /// how much faster the host ran this point's signatures than the busier window's
+    /// (`host_speed`; both windows warm, so nearly all of it the host's own doing)
+    busier_speed: Option<f64>,
+    /// the busier window's forecast told that speed and the point's other work on the
+    /// server's CPUs (`at_speed_args`): what is left is the model's error, not the host's
+    busier_at_speed: Option<Value>,
 }
 
 /// A model's errors on R and X against hsload's measurement (`load`).
@@ -322,6 +328,11 @@ impl Point {
     /// The busier window's forecast's errors on R and X.
     fn busier_errors(&self) -> (f64, f64) {
         self.errors(&self.busier)
+    }
+
+    /// The same told the point's host speed and other work, where the speed is known.
+    fn busier_at_speed_errors(&self) -> Option<(f64, f64)> {
+        self.busier_at_speed.as_ref().map(|m| self.errors(m))
     }
 
     /// Counted against the tolerance (the server was busy less than UTIL_LIMIT), and
@@ -905,6 +916,14 @@ fn predict(
         ]
         .concat(),
     )?);
+    let busier_speed = host_speed(&windows.busier.params, &params);
+    let busier_at_speed = match busier_speed {
+        Some(k) => Some(point(&model(
+            bin,
+            &[&busier_args[..], &at_speed_args(k, other_cpus)[..]].concat(),
+        )?)),
+        None => None,
+    };
     let mut args = forecast_args(forecast_from);
     let forecast = point_and_wakeup(&model(bin, &args)?);
     let told_delays = told_delays_from(base);
@@ -942,6 +961,8 @@ fn predict(
         forecast_at_speed,
         forecast_told_delays,
         forecast_told_delays_alone,
+        busier_speed,
+        busier_at_speed,
     })
 }
 
@@ -1241,14 +1262,46 @@ fn queue_table(points: &[Point]) -> String {
     t
 }
 
-/// Misses counted by the document: the same-point fit's, the forecast's and the what-if's.
+/// Misses counted by the document: the same-point fit's, the forecast's and the what-if's;
+/// `busier_at_speed`, the busier window's forecast told the point's host speed, is a check
+/// of the model on a drifting host, not a forecast.
 #[derive(Debug, Default, Clone, Copy)]
 struct Misses {
+    /// the points counted (busy below `UTIL_LIMIT`) of the architectures' mixes
+    counted: usize,
     fit: usize,
     forecast: usize,
     busier: usize,
+    busier_at_speed: usize,
     whatif: usize,
     whatif_busier: usize,
+}
+
+impl Misses {
+    /// One mix's point, counted where the server was busy below the limit: a miss of each
+    /// prediction that was not within.
+    fn add_point(&mut self, p: &Point) {
+        let (counted, ok) = p.verdict();
+        if !counted {
+            return;
+        }
+        let missed = |e: (f64, f64)| usize::from(!within(&[e.0, e.1]));
+        self.counted += 1;
+        self.fit += usize::from(!ok);
+        self.forecast += missed(p.forecast_errors());
+        self.busier += missed(p.busier_errors());
+        self.busier_at_speed += p.busier_at_speed_errors().map_or(0, missed);
+    }
+
+    fn merge(&mut self, o: &Misses) {
+        self.counted += o.counted;
+        self.fit += o.fit;
+        self.forecast += o.forecast;
+        self.busier += o.busier;
+        self.busier_at_speed += o.busier_at_speed;
+        self.whatif += o.whatif;
+        self.whatif_busier += o.whatif_busier;
+    }
 }
 
 /// A verdict cell: counted (busy below the limit) and within the tolerance?
@@ -1277,14 +1330,17 @@ fn mix_section(
     let mut rows = String::new();
     let mut reasons = String::new();
     for p in points {
+        misses.add_point(p);
         let (counted, ok) = p.verdict();
         let (forecast_r, forecast_x) = p.forecast_errors();
         let forecast_ok = within(&[forecast_r, forecast_x]);
         let (busier_r, busier_x) = p.busier_errors();
         let busier_ok = within(&[busier_r, busier_x]);
-        misses.fit += usize::from(counted && !ok);
-        misses.forecast += usize::from(counted && !forecast_ok);
-        misses.busier += usize::from(counted && !busier_ok);
+        let busier_speed = p.busier_speed.map_or("–".into(), |k| pct(k - 1.0));
+        let (busier_at_speed_err, busier_at_speed_verdict) = match p.busier_at_speed_errors() {
+            Some((r, x)) => (pct(r), verdict(counted, within(&[r, x]))),
+            None => ("–".into(), "–"),
+        };
         let classes = |of: &Value, key: &dyn Fn(&Value) -> f64| -> String {
             CLASSES.map(|c| ms(key(&of["classes"][c]))).join(" / ")
         };
@@ -1314,7 +1370,7 @@ fn mix_section(
         };
         let _ = writeln!(
             rows,
-            "| {} | {:.1} % | {other_cpus} / {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {without_other_err} | {forecast} | {} | {} | {told_alone_err} | {} | {} | {busier_told_err} | {speed} | {at_speed_err} | {told_delays_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.1} % | {other_cpus} / {:.2} | {:.1} % | {:.0} | {:.0} / {:.0} | {:.1} | {x_model:.1} | {} | {} | {r_model} | {} | {without_other_err} | {forecast} | {} | {} | {told_alone_err} | {} | {} | {busier_told_err} | {busier_speed} | {busier_at_speed_err} | {speed} | {at_speed_err} | {told_delays_err} | {alone} | {alone_err} | {mva} | {mva_err} | {ps} | {ps_err} | {} | {} | {} | {} | {} | {} | {} | {busier_at_speed_verdict} |",
             p.users,
             p.cpu_busy * 100.0,
             p.client_cpu,
@@ -1535,14 +1591,18 @@ fn report(
 ) -> Result<(String, Misses)> {
     let mut misses = Misses::default();
     let mut sections = Vec::new();
+    let mut summary = String::new();
     for (arch, mixes) in archs {
         let mut text = format!(
             "## {}\n\n{}. The model: `--discipline {} --servers {}`.\n",
             arch.title, arch.how, arch.discipline, arch.servers
         );
         for (i, points) in mixes.iter().enumerate() {
+            let mut mine = Misses::default();
             text.push('\n');
-            text.push_str(&mix_section(arch, &MIXES[i], i, points, &mut misses)?);
+            text.push_str(&mix_section(arch, &MIXES[i], i, points, &mut mine)?);
+            summary.push_str(&summary_row(arch, i, points, &mine));
+            misses.merge(&mine);
         }
         sections.push(text);
     }
@@ -1587,7 +1647,7 @@ fn report(
                 "COLD_WARM",
                 cold_and_warm(&all.iter().map(|p| &p.params).collect::<Vec<_>>()),
             ),
-            ("SPEED_RANGE", speed_range(&all)),
+            ("SPEED_RANGE", speed_range(&all, |p| p.host_speed)),
             ("OTHER_GROWTH", other_growth(archs)),
             ("COMMIT", commit.to_string()),
             ("KERNEL", kernel()),
@@ -1604,11 +1664,29 @@ fn report(
             ("COLD", cold_starts(archs)),
             ("TOLERANCE_PCT", format!("{:.0}", TOLERANCE * 100.0)),
             ("UTIL_LIMIT_PCT", format!("{:.0}", UTIL_LIMIT * 100.0)),
+            ("SUMMARY", summary.trim_end().to_string()),
             ("ARCHES", sections.join("\n").trim_end().to_string()),
             ("WHATIF", whatif_doc.trim_end().to_string()),
         ],
     )?;
     Ok((doc, misses))
+}
+
+/// One mix's line of the summary: its counted points and each prediction's misses among
+/// them, and how far the host's speed moved from the busier window's.
+fn summary_row(arch: &Arch, index: usize, points: &[Point], m: &Misses) -> String {
+    let speeds: Vec<&Point> = points.iter().filter(|p| !p.busier_window).collect();
+    let range = speed_range(&speeds, |p| p.busier_speed);
+    format!(
+        "| {}, mix {} | {} | {} | {} | {} | {} | {range} |\n",
+        arch.title,
+        index + 1,
+        m.counted,
+        m.fit,
+        m.forecast,
+        m.busier,
+        m.busier_at_speed,
+    )
 }
 
 /// Stages read each way at a point, at least, for the point's split to count.
@@ -1658,9 +1736,10 @@ fn cold_and_warm(params: &[&Value]) -> String {
     words.join("; ")
 }
 
-/// The largest move of the host's speed between a point and its forecast window, in words.
-fn speed_range(points: &[&Point]) -> String {
-    let speeds: Vec<f64> = points.iter().filter_map(|p| p.host_speed).collect();
+/// The range of a host speed (`speed`: a point's against one of its windows) over `points`, in
+/// words.
+fn speed_range(points: &[&Point], speed: fn(&Point) -> Option<f64>) -> String {
+    let speeds: Vec<f64> = points.iter().filter_map(|p| speed(p)).collect();
     let lo = speeds.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = speeds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     match speeds.is_empty() {
@@ -2041,12 +2120,13 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
     }
     if misses.fit + misses.forecast + misses.busier + misses.whatif + misses.whatif_busier > 0 {
         bail!(
-            "points below {:.0} % busy off by more than {:.0} %: {} same-point fit(s), {} forecast(s) from one user, {} from the busier window, {} what-if(s) from one user, {} from the busier window: see the tables",
+            "points below {:.0} % busy off by more than {:.0} %: {} same-point fit(s), {} forecast(s) from one user, {} from the busier window ({} told the point's host speed), {} what-if(s) from one user, {} from the busier window: see the tables",
             UTIL_LIMIT * 100.0,
             TOLERANCE * 100.0,
             misses.fit,
             misses.forecast,
             misses.busier,
+            misses.busier_at_speed,
             misses.whatif,
             misses.whatif_busier
         );
@@ -2436,25 +2516,6 @@ mod tests {
         let busier = window.users;
         let first = points.first().expect("the one-user window");
         let mut misses = Vec::new();
-        // the busier window's forecast told the point's speed against that window's, as the
-        // one-user one is (`Point::forecast_at_speed`): (speed, errors)
-        let busier_at_speed = |p: &Point| -> Option<(f64, (f64, f64))> {
-            let k = host_speed(&window.params, &p.params)?;
-            let think = p.load["think_time_measured_s"].as_f64().unwrap_or(THINK_S);
-            let file = point_file(&reduced_dir(), &NGINX_ONE, 0, window.users);
-            let mut args = model_args(
-                &file,
-                &servers_from(&p.params),
-                p.users,
-                think,
-                SIMULATED,
-                1,
-            );
-            args.extend(mix_args(&p.load));
-            args.extend(at_speed_args(k, p.other_cpus));
-            let answer = model(bin, &args).ok()?;
-            Some((k, p.errors(&point(&answer))))
-        };
         for p in points.iter().filter(|p| REDUCED_LOADS.contains(&p.users)) {
             // the one-user window's forecast at every load; the busier window's above it;
             // each with its window, and told the point's speed and the point's client delays
@@ -2471,7 +2532,7 @@ mod tests {
                     "from the busier window",
                     p.busier_errors(),
                     window,
-                    busier_at_speed(p),
+                    p.busier_speed.zip(p.busier_at_speed_errors()),
                     p.errors(&p.busier_told_delays),
                 ));
             }

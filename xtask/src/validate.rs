@@ -353,6 +353,29 @@ impl Point {
             self.response_error().abs() <= TOLERANCE && self.throughput_error().abs() <= TOLERANCE;
         (counted, ok)
     }
+
+    /// Whether the point counts, and each prediction within the tolerance there.
+    fn verdicts(&self) -> Verdicts {
+        let (counted, fit) = self.verdict();
+        let ok = |(r, x): (f64, f64)| within(&[r, x]);
+        Verdicts {
+            counted,
+            fit,
+            forecast: ok(self.forecast_errors()),
+            busier: ok(self.busier_errors()),
+            busier_at_speed: self.busier_at_speed_errors().map(ok),
+        }
+    }
+}
+
+/// One point's verdicts (`Point::verdicts`): counted, and each prediction within.
+struct Verdicts {
+    counted: bool,
+    fit: bool,
+    forecast: bool,
+    busier: bool,
+    /// None where the host's speed could not be read at the point
+    busier_at_speed: Option<bool>,
 }
 
 /// The share of the server's CPUs (`params`' `host.server_cpus`) busy with the server
@@ -1300,19 +1323,17 @@ struct Misses {
 }
 
 impl Misses {
-    /// One mix's point, counted where the server was busy below the limit: a miss of each
-    /// prediction that was not within.
-    fn add_point(&mut self, p: &Point) {
-        let (counted, ok) = p.verdict();
-        if !counted {
+    /// One mix's point, counted where its server's CPUs were busy below the limit: a miss
+    /// of each prediction that was not within.
+    fn add_point(&mut self, v: &Verdicts) {
+        if !v.counted {
             return;
         }
-        let missed = |e: (f64, f64)| usize::from(!within(&[e.0, e.1]));
         self.counted += 1;
-        self.fit += usize::from(!ok);
-        self.forecast += missed(p.forecast_errors());
-        self.busier += missed(p.busier_errors());
-        self.busier_at_speed += p.busier_at_speed_errors().map_or(0, missed);
+        self.fit += usize::from(!v.fit);
+        self.forecast += usize::from(!v.forecast);
+        self.busier += usize::from(!v.busier);
+        self.busier_at_speed += usize::from(v.busier_at_speed == Some(false));
     }
 
     fn merge(&mut self, o: &Misses) {
@@ -1352,17 +1373,15 @@ fn mix_section(
     let mut rows = String::new();
     let mut reasons = String::new();
     for p in points {
-        misses.add_point(p);
-        let (counted, ok) = p.verdict();
+        let v = p.verdicts();
+        misses.add_point(&v);
         let (forecast_r, forecast_x) = p.forecast_errors();
-        let forecast_ok = within(&[forecast_r, forecast_x]);
         let (busier_r, busier_x) = p.busier_errors();
-        let busier_ok = within(&[busier_r, busier_x]);
         let busier_speed = p.busier_speed.map_or("–".into(), |k| pct(k - 1.0));
-        let (busier_at_speed_err, busier_at_speed_verdict) = match p.busier_at_speed_errors() {
-            Some((r, x)) => (pct(r), verdict(counted, within(&[r, x]))),
-            None => ("–".into(), "–"),
-        };
+        let busier_at_speed_err = p
+            .busier_at_speed_errors()
+            .map_or("–".into(), |(r, _)| pct(r));
+        let busier_at_speed_verdict = v.busier_at_speed.map_or("–", |ok| verdict(v.counted, ok));
         let classes = |of: &Value, key: &dyn Fn(&Value) -> f64| -> String {
             CLASSES.map(|c| ms(key(&of["classes"][c]))).join(" / ")
         };
@@ -1412,11 +1431,11 @@ fn mix_section(
             classes(&p.live, &|c| f(&c["response_s"])),
             p.load["requests"],
             p.load["errors"],
-            verdict(counted, ok),
-            verdict(counted, forecast_ok),
-            verdict(counted, busier_ok),
+            verdict(v.counted, v.fit),
+            verdict(v.counted, v.forecast),
+            verdict(v.counted, v.busier),
         );
-        if !ok {
+        if !v.fit {
             let _ = writeln!(
                 reasons,
                 "- N = {}: R {} and X {} off. The server's CPUs were busy {:.1} % of the time (the server's processes {:.1} %), the model's {:.1} %.{}",
@@ -1426,7 +1445,7 @@ fn mix_section(
                 p.cpus_busy() * 100.0,
                 p.cpu_busy * 100.0,
                 utilisation * 100.0,
-                if counted {
+                if v.counted {
                     ""
                 } else {
                     " At saturation R → N·D_max − Z: an error in the bottleneck's demand \

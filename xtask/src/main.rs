@@ -20,6 +20,7 @@ mod template;
 mod test;
 mod util;
 mod validate;
+mod vm;
 mod vmlinux;
 
 #[derive(Parser)]
@@ -100,6 +101,22 @@ enum Job {
         /// How long, up to a day
         #[arg(long, default_value_t = 10.0)]
         minutes: f64,
+    },
+    /// The root tests inside Debian's own kernels (5.10, 6.1, 6.12, 7.x) under qemu, over
+    /// this machine's root filesystem: a table per kernel and target/vm/results.json
+    /// (installs qemu, fetches the kernels and virtme-ng into target/vm/)
+    VmTest {
+        /// Only these kernels
+        #[arg(long = "kernel", value_name = "LABEL", value_delimiter = ',',
+              value_parser = clap::builder::PossibleValuesParser::new(vm::KERNELS.iter().map(|k| k.0)))]
+        kernels: Vec<String>,
+        /// How qemu runs them: auto tries KVM once and falls back to TCG
+        #[arg(long, value_enum, default_value = "auto")]
+        mode: vm::Mode,
+        /// After `--`, the test binaries' own arguments: filters (replacing vm.rs's test
+        /// names), --nocapture, ...
+        #[arg(last = true)]
+        extra: Vec<String>,
     },
     /// The bench's helper: open COUNT connections to 127.0.0.1 over PORTS, say "held", keep
     /// them open until stdin closes
@@ -202,6 +219,11 @@ fn run(job: Job) -> Result<()> {
         Job::FuzzWire { cases, seed } => fuzz::fuzz_wire(cases, seed),
         Job::FuzzParsers { runs } => fuzz::fuzz_parsers(runs),
         Job::Soak { minutes } => soak::soak(minutes),
+        Job::VmTest {
+            kernels,
+            mode,
+            extra,
+        } => vm::vm_test(&kernels, mode, &extra),
         Job::HoldConnections { count, ports } => bench::memory::hold_connections(count, &ports),
     }
 }
@@ -286,6 +308,19 @@ mod tests {
             Job::FuzzParsers { runs: 10_000_000 }
         ));
         assert!(matches!(parse("soak --minutes 10"), Job::Soak { minutes } if minutes == 10.0));
+        assert!(matches!(
+            parse("vm-test"),
+            Job::VmTest { ref kernels, mode: vm::Mode::Auto, ref extra } if kernels.is_empty() && extra.is_empty()
+        ));
+        assert!(matches!(
+            parse("vm-test --kernel 6.1,7.x --mode tcg -- six_handshake --nocapture"),
+            Job::VmTest { ref kernels, mode: vm::Mode::Tcg, ref extra }
+                if kernels == &["6.1", "7.x"] && extra == &["six_handshake", "--nocapture"]
+        ));
+        assert!(matches!(
+            parse("vm-test --kernel 5.10 --kernel 6.12 --mode kvm"),
+            Job::VmTest { ref kernels, mode: vm::Mode::Kvm, .. } if kernels == &["5.10", "6.12"]
+        ));
         for line in ["setup", "package", "image", "vmlinux", "report-screenshot"] {
             parse(line);
         }
@@ -297,6 +332,8 @@ mod tests {
             "demo --serve --pid 1",
             "bench serve-memory --cost",
             "fuzz-wire --cases many",
+            "vm-test --kernel 4.19",
+            "vm-test --mode fast",
         ] {
             let args = ["cargo xtask"].into_iter().chain(wrong.split_whitespace());
             assert!(Cli::try_parse_from(args).is_err(), "{wrong} parsed");

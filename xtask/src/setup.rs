@@ -57,6 +57,17 @@ pub const BROWSER_PACKAGES: &[&str] = &["chromium"];
 /// test suite, which does both): buildah builds it, podman runs it with Debian's runc.
 pub const IMAGE_PACKAGES: &[&str] = &["podman", "buildah", "runc"];
 
+/// What `cargo xtask vm-test` adds: qemu boots Debian's kernels, virtme-ng (from PyPI,
+/// into a venv of Debian's python3) needs kmod's depmod and busybox for its initramfs, and
+/// apt checks the archive's signatures with Debian's keyring.
+pub const VM_PACKAGES: &[&str] = &[
+    "qemu-system-x86",
+    "kmod",
+    "busybox-static",
+    "python3-venv",
+    "debian-archive-keyring",
+];
+
 /// Runtimes of the project's own test servers (tests/servers), with the Debian package
 /// installed when none is found: (commands that will do, package).
 const RUNTIMES: &[(&[&str], &str)] = &[

@@ -75,28 +75,59 @@ HS_INLINE __u32 hs_after_tag(const __u8 *b, __u32 n)
 	return n;
 }
 
+/* The first HS_PRE_PEEK bytes at `b` as two numbers, whose byte `i` hs_byte takes by a
+ * shift: where the index varies (LDAP's lengths), a number, not an address. A varying
+ * index added to the bytes' address makes a pointer that 6.12's verifier loses track of
+ * through the function's spills. (Little-endian: x86-64, arm64 and BPF.) */
+struct hs_peek {
+	__u64 lo, hi;
+};
+
+HS_INLINE struct hs_peek hs_peek_of(const __u8 *b)
+{
+	struct hs_peek p;
+
+	__builtin_memcpy(&p.lo, b, 8);
+	__builtin_memcpy(&p.hi, b + 8, 8);
+	return p;
+}
+
+HS_INLINE __u8 hs_byte(struct hs_peek p, __u32 i)
+{
+	i &= HS_PRE_PEEK - 1;
+	return (__u8)((i < 8 ? p.lo : p.hi) >> ((i & 7) * 8));
+}
+
 /* Where an LDAP message's protocolOp starts (after its SEQUENCE header and messageID), or
  * 0 when the bytes are not such a message. */
-HS_INLINE __u32 hs_ldap_op(const __u8 *b, __u32 n)
+HS_INLINE __u32 hs_ldap_op(struct hs_peek p, __u32 n)
 {
-	__u32 at;
+	__u32 at, len;
 
-	HS_OPAQUE(b);
-	if (n < 7 || b[0] != 0x30)
+	if (n < 7 || hs_byte(p, 0) != 0x30)
 		return 0;
-	if (b[1] < 0x80)
+	if (hs_byte(p, 1) < 0x80)
 		at = 2;
-	else if (b[1] == 0x81)
+	else if (hs_byte(p, 1) == 0x81)
 		at = 3;
-	else if (b[1] == 0x82)
+	else if (hs_byte(p, 1) == 0x82)
 		at = 4;
 	else
 		return 0;
 	/* messageID: INTEGER of 1 to 4 bytes */
-	if (b[at & 7] != 0x02 || b[(at + 1) & 7] < 1 || b[(at + 1) & 7] > 4)
+	len = hs_byte(p, at + 1);
+	if (hs_byte(p, at) != 0x02 || len < 1 || len > 4)
 		return 0;
-	at += 2 + b[(at + 1) & 7];
+	at += 2 + len;
 	return at < n ? at : 0;
+}
+
+/* Does the LDAP protocolOp at `op` (hs_ldap_op's; 0: none) have tag `tag` and open with an
+ * element of tag `tag2` and length `len2`, whose first byte is in the bytes too? */
+HS_INLINE int hs_ldap_is(struct hs_peek p, __u32 n, __u32 op, __u8 tag, __u8 tag2, __u8 len2)
+{
+	return op && op + 5 <= n && hs_byte(p, op) == tag && hs_byte(p, op + 2) == tag2 &&
+	       hs_byte(p, op + 3) == len2;
 }
 
 /* The first bytes of a connection, before any TLS record, in direction `dir`: which
@@ -104,6 +135,7 @@ HS_INLINE __u32 hs_ldap_op(const __u8 *b, __u32 n)
  * `proto` and `state` are the record's (hs_conn.pre_proto, pre_state). */
 HS_INLINE int hs_pre_first(__u8 *proto, __u8 *state, __u32 dir, const __u8 *b, __u32 n)
 {
+	struct hs_peek p;
 	__u32 op;
 
 	HS_OPAQUE(b);
@@ -150,13 +182,13 @@ HS_INLINE int hs_pre_first(__u8 *proto, __u8 *state, __u32 dir, const __u8 *b, _
 		*proto = HS_PROTO_XMPP;
 		return 1;
 	}
-	op = hs_ldap_op(b, n);
+	p = hs_peek_of(b);
+	op = hs_ldap_op(p, n);
 	if (op) {
 		*proto = HS_PROTO_LDAP;
 		/* ExtendedRequest ([APPLICATION 23]) whose requestName is 22 bytes, "1.3.6.1.4.1.
 		 * 1466.20037": StartTLS (RFC 4511 4.14) */
-		if (op + 5 <= n && b[op & 15] == 0x77 && b[(op + 2) & 15] == 0x80 &&
-		    b[(op + 3) & 15] == 22 && b[(op + 4) & 15] == '1')
+		if (hs_ldap_is(p, n, op, 0x77, 0x80, 22) && hs_byte(p, op + 4) == '1')
 			*state = HS_PRE_ASKED;
 		return 1;
 	}
@@ -174,6 +206,7 @@ HS_INLINE int hs_pre_first(__u8 *proto, __u8 *state, __u32 dir, const __u8 *b, _
  * watching, 0 when TLS can no longer follow (the connection is plain of its protocol). */
 HS_INLINE int hs_pre_flight(__u8 *proto, __u8 *state, __u32 dir, const __u8 *b, __u32 n)
 {
+	struct hs_peek p;
 	__u32 at;
 
 	HS_OPAQUE(b);
@@ -218,9 +251,9 @@ HS_INLINE int hs_pre_flight(__u8 *proto, __u8 *state, __u32 dir, const __u8 *b, 
 				*state = HS_PRE_ASKED;
 			return 1;
 		case HS_PROTO_LDAP:
-			at = hs_ldap_op(b, n);
-			if (at && at + 5 <= n && b[at & 15] == 0x77 && b[(at + 2) & 15] == 0x80 &&
-			    b[(at + 3) & 15] == 22 && b[(at + 4) & 15] == '1')
+			p = hs_peek_of(b);
+			at = hs_ldap_op(p, n);
+			if (hs_ldap_is(p, n, at, 0x77, 0x80, 22) && hs_byte(p, at + 4) == '1')
 				*state = HS_PRE_ASKED;
 			return 1;
 		case HS_PROTO_MYSQL:
@@ -278,10 +311,10 @@ HS_INLINE int hs_pre_flight(__u8 *proto, __u8 *state, __u32 dir, const __u8 *b, 
 	case HS_PROTO_LDAP:
 		/* ExtendedResponse ([APPLICATION 24]): its resultCode, an ENUMERATED, comes
 		 * first (the messageID's length is at most 4: the code is in the bytes) */
-		at = hs_ldap_op(b, n);
-		if (at && at + 5 <= n && b[at & 15] == 0x78 && b[(at + 2) & 15] == 0x0a &&
-		    b[(at + 3) & 15] == 1)
-			*state = b[(at + 4) & 15] == 0 ? HS_PRE_GRANTED : HS_PRE_REFUSED;
+		p = hs_peek_of(b);
+		at = hs_ldap_op(p, n);
+		if (hs_ldap_is(p, n, at, 0x78, 0x0a, 1))
+			*state = hs_byte(p, at + 4) == 0 ? HS_PRE_GRANTED : HS_PRE_REFUSED;
 		break;
 	}
 	/* the client's next flight says whether TLS begins */

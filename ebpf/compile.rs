@@ -5,7 +5,13 @@ use std::{env, path::PathBuf, process::Command};
 
 /// Compile `ebpf/<source>` (which includes `headers`, relative to ebpf/) to
 /// `OUT_DIR/<object>`, printing cargo's rerun rules.
+#[allow(dead_code)] // (tools/build.rs calls this one, userspace/build.rs the other)
 pub fn compile(source: &str, headers: &[&str], object: &str) {
+    compile_with(source, headers, object, &[]);
+}
+
+/// The same, with preprocessor `defines` (`-D` each): one source, several builds.
+pub fn compile_with(source: &str, headers: &[&str], object: &str, defines: &[&str]) {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("../ebpf");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join(object);
     let clang = env::var("HSTRACE_CLANG").unwrap_or_else(|_| "clang-19".into());
@@ -27,6 +33,7 @@ pub fn compile(source: &str, headers: &[&str], object: &str) {
     let status = Command::new(&clang)
         .args(["-g", "-O2", "-target", "bpfel", "-Wall", "-Werror"])
         .arg(format!("-D__TARGET_ARCH_{arch}"))
+        .args(defines.iter().map(|d| format!("-D{d}")))
         .arg("-I").arg(root.join("include"))
         .arg("-I").arg(root.join("vmlinux").join(arch))
         .arg("-c").arg(root.join(source))

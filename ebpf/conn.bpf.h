@@ -11,6 +11,39 @@
 #include "hstrace.h"
 #include "woke.h"
 
+/* Two builds of this one source (userspace/build.rs); userspace loads the first whose
+ * features the kernel has (probed at start, never told by version: docs/kernels.md).
+ *  - the default needs bpf_loop (5.17), BPF atomics that fetch (5.12), the BTF-typed
+ *    current task and its saved registers (5.11, 5.15), and global functions taking
+ *    pointers (5.12);
+ *  - HS_BASIC needs none of them (5.10): the record walk is a bounded loop of
+ *    HS_BASIC_WALK_STEPS steps a buffer, the arrival's hand-over to the read is two plain
+ *    stores, the task is read by helper calls and its registers found at the top of its
+ *    kernel stack, and the parser's functions are static (verified at each call).
+ * The macros below are the only places the two differ, but for the walk (wire.bpf.h). */
+#ifdef HS_BASIC
+#define HS_FUNC static __noinline
+/* (no other CPU's store can come between: the races they guard are then lost, rarely) */
+#define hs_xchg(p, v) ({ typeof(*(p)) __old = *(p); *(p) = (v); __old; })
+#define hs_cmpxchg(p, o, n) ({ typeof(*(p)) __cur = *(p); if (__cur == (o)) *(p) = (n); __cur; })
+#define hs_or(p, v) (*(p) |= (v))
+#define hs_task() ((struct task_struct *)bpf_get_current_task())
+/* a field of a kernel object reached through a pointer the verifier does not type (and
+ * one through a chain of pointers, as BPF_CORE_READ walks it) */
+#define HS_KREAD(p, f) BPF_CORE_READ(p, f)
+#define HS_KREAD2(p, a, b) BPF_CORE_READ(p, a, b)
+#define HS_KREAD4(p, a, b, c, d) BPF_CORE_READ(p, a, b, c, d)
+#else
+#define HS_FUNC __noinline
+#define hs_xchg(p, v) __sync_lock_test_and_set(p, v)
+#define hs_cmpxchg(p, o, n) __sync_val_compare_and_swap(p, o, n)
+#define hs_or(p, v) __sync_fetch_and_or(p, v)
+#define hs_task() bpf_get_current_task_btf()
+#define HS_KREAD(p, f) ((p)->f)
+#define HS_KREAD2(p, a, b) ((p)->a->b)
+#define HS_KREAD4(p, a, b, c, d) ((p)->a->b->c->d)
+#endif
+
 #define AF_INET 2
 #define AF_INET6 10
 #define IPPROTO_TCP 6
@@ -29,14 +62,38 @@
 const volatile __u8 targ_all = 0;     /* trace every process that accepts (no selector, or
 					 --port alone: followed from its first accept) */
 const volatile __u16 targ_port = 0;   /* only connections to this local port (0: any) */
-const volatile __u8 targ_lazy_fd = 0; /* accept is hooked in the kernel, not at the syscall:
-					 find a connection's fd at its first read/write */
 const volatile __u8 targ_uprobes = 0; /* OpenSSL functions may be hooked (not --uprobes none) */
 const volatile char targ_comm[16] = {}; /* --comm: a process is traced from its exec under
 					   this name (NUL-padded; empty: none) */
 
 /* Unique id of each traced connection (socket addresses are reused). */
+#ifdef HS_BASIC
+/* each CPU's count of them: an id is that count and the CPU (up to 4096) */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} conn_seq SEC(".maps");
+
+static __always_inline __u64 new_conn_id(void)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&conn_seq, &zero);
+
+	if (!n)
+		return 0;
+	*n += 1;
+	return (*n << 12) | (bpf_get_smp_processor_id() & 4095);
+}
+#else
 __u64 next_conn_id = 0;
+
+static __always_inline __u64 new_conn_id(void)
+{
+	return __sync_fetch_and_add(&next_conn_id, 1) + 1;
+}
+#endif
 
 /* The arrival hook has run (it is attached): a read with no arrival seen before it then
  * races the hook, rather than meaning there is no hook. */
@@ -63,7 +120,7 @@ static __always_inline void mark_server_port(__u16 port)
 	__u64 bit = 1ULL << (port & 63);
 
 	if (!(server_ports[port >> 6] & bit))
-		__sync_fetch_and_or(&server_ports[port >> 6], bit);
+		hs_or(&server_ports[port >> 6], bit);
 }
 
 static __always_inline int is_server_port(__u16 port)
@@ -240,6 +297,14 @@ static __always_inline int fds_used(void)
 	return !v || !(*v & HS_SET_NO_FDS);
 }
 
+/* Is a connection's fd learned at its first read or write (HS_SET_LAZY_FD)? */
+static __always_inline int lazy_fd(void)
+{
+	__u32 zero = 0, *v = bpf_map_lookup_elem(&settings, &zero);
+
+	return v && (*v & HS_SET_LAZY_FD);
+}
+
 /* Hand a reserved record to userspace, waking it only once enough has piled up. */
 static __always_inline void submit(void *rec)
 {
@@ -296,16 +361,16 @@ static __always_inline __u64 task_cpu_now(struct task_struct *t, __u64 now)
 	__u64 lag = 0;
 
 	if (bpf_core_field_exists(t->se.cfs_rq)) {
-		struct rq *rq = t->se.cfs_rq->rq;
+		struct rq *rq = HS_KREAD2(t, se.cfs_rq, rq);
 
-		lag = rq->clock - rq->clock_task;
+		lag = HS_KREAD(rq, clock) - HS_KREAD(rq, clock_task);
 	}
-	return HS_CPU_BASE + t->se.sum_exec_runtime + now - t->se.exec_start - lag;
+	return HS_CPU_BASE + HS_KREAD(t, se.sum_exec_runtime) + now - HS_KREAD(t, se.exec_start) - lag;
 }
 
 static __always_inline __u64 thread_cpu_now(__u64 now)
 {
-	return task_cpu_now(bpf_get_current_task_btf(), now);
+	return task_cpu_now(hs_task(), now);
 }
 
 /* Was the CPU idle before a service stage, or a handler call? Its idle task is switched
@@ -340,12 +405,12 @@ static __always_inline __u64 idle_exits(struct task_struct *t)
 {
 	if (!bpf_core_field_exists(t->se.cfs_rq))
 		return 0;
-	return 1 + t->se.cfs_rq->rq->idle->nivcsw;
+	return 1 + HS_KREAD4(t, se.cfs_rq, rq, idle, nivcsw);
 }
 
 /* `ns` as hs_conn.woke codes it (woke.h). A function of its own, verified once: inlined
  * at each reader, its branches multiplied the verifier's paths (seconds more to load). */
-__noinline int woke_code(__u64 ns)
+HS_FUNC int woke_code(__u64 ns)
 {
 	return hs_woke_code(ns / 1000);
 }
@@ -376,7 +441,7 @@ static __always_inline void accept_call(struct hs_conn_state *c, __u64 now)
 	struct hs_cpu_mark *m = bpf_map_lookup_elem(&idle_mark, &zero);
 
 	if (m)
-		handler_call(c, HS_WOKE_ACCEPT, idle_exits(bpf_get_current_task_btf()), m, now);
+		handler_call(c, HS_WOKE_ACCEPT, idle_exits(hs_task()), m, now);
 }
 
 /* A service stage starts (its first read; `slot`: HS_WOKE_FLIGHT1, _FLIGHT2 or _RESPONSE):
@@ -385,7 +450,7 @@ static __always_inline void accept_call(struct hs_conn_state *c, __u64 now)
  * (thread_cpu_now). One task lookup for all. */
 static __always_inline __u64 stage_starts(struct hs_conn_state *c, int slot, __u64 now)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
+	struct task_struct *t = hs_task();
 	__u32 zero = 0;
 	__u64 exits = idle_exits(t);
 	struct hs_cpu_mark *m = bpf_map_lookup_elem(&idle_mark, &zero);
@@ -406,7 +471,7 @@ static __always_inline __u64 stage_starts(struct hs_conn_state *c, int slot, __u
  * the thread's on-CPU time. */
 static __always_inline __u64 stage_ends(__u64 now)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
+	struct task_struct *t = hs_task();
 	__u32 zero = 0;
 	struct hs_cpu_mark *m = bpf_map_lookup_elem(&idle_mark, &zero);
 

@@ -6,10 +6,11 @@
  *   arrival: sk_data_ready (tp_btf | tracepoint) | fentry or kprobe tcp_data_ready:
  *            t_arrive, matched by socket (on loopback it runs in the sender's context)
  *   I/O:     sock_recv_length (in) and sock_send_length (out), tp_btf, with the buffer
- *            from the arguments of the syscall the thread is in: no hook on the path every
- *            file and pipe read takes | syscalls read/readv/recvfrom/recvmsg and
- *            write/writev/sendto/sendmsg, entry and exit | fentry or kprobe tcp_sendmsg
- *            (writes only)
+ *            from the arguments of the syscall the thread is in | fentry/fexit, or
+ *            kprobe/kretprobe, on inet_recvmsg and inet6_recvmsg (in) and tcp_sendmsg
+ *            (out), with the buffer from the call's msghdr | syscalls read/readv/recvfrom/
+ *            recvmsg and write/writev/sendto/sendmsg, entry and exit (last: every read and
+ *            write of every process on the host runs them)
  *   close:   syscalls:sys_enter_close, the end of a connection where tcp_destroy_sock
  *            (tcp.bpf.h) cannot be hooked
  *
@@ -35,7 +36,7 @@ static __always_inline void arrival_raced_read(struct hs_conn_state *c, __u64 t)
 
 	if (f >= 0 && flight_dir(f) == HS_DIR_IN && c->arrival_missed &&
 	    c->r.phase == HS_PH_HANDSHAKE)
-		__sync_val_compare_and_swap(&c->arrive_pending, t, 0);
+		hs_cmpxchg(&c->arrive_pending, t, 0);
 }
 
 /* Bytes were queued on socket `skey` (local port `port`): the first since the server last
@@ -57,7 +58,7 @@ static __always_inline void on_data_ready(__u64 skey, __u16 port, int listening)
 	if (!c || c->arrive_pending || c->r.phase == HS_PH_DONE)
 		return;
 	now = bpf_ktime_get_ns();
-	if (!__sync_val_compare_and_swap(&c->arrive_pending, 0, now))
+	if (!hs_cmpxchg(&c->arrive_pending, 0, now))
 		arrival_raced_read(c, now);
 }
 
@@ -150,9 +151,9 @@ static __always_inline void on_conn_io(struct hs_conn_state *c, __u64 skey, __u3
 		else if (!ptr)
 			desync(c, dir); /* bytes hstrace cannot see (sendfile, io_uring) */
 		else if (iovcnt)
-			parse_iov(c, dir, (const struct iovec *)ptr, iovcnt, ret, now);
+			parse_iov(c, skey, dir, (const struct iovec *)ptr, iovcnt, ret, now);
 		else
-			parse_bytes(c, dir, ptr, ret, now);
+			parse_bytes(c, skey, dir, ptr, ret, now);
 	}
 	on_exchange(c, dir, new_flight, ptr, iovcnt, now);
 }
@@ -238,7 +239,7 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 		if (dir == HS_DIR_IN && ret > 0 && !peek && !c->not_tls &&
 		    flight_dir(c->flight) != HS_DIR_IN)
 			ptr = call_buffer(user_regs(), &iovcnt);
-	} else if (!targ_lazy_fd && !wants_bytes(c, dir, ret, peek)) {
+	} else if (!wants_bytes(c, dir, ret, peek) && !lazy_fd()) {
 		/* the syscall's buffer only when the parser reads these bytes (or the fd is
 		 * wanted): not for a failed or peeking read, nor for bytes inside a record body
 		 * it passes over */
@@ -249,7 +250,7 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 		ptr = call_buffer(regs, &iovcnt);
 		/* accept was hooked in the kernel: the connection's fd is the one this call
 		 * names */
-		if (targ_lazy_fd && ptr && !c->fkey && fds_used()) {
+		if (ptr && !c->fkey && lazy_fd()) {
 			__u64 fkey = fd_key(bpf_get_current_pid_tgid() >> 32, SYSCALL_ARG1(regs));
 
 			c->fkey = fkey;
@@ -286,7 +287,7 @@ static __always_inline __u64 conn_sock(__u32 tgid, __u32 fd)
 
 	if (sk)
 		return *sk;
-	if (!targ_lazy_fd)
+	if (!lazy_fd())
 		return 0;
 	/* accept was hooked in the kernel: learn which socket this fd is, once */
 	skey = (__u64)sock_from_fd(fd, 0);
@@ -421,42 +422,145 @@ int close_enter(struct trace_event_raw_sys_enter *ctx)
 	return 0;
 }
 
-/* ---- writes at tcp_sendmsg (kernels without syscall tracepoints) ----------------- */
+/* ---- reads and writes at kernel functions (kernels without the socket tracepoints) */
 
-/* Send hooked in the kernel: the bytes are in the msghdr's iov_iter, user memory for
- * write/writev/send*. */
-static __always_inline void on_tcp_sendmsg(struct sock *sk, struct msghdr *msg, __u64 size)
+/* Before 5.14 an iov_iter kept its kind in `type` (with the direction in bit 0); before
+ * 6.4 its iovec array was `iov`. */
+struct iov_iter___type {
+	unsigned int type;
+} __attribute__((preserve_access_index));
+struct iov_iter___iov {
+	const struct iovec *iov;
+} __attribute__((preserve_access_index));
+
+/* The user buffer of a socket call from its msghdr (`*iovcnt` set for an iovec array), as
+ * the read, write, recv and send calls pass it; 0 for kernel memory (sendfile, splice,
+ * kTLS). */
+static __always_inline __u64 msg_buffer(struct msghdr *msg, __u32 *iovcnt)
 {
-	__u64 skey = (__u64)sk, ptr;
-	__u32 iovcnt = 0;
-	__u8 type;
+	struct iov_iter *it = &msg->msg_iter;
+	__u32 type;
 
-	if (!bpf_map_lookup_elem(&conns, &skey))
+	if (bpf_core_field_exists(it->iter_type))
+		type = BPF_CORE_READ(it, iter_type);
+	else
+		type = BPF_CORE_READ((struct iov_iter___type *)it, type) & ~1u;
+	if (bpf_core_enum_value_exists(enum iter_type, ITER_UBUF) &&
+	    type == bpf_core_enum_value(enum iter_type, ITER_UBUF))
+		return (__u64)BPF_CORE_READ(it, ubuf);
+	if (type != bpf_core_enum_value(enum iter_type, ITER_IOVEC))
+		return 0;
+	*iovcnt = BPF_CORE_READ(it, nr_segs);
+	if (bpf_core_field_exists(it->__iov))
+		return (__u64)BPF_CORE_READ(it, __iov);
+	return (__u64)BPF_CORE_READ((struct iov_iter___iov *)it, iov);
+}
+
+/* A socket call begins on `sk` (local port `port`): if it is a traced connection's, keep
+ * its buffer in the thread's slot for the call's return (io_exit), as the syscall entries
+ * do. Reads are hooked at inet_recvmsg and inet6_recvmsg, whose arguments have not changed
+ * since 4.x (tcp_recvmsg's have), writes at tcp_sendmsg. */
+static __always_inline void sock_call_enter(struct sock *sk, __u16 port, struct msghdr *msg, __u32 peek)
+{
+	__u64 id = bpf_get_current_pid_tgid(), skey = (__u64)sk;
+	__u32 tid = id, slot = tid % HS_IO_SLOTS;
+	struct io_args *a;
+
+	/* other ports' sockets leave before the lookup (port 0: a reset released it) */
+	if ((port && !is_server_port(port)) || !bpf_map_lookup_elem(&conns, &skey))
 		return;
-	type = BPF_CORE_READ(msg, msg_iter.iter_type);
-	if (type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
-		ptr = (__u64)BPF_CORE_READ(msg, msg_iter.ubuf);
-	} else if (type == bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
-		ptr = (__u64)BPF_CORE_READ(msg, msg_iter.__iov);
-		iovcnt = BPF_CORE_READ(msg, msg_iter.nr_segs);
-	} else {
+	a = bpf_map_lookup_elem(&io_in_flight, &slot);
+	if (!a)
 		return;
-	}
-	on_io(skey, HS_DIR_OUT, size, ptr, iovcnt, 0, bpf_ktime_get_ns());
+	take_slot(a->tid, tid);
+	a->skey = skey;
+	a->iovcnt = 0;
+	a->ptr = msg_buffer(msg, &a->iovcnt);
+	a->peek = peek;
+	a->tid = tid;
+}
+
+/* BTF-typed: the socket's fields are plain loads */
+static __always_inline void recv_enter_btf(struct socket *sock, struct msghdr *msg, int flags)
+{
+	struct sock *sk = sock->sk;
+
+	if (sk)
+		sock_call_enter(sk, sk->__sk_common.skc_num, msg, flags & MSG_PEEK);
+}
+
+static __always_inline void recv_enter_kprobe(struct socket *sock, struct msghdr *msg, int flags)
+{
+	struct sock *sk = BPF_CORE_READ(sock, sk);
+
+	if (sk)
+		sock_call_enter(sk, BPF_CORE_READ(sk, __sk_common.skc_num), msg, flags & MSG_PEEK);
+}
+
+SEC("fentry/inet_recvmsg")
+int BPF_PROG(recv4_fentry, struct socket *sock, struct msghdr *msg, size_t size, int flags)
+{
+	recv_enter_btf(sock, msg, flags);
+	return 0;
+}
+
+SEC("fexit/inet_recvmsg")
+int BPF_PROG(recv4_fexit, struct socket *sock, struct msghdr *msg, size_t size, int flags, int ret)
+{
+	return io_exit(HS_DIR_IN, ret);
+}
+
+SEC("fentry/inet6_recvmsg")
+int BPF_PROG(recv6_fentry, struct socket *sock, struct msghdr *msg, size_t size, int flags)
+{
+	recv_enter_btf(sock, msg, flags);
+	return 0;
+}
+
+SEC("fexit/inet6_recvmsg")
+int BPF_PROG(recv6_fexit, struct socket *sock, struct msghdr *msg, size_t size, int flags, int ret)
+{
+	return io_exit(HS_DIR_IN, ret);
+}
+
+/* (one program each, attached to both inet_recvmsg and inet6_recvmsg) */
+SEC("kprobe/inet_recvmsg")
+int BPF_KPROBE(recv_kprobe, struct socket *sock, struct msghdr *msg, size_t size, int flags)
+{
+	recv_enter_kprobe(sock, msg, flags);
+	return 0;
+}
+
+SEC("kretprobe/inet_recvmsg")
+int BPF_KRETPROBE(recv_kretprobe, int ret)
+{
+	return io_exit(HS_DIR_IN, ret);
 }
 
 SEC("fentry/tcp_sendmsg")
 int BPF_PROG(send_fentry, struct sock *sk, struct msghdr *msg, size_t size)
 {
-	on_tcp_sendmsg(sk, msg, size);
+	sock_call_enter(sk, sk->__sk_common.skc_num, msg, 0);
 	return 0;
+}
+
+SEC("fexit/tcp_sendmsg")
+int BPF_PROG(send_fexit, struct sock *sk, struct msghdr *msg, size_t size, int ret)
+{
+	return io_exit(HS_DIR_OUT, ret);
 }
 
 SEC("kprobe/tcp_sendmsg")
 int BPF_KPROBE(send_kprobe, struct sock *sk, struct msghdr *msg, size_t size)
 {
-	on_tcp_sendmsg(sk, msg, size);
+	sock_call_enter(sk, BPF_CORE_READ(sk, __sk_common.skc_num), msg, 0);
 	return 0;
+}
+
+SEC("kretprobe/tcp_sendmsg")
+int BPF_KRETPROBE(send_kretprobe, int ret)
+{
+	return io_exit(HS_DIR_OUT, ret);
 }
 
 #endif

@@ -136,7 +136,7 @@ static __always_inline __u32 pre_peek(__u8 *b, __u64 buf, __u32 iovcnt, long ret
  * takes five arguments): 1 when it belongs to the preamble (nothing more to do with it),
  * 0 when it starts TLS (the caller goes on as for any connection). (A global function:
  * verified once.) */
-__noinline int preamble_io(struct hs_conn_state *c, __u32 dir_iov, long ret, __u64 ptr, __u64 now)
+HS_FUNC int preamble_io(struct hs_conn_state *c, __u32 dir_iov, long ret, __u64 ptr, __u64 now)
 {
 	__u8 b[2 * HS_PRE_PEEK] = {};
 	__u32 n = 0, new_flight, watch = 1, dir = dir_iov & 1, iovcnt = dir_iov >> 1;
@@ -154,7 +154,7 @@ __noinline int preamble_io(struct hs_conn_state *c, __u32 dir_iov, long ret, __u
 	if (dir == HS_DIR_IN) {
 		c->r.bytes_in += ret;
 		if (new_flight)
-			arr = __sync_lock_test_and_set(&c->arrive_pending, 0);
+			arr = hs_xchg(&c->arrive_pending, 0);
 	} else {
 		c->r.bytes_out += ret;
 	}
@@ -173,7 +173,7 @@ __noinline int preamble_io(struct hs_conn_state *c, __u32 dir_iov, long ret, __u
  * that may switch to TLS, watch its preamble: this transfer, which was taken for a TLS
  * flight, becomes its first (returns 1: the parser stops here, no desync). Otherwise the
  * protocol is noted (plain HTTP, say) and the parser goes on as before (0). */
-__noinline int preamble_start(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 avail, __u64 now)
+HS_FUNC int preamble_start(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 avail, __u64 now)
 {
 	__u8 b[2 * HS_PRE_PEEK] = {};
 	__u32 n = avail < HS_PRE_PEEK ? avail : HS_PRE_PEEK;

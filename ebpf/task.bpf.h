@@ -12,12 +12,12 @@
 #define S_IFSOCK 0140000
 
 /* The syscall a thread is in, and its arguments, from its saved user registers
- * (bpf_task_pt_regs; BTF-typed, so plain loads). */
+ * (bpf_task_pt_regs; BTF-typed, so plain loads, but in the HS_BASIC build). */
 #if defined(__TARGET_ARCH_x86)
-#define SYSCALL_NR(regs) ((regs)->orig_ax)
-#define SYSCALL_ARG1(regs) ((regs)->di)
-#define SYSCALL_ARG2(regs) ((regs)->si)
-#define SYSCALL_ARG3(regs) ((regs)->dx)
+#define SYSCALL_NR(regs) HS_KREAD(regs, orig_ax)
+#define SYSCALL_ARG1(regs) HS_KREAD(regs, di)
+#define SYSCALL_ARG2(regs) HS_KREAD(regs, si)
+#define SYSCALL_ARG3(regs) HS_KREAD(regs, dx)
 #define NR_read 0
 #define NR_write 1
 #define NR_close 3
@@ -28,10 +28,10 @@
 #define NR_sendmsg 46
 #define NR_recvmsg 47
 #elif defined(__TARGET_ARCH_arm64)
-#define SYSCALL_NR(regs) ((regs)->syscallno)
-#define SYSCALL_ARG1(regs) ((regs)->orig_x0)
-#define SYSCALL_ARG2(regs) ((regs)->regs[1])
-#define SYSCALL_ARG3(regs) ((regs)->regs[2])
+#define SYSCALL_NR(regs) HS_KREAD(regs, syscallno)
+#define SYSCALL_ARG1(regs) HS_KREAD(regs, orig_x0)
+#define SYSCALL_ARG2(regs) HS_KREAD(regs, regs[1])
+#define SYSCALL_ARG3(regs) HS_KREAD(regs, regs[2])
 #define NR_read 63
 #define NR_write 64
 #define NR_close 57
@@ -45,24 +45,37 @@
 #error "syscall numbers for this architecture"
 #endif
 
+#ifdef HS_BASIC
+/* No bpf_task_pt_regs (before 5.15): the registers are saved at the top of the thread's
+ * kernel stack (task_pt_regs; THREAD_SIZE is 16 KiB on x86-64 and arm64 without KASAN,
+ * with no padding above them on the kernels this build is for). */
+#define HS_THREAD_SIZE (16 * 1024)
+static __always_inline struct pt_regs *user_regs(void)
+{
+	__u64 stack = (__u64)BPF_CORE_READ(hs_task(), stack);
+
+	return (struct pt_regs *)(stack + HS_THREAD_SIZE) - 1;
+}
+#else
 static __always_inline struct pt_regs *user_regs(void)
 {
 	return (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 }
+#endif
 
 /* The struct sock behind fd `fd` of the current process, or NULL. `is_socket`: the fd is
  * known to be a socket (accept just returned it), so its file's mode is not checked. The
  * task's fields are BTF loads; the fd array and the file are read by helper calls. */
 static __always_inline struct sock *sock_from_fd(__u32 fd, int is_socket)
 {
-	struct fdtable *fdt = bpf_get_current_task_btf()->files->fdt;
+	struct fdtable *fdt = HS_KREAD2(hs_task(), files, fdt);
 	struct file **fdarr, *file = NULL;
 	struct socket *sock = NULL;
 	struct sock *sk = NULL;
 
-	if (!fdt || fd >= fdt->max_fds)
+	if (!fdt || fd >= HS_KREAD(fdt, max_fds))
 		return NULL;
-	fdarr = fdt->fd;
+	fdarr = HS_KREAD(fdt, fd);
 	if (bpf_probe_read_kernel(&file, sizeof(file), &fdarr[fd]) || !file)
 		return NULL;
 	if (!is_socket && (BPF_CORE_READ(file, f_inode, i_mode) & S_IFMT) != S_IFSOCK)

@@ -108,7 +108,7 @@ static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
 	if (!c)
 		return;
 	count(HS_C_ACCEPTED);
-	c->r.conn_id = __sync_fetch_and_add(&next_conn_id, 1) + 1;
+	c->r.conn_id = new_conn_id();
 	c->r.tgid = tgid;
 	bpf_get_current_comm(c->r.comm, sizeof(c->r.comm));
 	/* the fd, only while some hook reads the fds table: a connection has an fds entry
@@ -173,9 +173,21 @@ int accept4_exit(struct trace_event_raw_sys_exit *ctx) { return on_accept_fd(ctx
 SEC("tracepoint/syscalls/sys_exit_accept")
 int accept_exit(struct trace_event_raw_sys_exit *ctx) { return on_accept_fd(ctx->ret); }
 
+/* inet_csk_accept(sk, arg) since 6.10, inet_csk_accept(sk, flags, err, kern) before it:
+ * the returned socket follows the arguments, so where it is depends on which the kernel
+ * has, which its BTF tells (struct proto_accept_arg came with the change) */
 SEC("fexit/inet_csk_accept")
-int BPF_PROG(accept_fexit, struct sock *sk, struct proto_accept_arg *arg, struct sock *newsk)
+int BPF_PROG(accept_fexit)
 {
+	struct sock *newsk;
+
+	/* one load or the other, each at its constant offset (the verifier refuses a read past
+	 * a function's arguments, and a load through a context pointer moved first, which is
+	 * what the compiler makes of ctx[i] when it merges the two) */
+	if (bpf_core_type_exists(struct proto_accept_arg))
+		asm volatile("%0 = *(u64 *)(%1 + 16)" : "=r"(newsk) : "r"(ctx));
+	else
+		asm volatile("%0 = *(u64 *)(%1 + 32)" : "=r"(newsk) : "r"(ctx));
 	return on_accept_sock(newsk);
 }
 

@@ -24,6 +24,8 @@
 				       * run of body bytes (a 16 KiB read of 1-byte records
 				       * takes 5,462); a buffer needing more stops the
 				       * connection's parse (counted as a desync) */
+#define HS_BASIC_WALK_STEPS 32      /* the same, in the build for kernels without bpf_loop
+				       * (HS_BASIC): a TLS 1.2 full server flight takes 9 */
 #define HS_IOV_SEGS 4                 /* iovec segments walked in one readv/writev */
 #define HS_HDRS_LEN 9                 /* a record header and a handshake message header */
 #define HS_BODY_PREREAD 4             /* hs_stream.body_have: the message header is in body,
@@ -60,7 +62,7 @@ static __always_inline int retry_pending(struct hs_conn_state *c)
 /* The client's flight after a HelloRetryRequest (its second ClientHello) starts: keep the
  * retry round's times apart and start the flights again, so those after it line up with a
  * handshake without one. TLS 1.3 only, so no ChangeCipherSpec so far meant encryption. */
-__noinline int hello_retry_restart(struct hs_conn_state *c)
+HS_FUNC int hello_retry_restart(struct hs_conn_state *c)
 {
 	if (!c)
 		return 0;
@@ -130,7 +132,7 @@ static __always_inline int on_transfer(struct hs_conn_state *c, __u32 dir, __u32
 		 * the arrival (an exchange, a full barrier), and on_data_ready, which stores
 		 * its arrival before it looks, either leaves it to this read or takes it back */
 		c->arrival_missed = 1;
-		pending = __sync_lock_test_and_set(&c->arrive_pending, 0);
+		pending = hs_xchg(&c->arrive_pending, 0);
 		if (pending) {
 			c->arrival_missed = 0;
 			c->last_arrive = pending;
@@ -170,7 +172,7 @@ static __always_inline int is_retry_random(const __u64 *r)
 
 /* Is the ServerHello at user address `msg` (handshake header first, 38 bytes readable) a
  * HelloRetryRequest? (A ServerHello in pieces: a whole one is checked in its copy.) */
-__noinline int is_hello_retry(__u64 msg)
+HS_FUNC int is_hello_retry(__u64 msg)
 {
 	__u64 r[4];
 
@@ -228,7 +230,7 @@ static __always_inline void server_hello_copied(struct hs_conn_state *c, const _
  * buffer; counted if it has no room. (Global functions are verified once, not at every
  * call site: the parser's loops stay within the verifier's budget. User pointers are
  * passed to them as plain numbers.) */
-__noinline int send_hello(struct hs_conn_state *c, __u32 dir, __u32 offset, __u64 at, __u32 len)
+HS_FUNC int send_hello(struct hs_conn_state *c, __u32 dir, __u32 offset, __u64 at, __u32 len)
 {
 	__u32 zero = 0;
 	struct hs_hello *h = bpf_map_lookup_elem(&hello_scratch, &zero);
@@ -298,7 +300,7 @@ static __always_inline void on_record_start(struct hs_conn_state *c, struct hs_s
 /* Up to `avail` (>= 1) bytes of a plaintext handshake record's body at user address `at`:
  * assemble the next message header, or pass over (and copy out, for a hello in pieces)
  * the current message's body. Returns the bytes taken (>= 1). */
-__noinline int walk_message(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 avail)
+HS_FUNC int walk_message(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 avail)
 {
 	struct hs_stream *st;
 	__u32 have, need, mlen, take, f;
@@ -365,7 +367,7 @@ __noinline int walk_message(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 
 
 /* Up to `avail` bytes of a plaintext alert record's body at `at`: its two bytes (level,
  * description), however the reads cut them. Returns the bytes taken. */
-__noinline int walk_alert(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 avail, __u32 pos)
+HS_FUNC int walk_alert(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 avail, __u32 pos)
 {
 	struct hs_stream *st;
 	__u32 have, need;
@@ -456,17 +458,23 @@ static __always_inline void on_record_end(struct hs_conn_state *c, __u32 dir, __
 	int s1_ccs = c->r.rec_types[HS_FL_S1] & HS_RT_CCS;
 
 	if (dir == HS_DIR_IN && !c->first_rec_done) {
+		__u32 fi = (__u8)f;
+
 		c->first_rec_done = 1;
-		if ((__u32)f < HS_FLIGHTS) {
-			c->r.t_first[f & 3] = now;
+		if (fi < HS_FLIGHTS) {
+			/* the compiler drops this mask as redundant; the verifier needs it to
+			 * bound the index (6.1's lost the bound through a spill) */
+			barrier_var(fi);
+			fi &= HS_FLIGHTS - 1;
+			c->r.t_first[fi] = now;
 			/* read before its arrival was seen: it arrived within this read (and so
 			 * did whatever else this flight's reads take) */
 			if (c->arrival_missed) {
 				c->last_arrive = now;
 				count(HS_C_LATE_ARRIVAL);
 			}
-			c->r.t_arrive[f & 3] = c->last_arrive;
-			c->r.cpu_first[f & 3] =
+			c->r.t_arrive[fi] = c->last_arrive;
+			c->r.cpu_first[fi] =
 				stage_starts(c, f == HS_FL_C1 ? HS_WOKE_FLIGHT1 : HS_WOKE_FLIGHT2, now);
 		}
 	}
@@ -758,10 +766,49 @@ static __always_inline void pass_over(struct hs_conn_state *c, __u32 dir, __u32 
 	body_taken(c, dir, n, now);
 }
 
-/* Walk the records in `n` bytes at user address `buf`, read (IN) or written (OUT). (A
- * global function: verified once, not at each of its call sites, and its code is in each
- * program once.) */
-__noinline int parse_bytes(struct hs_conn_state *c, __u32 dir, __u64 buf, __u32 n, __u64 now)
+#ifdef HS_BASIC
+/* One step of the walk as a global function, verified once rather than at each step of
+ * the loop below. The kernels of this build take only numbers as a global function's
+ * arguments: the connection is looked up by its socket `skey`, and `dir_n` is the
+ * direction and the buffer's length (dir << 32 | n). Returns the offset the step reached,
+ * with bit 32 set when the walk stops. */
+__noinline __u64 walk_step_key(__u64 skey, __u64 dir_n, __u64 buf, __u64 now, __u32 off)
+{
+	struct walk w = { .c = bpf_map_lookup_elem(&conns, &skey), .buf = buf, .now = now,
+			  .dir = dir_n >> 32, .n = (__u32)dir_n, .off = off };
+	long stop = walk_step(0, &w);
+
+	return w.off | ((__u64)(stop != 0) << 32);
+}
+#endif
+
+/* Walk the records in `n` bytes at user address `buf`, read (IN) or written (OUT), of
+ * connection `c` on socket `skey`. (A global function: verified once, not at each of its
+ * call sites, and its code is in each program once. In the HS_BASIC build a loop of global
+ * steps, bounded by HS_BASIC_WALK_STEPS, for want of bpf_loop.) */
+#ifdef HS_BASIC
+static __always_inline int parse_bytes(struct hs_conn_state *c, __u64 skey, __u32 dir, __u64 buf,
+				       __u32 n, __u64 now)
+{
+	__u64 step = 0, key = 0;
+	__u32 off = 0;
+
+	/* a socket pointer of a BTF-typed hook is no number to the verifier: copy it as one */
+	bpf_probe_read_kernel(&key, sizeof(key), &skey);
+	for (__u32 i = 0; i < HS_BASIC_WALK_STEPS; i++) {
+		step = walk_step_key(key, (__u64)dir << 32 | n, buf, now, off);
+		off = (__u32)step;
+		if (step >> 32)
+			break;
+	}
+	/* bytes left unwalked would put the next read's parse out of step */
+	if (off < n && !c->emitted && !c->st[dir & 1].desync && !c->pre_watch)
+		desync(c, dir);
+	return 0;
+}
+#else
+#define parse_bytes(c, skey, dir, buf, n, now) parse_bytes_walk(c, dir, buf, n, now)
+__noinline int parse_bytes_walk(struct hs_conn_state *c, __u32 dir, __u64 buf, __u32 n, __u64 now)
 {
 	struct walk w = { .c = c, .buf = buf, .now = now, .dir = dir, .n = n };
 
@@ -773,10 +820,11 @@ __noinline int parse_bytes(struct hs_conn_state *c, __u32 dir, __u64 buf, __u32 
 		desync(c, dir);
 	return 0;
 }
+#endif
 
 /* Walk up to HS_IOV_SEGS segments of an iovec array, `n` bytes in all. */
-static __always_inline void parse_iov(struct hs_conn_state *c, __u32 dir, const struct iovec *iov,
-				      __u32 iovcnt, __u32 n, __u64 now)
+static __always_inline void parse_iov(struct hs_conn_state *c, __u64 skey, __u32 dir,
+				      const struct iovec *iov, __u32 iovcnt, __u32 n, __u64 now)
 {
 	for (int i = 0; i < HS_IOV_SEGS; i++) {
 		struct iovec v;
@@ -787,7 +835,7 @@ static __always_inline void parse_iov(struct hs_conn_state *c, __u32 dir, const 
 		if (bpf_probe_read_user(&v, sizeof(v), &iov[i]))
 			break;
 		seg = v.iov_len < n ? v.iov_len : n;
-		parse_bytes(c, dir, (__u64)v.iov_base, seg, now);
+		parse_bytes(c, skey, dir, (__u64)v.iov_base, seg, now);
 		n -= seg;
 	}
 }

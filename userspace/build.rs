@@ -1,28 +1,31 @@
-//! Compiles the BPF programs in ../ebpf with clang-19 into OUT_DIR; lib.rs embeds the object.
+//! Compiles the BPF programs in ../ebpf with clang-19 into OUT_DIR; lib.rs embeds the objects.
 //! Also tells the build's revision and compiler, for `hstrace_build_info`.
 
 #[path = "../ebpf/compile.rs"]
 mod compile;
 
+/// Every file the programs' object is built from.
+const HEADERS: &[&str] = &[
+    "conn.bpf.h",
+    "wire.bpf.h",
+    "preamble.bpf.h",
+    "starttls.h",
+    "task.bpf.h",
+    "tcp.bpf.h",
+    "io.bpf.h",
+    "proc.bpf.h",
+    "ssl.bpf.h",
+    "include/hstrace.h",
+    "include/woke.h",
+    "compile.rs",
+];
+
 fn main() {
-    compile::compile(
-        "hstrace.bpf.c",
-        &[
-            "conn.bpf.h",
-            "wire.bpf.h",
-            "preamble.bpf.h",
-            "starttls.h",
-            "task.bpf.h",
-            "tcp.bpf.h",
-            "io.bpf.h",
-            "proc.bpf.h",
-            "ssl.bpf.h",
-            "include/hstrace.h",
-            "include/woke.h",
-            "compile.rs",
-        ],
-        "hstrace.bpf.o",
-    );
+    // the default build, and the one for kernels lacking one of its features (HS_BASIC in
+    // ebpf/conn.bpf.h; src/features.rs picks), and the programs that probe those features
+    compile::compile_with("hstrace.bpf.c", HEADERS, "hstrace.bpf.o", &[]);
+    compile::compile_with("hstrace.bpf.c", HEADERS, "hstrace-basic.bpf.o", &["HS_BASIC"]);
+    compile::compile_with("features.bpf.c", &["compile.rs"], "features.bpf.o", &[]);
     build_info();
 }
 

@@ -116,6 +116,9 @@
 /* Bits of the `settings` map's word, written by userspace once its probes are attached. */
 #define HS_SET_NO_FDS 1 /* no attached hook reads the fds table (reads, writes and closes
 			 * are all seen at the socket layer): accept does not fill it */
+#define HS_SET_LAZY_FD 2 /* accept is hooked in the kernel (it returns a socket, not an
+			  * fd) and a hook reads the fds table: a connection's fd is learned
+			  * at its first read or write */
 
 /* Bits of the per-flight record-type masks (hs_conn.rec_types[]): 1 << (type - 20). */
 #define HS_RT_CCS (1 << 0)

@@ -51,6 +51,13 @@ enum UprobesArg {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum BpfBuildArg {
+    Auto,
+    Full,
+    Basic,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum FormatArg {
     Text,
     Json,
@@ -115,6 +122,10 @@ struct SourceArgs {
     /// function name), as on a kernel without it: the tests run the fallbacks this way
     #[arg(long, value_name = "HOOK", hide = true)]
     avoid_hook: Vec<String>,
+    /// Which build of the BPF programs to load: the one the kernel's features allow
+    /// (auto), or the basic one, as on a kernel without them: the tests run it this way
+    #[arg(long, value_enum, default_value = "auto", hide = true)]
+    bpf_build: BpfBuildArg,
     /// Label each connection with the container its server runs in (container_id) and,
     /// on a Kubernetes node, its pod (k8s_pod_name, k8s_namespace_name): read once per
     /// server process from /proc/PID/cgroup and the kubelet's pod log directories
@@ -446,6 +457,11 @@ impl SourceArgs {
             max_conns: self.max_conns,
             idle_timeout: seconds("--idle-timeout", self.idle_timeout)?,
             avoid_hooks: self.avoid_hook,
+            bpf_build: match self.bpf_build {
+                BpfBuildArg::Auto => None,
+                BpfBuildArg::Full => Some(crate::features::Build::Full),
+                BpfBuildArg::Basic => Some(crate::features::Build::Basic),
+            },
             end_when_selection_exits: true,
             container_labels: self.container_labels,
             pods_dir: self

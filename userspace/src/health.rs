@@ -67,6 +67,10 @@ pub struct Health {
     /// processes whose uprobes tied no call to a connection (memory BIOs, Node.js): their
     /// uprobes were detached, and they are traced from the wire only
     pub uprobes_untied: u64,
+    /// the build of the BPF programs loaded (features.rs), and the kernel features its
+    /// default build uses that this kernel lacks
+    pub bpf_build: &'static str,
+    pub kernel_lacks: Vec<&'static str>,
     pub probes: Vec<ProbeChoice>,
 }
 
@@ -156,6 +160,13 @@ impl Health {
                 ));
             }
         }
+        if !self.kernel_lacks.is_empty() {
+            s.push_str(&format!(
+                "hstrace: the {} build of the BPF programs ran: this kernel lacks {} (-v says what each costs)\n",
+                self.bpf_build,
+                self.kernel_lacks.join(", ")
+            ));
+        }
         s
     }
 
@@ -195,6 +206,8 @@ impl Health {
                 m.opt_str(p.group, p.hook.as_deref());
             }
         });
+        o.str("bpf_build", self.bpf_build);
+        o.strs("kernel_lacks", &self.kernel_lacks);
         if !self.table_entries.is_empty() {
             o.object("tables", |m| {
                 for (name, n) in &self.table_entries {

@@ -5,6 +5,7 @@
 //! - `probes`: the probe table (every hook, and what replaces it on other kernels)
 //! - `abi`: the records and state the BPF programs share (mirror of ebpf/include/hstrace.h)
 //! - `preflight`: privilege and kernel-feature checks, with what to do when one fails
+//! - `features`: which BPF features the kernel has, and so which build of the programs loads
 //! - `targets`: which processes are traced (`sockdiag`: the host's listening sockets)
 //! - `ties`: whether a process's OpenSSL calls can be tied to its connections
 //! - `container`: which container (and Kubernetes pod) a traced process runs in
@@ -50,6 +51,7 @@ pub mod cold_start;
 pub mod container;
 pub mod export;
 pub mod failures;
+pub mod features;
 pub mod health;
 pub mod host_cpu;
 pub mod http_client;
@@ -76,6 +78,15 @@ pub mod ties;
 pub mod tls;
 pub mod trace;
 
-/// The compiled BPF object (built from ../ebpf by build.rs).
+/// The compiled BPF object (built from ../ebpf by build.rs): the default build.
 pub static BPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/hstrace.bpf.o"));
+
+/// The same programs built for kernels that lack a feature of the default build
+/// (`features::Build::Basic`).
+pub static BPF_OBJECT_BASIC: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/hstrace-basic.bpf.o"));
+
+/// The feature probes' programs (ebpf/features.bpf.c).
+pub static FEATURES_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/features.bpf.o"));

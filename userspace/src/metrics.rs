@@ -392,7 +392,7 @@ impl Metrics {
         );
         r.register(
             "probe_info",
-            "The hook each probe group uses (hook=\"unavailable\": none worked on this kernel)",
+            "The hook each probe group uses (hook=\"unavailable\": none worked on this kernel); group=\"bpf_build\": the build of the BPF programs loaded (full or basic), group=\"kernel_lacks\": each BPF feature of the full build the kernel lacks",
             m.probes.clone(),
         );
         r.register(
@@ -742,6 +742,17 @@ impl Metrics {
                 .get_or_create(&ProbeLabels {
                     group: p.group,
                     hook: p.hook.clone().unwrap_or_else(|| "unavailable".into()),
+                })
+                .set(1);
+        }
+        // the build of the programs, and each feature of the default build the kernel lacks
+        let kernel = std::iter::once(("bpf_build", h.bpf_build))
+            .chain(h.kernel_lacks.iter().map(|f| ("kernel_lacks", *f)));
+        for (group, hook) in kernel {
+            self.probes
+                .get_or_create(&ProbeLabels {
+                    group,
+                    hook: hook.into(),
                 })
                 .set(1);
         }

@@ -63,10 +63,15 @@ const fn p(program: &'static str, hook: Hook) -> Probe {
 /// `accept`, t_arrive from `arrival`, read and sent times (and every wire byte parsed)
 /// from `read` and `send`. On-CPU time (`cpu_ns`) needs no hook of its own: the `read`
 /// and `send` programs run in the server's thread and read the scheduler's accounting of
-/// it (`se.sum_exec_runtime` and `se.exec_start`, through BTF). Reads and writes are
-/// hooked at the socket layer where the kernel has its tracepoints (6.3+): a syscall
-/// tracepoint would be paid by every read and write of every process on the host (~300
-/// ns each on 6.18, even for a program that returns at once).
+/// it (`se.sum_exec_runtime` and `se.exec_start`, through BTF).
+///
+/// Hooks in the kernel come before the syscall tracepoints: a syscall tracepoint is paid
+/// by every syscall of every process on the host once any is attached (~20-300 ns each),
+/// a hook on a socket function only by the sockets. Reads and writes are hooked at the
+/// socket layer's tracepoints where the kernel has them (6.3+), else at inet_recvmsg and
+/// inet6_recvmsg (whose arguments have not changed since 4.x; tcp_recvmsg's have) and
+/// tcp_sendmsg, by a BPF trampoline (fentry/fexit) or else a kprobe, and last at the
+/// syscalls.
 pub const GROUPS: &[Group] = &[
     Group {
         name: "tcp_state",
@@ -85,12 +90,12 @@ pub const GROUPS: &[Group] = &[
         required: true,
         without: "",
         alternatives: &[
+            &[p("accept_fexit", Hook::FExit("inet_csk_accept"))],
+            &[p("accept_kretprobe", Hook::KRetProbe("inet_csk_accept"))],
             &[
                 tp("accept4_exit", "syscalls", "sys_exit_accept4"),
                 tp("accept_exit", "syscalls", "sys_exit_accept"),
             ],
-            &[p("accept_fexit", Hook::FExit("inet_csk_accept"))],
-            &[p("accept_kretprobe", Hook::KRetProbe("inet_csk_accept"))],
         ],
     },
     Group {
@@ -99,6 +104,18 @@ pub const GROUPS: &[Group] = &[
         without: "",
         alternatives: &[
             &[p("sock_recv", Hook::BtfTracepoint("sock_recv_length"))],
+            &[
+                p("recv4_fentry", Hook::FEntry("inet_recvmsg")),
+                p("recv4_fexit", Hook::FExit("inet_recvmsg")),
+                p("recv6_fentry", Hook::FEntry("inet6_recvmsg")),
+                p("recv6_fexit", Hook::FExit("inet6_recvmsg")),
+            ],
+            &[
+                p("recv_kprobe", Hook::KProbe("inet_recvmsg")),
+                p("recv_kretprobe", Hook::KRetProbe("inet_recvmsg")),
+                p("recv_kprobe", Hook::KProbe("inet6_recvmsg")),
+                p("recv_kretprobe", Hook::KRetProbe("inet6_recvmsg")),
+            ],
             &[
                 tp("read_enter", "syscalls", "sys_enter_read"),
                 tp("read_exit", "syscalls", "sys_exit_read"),
@@ -118,6 +135,14 @@ pub const GROUPS: &[Group] = &[
         alternatives: &[
             &[p("sock_send", Hook::BtfTracepoint("sock_send_length"))],
             &[
+                p("send_fentry", Hook::FEntry("tcp_sendmsg")),
+                p("send_fexit", Hook::FExit("tcp_sendmsg")),
+            ],
+            &[
+                p("send_kprobe", Hook::KProbe("tcp_sendmsg")),
+                p("send_kretprobe", Hook::KRetProbe("tcp_sendmsg")),
+            ],
+            &[
                 tp("write_enter", "syscalls", "sys_enter_write"),
                 tp("write_exit", "syscalls", "sys_exit_write"),
                 tp("writev_enter", "syscalls", "sys_enter_writev"),
@@ -127,8 +152,6 @@ pub const GROUPS: &[Group] = &[
                 tp("sendmsg_enter", "syscalls", "sys_enter_sendmsg"),
                 tp("sendmsg_exit", "syscalls", "sys_exit_sendmsg"),
             ],
-            &[p("send_fentry", Hook::FEntry("tcp_sendmsg"))],
-            &[p("send_kprobe", Hook::KProbe("tcp_sendmsg"))],
         ],
     },
     Group {
@@ -221,6 +244,22 @@ pub fn tracepoint_exists(category: &str, event: &str) -> bool {
         })
 }
 
+/// Does the running kernel have `hook` at all (its tracepoint, or the kernel function or
+/// BTF tracepoint type in its BTF)? An alternative whose hook is absent is passed over
+/// with that said, before any load.
+pub fn hook_exists(btf: &Btf, hook: &Hook) -> bool {
+    use aya_obj::btf::BtfKind;
+    match *hook {
+        Hook::Tracepoint(category, event) => tracepoint_exists(category, event),
+        Hook::BtfTracepoint(name) => btf
+            .id_by_type_name_kind(&format!("btf_trace_{name}"), BtfKind::Typedef)
+            .is_ok(),
+        Hook::FEntry(f) | Hook::FExit(f) | Hook::KProbe(f) | Hook::KRetProbe(f) => {
+            btf.id_by_type_name_kind(f, BtfKind::Func).is_ok()
+        }
+    }
+}
+
 /// Load one program into the kernel (the verifier runs here) without attaching it.
 pub fn load(bpf: &mut Ebpf, btf: &Btf, probe: &Probe) -> Result<()> {
     let prog = bpf
@@ -296,15 +335,36 @@ impl Hook {
     }
 }
 
-/// Does an attached hook look connections up by fd (the `fds` table)? Only the syscall
-/// alternatives of the read, send and close groups do: at the socket layer the kernel
-/// names the socket itself, and accept then leaves the table alone.
-pub fn fds_read(choices: &[Choice]) -> bool {
+/// The hooks `choices` attached for `group`.
+fn hooks_of<'a>(choices: &'a [Choice], group: &'a str) -> impl Iterator<Item = &'a Hook> {
     choices
         .iter()
-        .filter(|c| matches!(c.group, "read" | "send" | "close"))
+        .filter(move |c| c.group == group)
         .flat_map(|c| c.hooks.iter().flatten())
+}
+
+/// Does an attached hook look connections up by fd (the `fds` table)? Only the syscall
+/// alternatives of the read, send and close groups do: in the kernel a hook names the
+/// socket itself, and accept then leaves the table alone.
+pub fn fds_read(choices: &[Choice]) -> bool {
+    ["read", "send", "close"]
+        .iter()
+        .flat_map(|g| hooks_of(choices, g))
         .any(|h| matches!(h, Hook::Tracepoint("syscalls", _)))
+}
+
+/// The `settings` word the BPF programs read once the probes are attached: whether a hook
+/// reads the fds table, and if one does while accept is hooked in the kernel (which
+/// returns a socket, not an fd), that each connection's fd is learned at its first read or
+/// write.
+pub fn settings(choices: &[Choice]) -> u32 {
+    let accept_in_kernel =
+        hooks_of(choices, "accept").any(|h| !matches!(h, Hook::Tracepoint("syscalls", _)));
+    match (fds_read(choices), accept_in_kernel) {
+        (false, _) => crate::abi::SET_NO_FDS,
+        (true, true) => crate::abi::SET_LAZY_FD,
+        (true, false) => 0,
+    }
 }
 
 /// Attach every group of the probe table, best alternative first, passing over those
@@ -325,6 +385,12 @@ pub fn attach_kernel_probes(bpf: &mut Ebpf, btf: &Btf, avoid: &[String]) -> Resu
                 choice
                     .errors
                     .push(format!("{} avoided (--avoid-hook)", p.hook.name()));
+                continue;
+            }
+            if let Some(p) = alt.iter().find(|p| !hook_exists(btf, &p.hook)) {
+                choice
+                    .errors
+                    .push(format!("{} is not in this kernel", p.hook.name()));
                 continue;
             }
             let mut failed = None;

@@ -22,6 +22,7 @@ use crate::{
     assemble::{Pipeline, Seen},
     clock, cold_start,
     container::Containers,
+    features::{self, Feature},
     health::{Health, ProbeChoice},
     host_cpu, preflight, probes,
     sink::Sink,
@@ -49,6 +50,9 @@ pub struct Options {
     pub idle_timeout: Duration,
     /// Probe-table alternatives using these hooks are passed over (`--avoid-hook`).
     pub avoid_hooks: Vec<String>,
+    /// Load this build of the programs, not the one the kernel's features allow
+    /// (`--bpf-build`).
+    pub bpf_build: Option<features::Build>,
     /// End `run` when every process `--pid` selected (and every one it started) has
     /// exited (trace, export); a daemon keeps running and says so in its health.
     pub end_when_selection_exits: bool,
@@ -62,8 +66,20 @@ pub struct Options {
     pub cold_start: cold_start::Want,
 }
 
+/// Features by name, for a log line.
+fn names(features: &[Feature]) -> String {
+    features
+        .iter()
+        .map(|f| f.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub struct Source {
     bpf: Ebpf,
+    /// the build of the programs loaded, and what the kernel lacks of the default one's
+    build: features::Build,
+    kernel_lacks: Vec<Feature>,
     ssl: probes::SslProbes,
     tgids: BpfHashMap<MapData, u32, u8>,
     counters: PerCpuArray<MapData, u64>,
@@ -166,9 +182,18 @@ impl Source {
             eprintln!("hstrace: {w}");
         }
 
-        // accept is hooked at the syscall where the kernel has that tracepoint; otherwise
-        // in the kernel, and each connection's fd is learned at its first read or write
-        let lazy_fd = !probes::tracepoint_exists("syscalls", "sys_exit_accept4");
+        // the build of the programs this kernel's BPF features allow (or the one asked for)
+        let features = features::probe()?;
+        let build = opts.bpf_build.unwrap_or(features.build());
+        match &features.missing[..] {
+            [] => log::info!("BPF build: {} (the kernel has every feature it uses)", build.name()),
+            missing => {
+                log::info!("BPF build: {} (the kernel lacks {})", build.name(), names(missing));
+                for f in missing {
+                    log::info!("kernel lacks {f} (since {}): {}", f.since(), f.limit());
+                }
+            }
+        }
         // no selector, or --port alone: every process that accepts (on that port) is
         // traced from its first accept, whoever it is
         let sel = &opts.selector;
@@ -182,7 +207,6 @@ impl Source {
             .override_global("targ_all", &(all as u8), true)
             .override_global("targ_port", &port, true)
             .override_global("targ_comm", &comm, true)
-            .override_global("targ_lazy_fd", &(lazy_fd as u8), true)
             .override_global(
                 "targ_uprobes",
                 &((opts.uprobes != probes::Uprobes::None) as u8),
@@ -191,8 +215,8 @@ impl Source {
             .map_max_entries("conns", opts.max_conns)
             .map_max_entries("fds", opts.max_conns)
             .map_max_entries("ssl_socks", opts.max_conns)
-            .load(crate::BPF_OBJECT)
-            .context("loading the BPF object")?;
+            .load(build.object())
+            .with_context(|| format!("loading the BPF object ({} build)", build.name()))?;
         let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
         let choices = probes::attach_kernel_probes(&mut bpf, &btf, &opts.avoid_hooks)?;
         for c in &choices {
@@ -215,10 +239,11 @@ impl Source {
                 log::debug!("probe group {}: alternative failed: {e}", c.group);
             }
         }
-        if !probes::fds_read(&choices) {
+        let settings_word = probes::settings(&choices);
+        if settings_word != 0 {
             let mut settings: Array<_, u32> =
                 Array::try_from(bpf.map_mut("settings").context("map settings")?)?;
-            settings.set(0, abi::SET_NO_FDS, 0)?;
+            settings.set(0, settings_word, 0)?;
         }
         let ssl = probes::SslProbes::load(&mut bpf, opts.uprobes)?;
         let tgids =
@@ -232,6 +257,8 @@ impl Source {
             (opts.cold_start != cold_start::Want::No).then(cold_start::Background::default);
         let mut s = Source {
             bpf,
+            build,
+            kernel_lacks: features.missing,
             ssl,
             tgids,
             counters,
@@ -582,6 +609,8 @@ impl Source {
             selection_exited: self.exited,
             uprobe_attach_failures: self.uprobe_attach_failures,
             uprobes_untied: self.uprobes_untied,
+            bpf_build: self.build.name(),
+            kernel_lacks: self.kernel_lacks.iter().map(|f| f.name()).collect(),
             probes: self
                 .choices
                 .iter()

@@ -629,4 +629,18 @@ static __always_inline void end_conn(struct hs_conn_state *c, __u64 skey)
  * passes over (wants_bytes). */
 #define HS_PTR_UNREAD (~0ULL)
 
+/* A call's iovec array is in user memory (a syscall's argument) or, with this bit in its
+ * count, the kernel's copy of it (what a kernel function's msghdr points to). */
+#define HS_IOV_KERNEL (1u << 16)
+
+/* Entry `i` of the iovec array at `arr` of a call whose count is `iovcnt`. */
+static __always_inline long read_iovec(struct iovec *v, __u64 arr, __u32 i, __u32 iovcnt)
+{
+	const struct iovec *at = (const struct iovec *)arr + i;
+
+	if (iovcnt & HS_IOV_KERNEL)
+		return bpf_probe_read_kernel(v, sizeof(*v), at);
+	return bpf_probe_read_user(v, sizeof(*v), at);
+}
+
 #endif

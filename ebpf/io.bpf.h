@@ -450,7 +450,8 @@ static __always_inline __u64 msg_buffer(struct msghdr *msg, __u32 *iovcnt)
 		return (__u64)BPF_CORE_READ(it, ubuf);
 	if (type != bpf_core_enum_value(enum iter_type, ITER_IOVEC))
 		return 0;
-	*iovcnt = BPF_CORE_READ(it, nr_segs);
+	/* (the kernel's copy of the caller's iovecs) */
+	*iovcnt = BPF_CORE_READ(it, nr_segs) | HS_IOV_KERNEL;
 	if (bpf_core_field_exists(it->__iov))
 		return (__u64)BPF_CORE_READ(it, __iov);
 	return (__u64)BPF_CORE_READ((struct iov_iter___iov *)it, iov);

@@ -117,7 +117,7 @@ static __always_inline __u32 pre_peek(__u8 *b, __u64 buf, __u32 iovcnt, long ret
 	if (!buf)
 		return 0;
 	if (iovcnt) {
-		if (bpf_probe_read_user(&v, sizeof(v), (const void *)buf))
+		if (read_iovec(&v, buf, 0, iovcnt))
 			return 0;
 		buf = (__u64)v.iov_base;
 		if (v.iov_len < n)

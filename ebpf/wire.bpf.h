@@ -550,7 +550,7 @@ static __always_inline int is_request(struct hs_conn_state *c, __u64 buf, __u32 
 	if (c->not_tls || !buf)
 		return 1;
 	if (iovcnt) {
-		if (bpf_probe_read_user(&first, sizeof(first), (const void *)buf))
+		if (read_iovec(&first, buf, 0, iovcnt))
 			return 0;
 		buf = (__u64)first.iov_base;
 	}
@@ -830,9 +830,9 @@ static __always_inline void parse_iov(struct hs_conn_state *c, __u64 skey, __u32
 		struct iovec v;
 		__u32 seg;
 
-		if ((__u32)i >= iovcnt || n == 0)
+		if ((__u32)i >= (iovcnt & ~HS_IOV_KERNEL) || n == 0)
 			break;
-		if (bpf_probe_read_user(&v, sizeof(v), &iov[i]))
+		if (read_iovec(&v, (__u64)iov, i, iovcnt))
 			break;
 		seg = v.iov_len < n ? v.iov_len : n;
 		parse_bytes(c, skey, dir, (__u64)v.iov_base, seg, now);

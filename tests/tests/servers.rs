@@ -306,8 +306,8 @@ fn six_handshake_kinds_and_failures_with_uprobes() {
     six_kinds(&Nginx::start("kinds-uprobes", 2), &[], "ssl");
 }
 
-/// Kernels before 6.3 have no socket-layer read/write tracepoints: the same records come
-/// from the syscall tracepoints.
+/// Kernels with neither the socket-layer read/write tracepoints (6.3+) nor hooks on kernel
+/// functions (kprobes, fentry): the same records come from the syscall tracepoints.
 #[test]
 #[ignore = "needs root: run `sudo cargo xtask test`"]
 fn six_kinds_through_the_syscall_hooks() {
@@ -317,14 +317,98 @@ fn six_kinds_through_the_syscall_hooks() {
         "sock_recv_length",
         "--avoid-hook",
         "sock_send_length",
+        "--avoid-hook",
+        "fentry",
+        "--avoid-hook",
+        "kprobe",
     ];
     let stderr = six_kinds(&Nginx::start("kinds-syscalls", 2), &args, "ssl");
     for group in [
         r#"probe group read: [Tracepoint("syscalls", "sys_enter_read")"#,
         r#"probe group send: [Tracepoint("syscalls", "sys_enter_write")"#,
+        r#"probe group accept: [Tracepoint("syscalls", "sys_exit_accept4")"#,
     ] {
         assert!(stderr.contains(group), "{group} not chosen:\n{stderr}");
     }
+}
+
+/// Can this kernel hook its functions (fentry, kprobes)? Told apart from hstrace's own
+/// probing by what ftrace lists: these machines' kernel lists none.
+fn kernel_functions_hookable() -> bool {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"].iter().any(|t| {
+        std::fs::read_to_string(format!("{t}/available_filter_functions"))
+            .map(|f| f.lines().any(|l| l.split_whitespace().next() == Some("inet_recvmsg")))
+            .unwrap_or(false)
+    })
+}
+
+/// The six kinds with the tracepoints that would come first passed over, so that reads,
+/// writes, accepts and arrivals are hooked on kernel functions, by `family` (fentry or
+/// kprobe): where the kernel can (Debian's kernels), that family is chosen; where it can't
+/// (these machines), the syscall tracepoints are. Both give the same records.
+fn six_kinds_on_kernel_functions(name: &str, family: &str, avoid_too: &[&str]) {
+    let mut args = vec![
+        "-v",
+        "--avoid-hook",
+        "sock_recv_length",
+        "--avoid-hook",
+        "sock_send_length",
+        "--avoid-hook",
+        "sk_data_ready",
+    ];
+    for a in avoid_too {
+        args.extend(["--avoid-hook", a]);
+    }
+    let stderr = six_kinds(&Nginx::start(name, 2), &args, "ssl");
+    let (enter, exit) = if family == "fentry" {
+        ("FEntry", "FExit")
+    } else {
+        ("KProbe", "KRetProbe")
+    };
+    let expected = if kernel_functions_hookable() {
+        vec![
+            format!(r#"probe group read: [{enter}("inet_recvmsg"), {exit}("inet_recvmsg")"#),
+            format!(r#"probe group send: [{enter}("tcp_sendmsg"), {exit}("tcp_sendmsg")]"#),
+            format!(r#"probe group accept: [{exit}("inet_csk_accept")]"#),
+            format!(r#"probe group arrival: [{enter}("tcp_data_ready")]"#),
+        ]
+    } else {
+        vec![
+            r#"probe group read: [Tracepoint("syscalls", "sys_enter_read")"#.to_string(),
+            r#"probe group accept: [Tracepoint("syscalls", "sys_exit_accept4")"#.to_string(),
+        ]
+    };
+    for group in expected {
+        assert!(stderr.contains(&group), "{group} not chosen:\n{stderr}");
+    }
+}
+
+/// Reads, writes, accepts and arrivals through BPF trampolines (fentry/fexit), as on
+/// kernels before 6.3.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn six_kinds_through_fentry() {
+    six_kinds_on_kernel_functions("kinds-fentry", "fentry", &[]);
+}
+
+/// The same through kprobes, as on a kernel without BPF trampolines.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn six_kinds_through_kprobes() {
+    six_kinds_on_kernel_functions("kinds-kprobe", "kprobe", &["fentry"]);
+}
+
+/// The build of the programs for kernels without bpf_loop, atomics that fetch and the
+/// BTF-typed task (5.10): every kind the same, and -v says which build ran.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn six_kinds_in_the_basic_build() {
+    let stderr = six_kinds(
+        &Nginx::start("kinds-basic", 2),
+        &["-v", "--bpf-build", "basic"],
+        "ssl",
+    );
+    assert!(stderr.contains("BPF build: basic"), "{stderr}");
 }
 
 /// Apache: one blocking SSL_do_handshake call spans the whole handshake; the wire events

@@ -119,7 +119,8 @@ struct SourceArgs {
     #[arg(long, default_value_t = crate::abi::MAX_CONNS, value_name = "N")]
     max_conns: u32,
     /// Pass over the probe-table alternatives that use this hook (an event or kernel
-    /// function name), as on a kernel without it: the tests run the fallbacks this way
+    /// function name, or a family: tracepoint, tp_btf, fentry, kprobe), as on a kernel
+    /// without it: the tests run the fallbacks this way
     #[arg(long, value_name = "HOOK", hide = true)]
     avoid_hook: Vec<String>,
     /// Which build of the BPF programs to load: the one the kernel's features allow

@@ -322,6 +322,17 @@ pub struct Choice {
 }
 
 impl Hook {
+    /// The kind of hook, as `--avoid-hook` names a whole family of them: `tracepoint`,
+    /// `tp_btf`, `fentry` (fentry and fexit) or `kprobe` (kprobe and kretprobe).
+    pub fn family(&self) -> &'static str {
+        match self {
+            Hook::Tracepoint(..) => "tracepoint",
+            Hook::BtfTracepoint(_) => "tp_btf",
+            Hook::FEntry(_) | Hook::FExit(_) => "fentry",
+            Hook::KProbe(_) | Hook::KRetProbe(_) => "kprobe",
+        }
+    }
+
     /// The event or kernel function hooked.
     pub fn name(&self) -> &'static str {
         match *self {
@@ -368,7 +379,7 @@ pub fn settings(choices: &[Choice]) -> u32 {
 }
 
 /// Attach every group of the probe table, best alternative first, passing over those
-/// that use a hook named in `avoid`.
+/// that use a hook named in `avoid`, or a hook of a family named there (Hook::family).
 pub fn attach_kernel_probes(bpf: &mut Ebpf, btf: &Btf, avoid: &[String]) -> Result<Vec<Choice>> {
     let mut choices = Vec::new();
     for group in GROUPS {
@@ -380,11 +391,13 @@ pub fn attach_kernel_probes(bpf: &mut Ebpf, btf: &Btf, avoid: &[String]) -> Resu
         for alt in group.alternatives {
             if let Some(p) = alt
                 .iter()
-                .find(|p| avoid.iter().any(|a| a == p.hook.name()))
+                .find(|p| avoid.iter().any(|a| a == p.hook.name() || a == p.hook.family()))
             {
-                choice
-                    .errors
-                    .push(format!("{} avoided (--avoid-hook)", p.hook.name()));
+                choice.errors.push(format!(
+                    "{} ({}) avoided (--avoid-hook)",
+                    p.hook.name(),
+                    p.hook.family()
+                ));
                 continue;
             }
             if let Some(p) = alt.iter().find(|p| !hook_exists(btf, &p.hook)) {

@@ -1,6 +1,7 @@
 //! `cargo xtask test [CARGO TEST ARGS]`: the whole suite as CI runs it. Installs the test
 //! servers and clients, builds, packages, builds the image, then runs every test one at a
-//! time, the ones marked `#[ignore = "needs root…"]` included.
+//! time, the ones marked `#[ignore = "needs root…"]` included, then (with no arguments)
+//! the VM matrix: `vm::TESTS` inside each of Debian's kernels (`cargo xtask vm-test`).
 
 use std::{
     io::{BufRead, BufReader},
@@ -15,7 +16,7 @@ use crate::{
         install_runtimes, setup_test_machine, BROWSER_PACKAGES, IMAGE_PACKAGES, TEST_PACKAGES,
     },
     util::{build, root},
-    validate,
+    validate, vm,
 };
 
 /// `extra`: cargo test's arguments (`--test accuracy`, a test's name), and after a `--`
@@ -64,10 +65,25 @@ pub fn test(extra: &[String]) -> Result<()> {
         }
     }
     let status = child.wait()?;
+    // then the subset of vm::TESTS inside each of Debian's kernels, unless only some tests
+    // were asked for: the programs must load and report right where users run them
+    let vm = if extra.is_empty() {
+        println!("xtask: the VM matrix (cargo xtask vm-test): Debian's kernels under qemu");
+        vm::matrix(&[], vm::Mode::Auto, &[])?
+    } else {
+        vm::Totals::default()
+    };
     // one closing line for the whole suite
-    println!("tests: {passed} passed, {failed} failed");
+    println!(
+        "tests: {} passed, {} failed",
+        passed + vm.passed,
+        failed + vm.failed
+    );
     if !status.success() {
         bail!("cargo test failed ({status})");
+    }
+    if vm.failed > 0 {
+        bail!("{} failures in the kernels' VMs: see target/vm/results.json", vm.failed);
     }
     Ok(())
 }

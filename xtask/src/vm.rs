@@ -41,14 +41,21 @@ pub const KERNELS: &[(&str, &str)] = &[
 /// What runs inside each kernel: (test target, its tests by exact name; none: all of its
 /// tests). Each binary runs with `--test-threads=1 --include-ignored`.
 pub const TESTS: &[(&str, &[&str])] = &[
-    // every BPF program variant through this kernel's verifier, each log kept (userspace/tests/verifier.rs)
+    // every BPF program variant of both builds through this kernel's verifier, each log
+    // kept (userspace/tests/verifier.rs)
     ("verifier", &[]),
-    // nginx's six handshake kinds and failures, with the uprobes and from the wire alone (tests/tests/servers.rs)
+    // nginx's six handshake kinds and failures (TLS 1.2/1.3 full, resumed by session id
+    // and ticket, plain HTTP, failed) on the hooks this kernel offers first, with the
+    // uprobes; then with each hook family forced: kernel functions by fentry and by
+    // kprobe, the syscall tracepoints, and the basic build (tests/tests/servers.rs)
     (
         "servers",
         &[
             "six_handshake_kinds_and_failures_with_uprobes",
-            "six_handshake_kinds_and_failures_wire_only",
+            "six_kinds_through_fentry",
+            "six_kinds_through_kprobes",
+            "six_kinds_through_the_syscall_hooks",
+            "six_kinds_in_the_basic_build",
         ],
     ),
 ];

@@ -595,7 +595,10 @@ fn boot(
     let mut cmd = vng_command(vng);
     cmd.arg("--verbose");
     if !kvm {
-        cmd.arg("--disable-kvm");
+        // one host thread runs both vCPUs in turn: with a thread each, a kernel patching
+        // its own code (a static key flipped as a uprobe or tracepoint attaches) while the
+        // other vCPU runs it hit int3 in __schedule (7.2 panicked so, 2026-11-29)
+        cmd.arg("--disable-kvm").arg("--qemu-opts=-accel tcg,thread=single");
     }
     cmd.args(["-m", VM_MEMORY, "--cpus", VM_CPUS]);
     for (guest, host) in rwdirs {

@@ -113,6 +113,10 @@ enum Job {
         /// How qemu runs them: auto tries KVM once and falls back to TCG
         #[arg(long, value_enum, default_value = "auto")]
         mode: vm::Mode,
+        /// Every kernel, the cost test on this machine too, then rewrite docs/kernels.md's
+        /// generated parts (the hooks chosen, the cost per connection, the last run)
+        #[arg(long, conflicts_with = "kernels")]
+        docs: bool,
         /// After `--`, the test binaries' own arguments: filters (replacing vm.rs's test
         /// names), --nocapture, ...
         #[arg(last = true)]
@@ -222,8 +226,9 @@ fn run(job: Job) -> Result<()> {
         Job::VmTest {
             kernels,
             mode,
+            docs,
             extra,
-        } => vm::vm_test(&kernels, mode, &extra),
+        } => vm::vm_test(&kernels, mode, &extra, docs),
         Job::HoldConnections { count, ports } => bench::memory::hold_connections(count, &ports),
     }
 }
@@ -310,16 +315,24 @@ mod tests {
         assert!(matches!(parse("soak --minutes 10"), Job::Soak { minutes } if minutes == 10.0));
         assert!(matches!(
             parse("vm-test"),
-            Job::VmTest { ref kernels, mode: vm::Mode::Auto, ref extra } if kernels.is_empty() && extra.is_empty()
+            Job::VmTest { ref kernels, mode: vm::Mode::Auto, ref extra, .. } if kernels.is_empty() && extra.is_empty()
         ));
         assert!(matches!(
             parse("vm-test --kernel 6.1,7.x --mode tcg -- six_handshake --nocapture"),
-            Job::VmTest { ref kernels, mode: vm::Mode::Tcg, ref extra }
+            Job::VmTest { ref kernels, mode: vm::Mode::Tcg, ref extra, .. }
                 if kernels == &["6.1", "7.x"] && extra == &["six_handshake", "--nocapture"]
         ));
         assert!(matches!(
             parse("vm-test --kernel 5.10 --kernel 6.12 --mode kvm"),
             Job::VmTest { ref kernels, mode: vm::Mode::Kvm, .. } if kernels == &["5.10", "6.12"]
+        ));
+        assert!(matches!(
+            parse("vm-test --docs"),
+            Job::VmTest { ref kernels, docs: true, .. } if kernels.is_empty()
+        ));
+        assert!(matches!(
+            parse("vm-test --kernel 6.1 -- hook_runs_per_connection"),
+            Job::VmTest { docs: false, ref extra, .. } if extra == &["hook_runs_per_connection"]
         ));
         for line in ["setup", "package", "image", "vmlinux", "report-screenshot"] {
             parse(line);
@@ -334,6 +347,7 @@ mod tests {
             "fuzz-wire --cases many",
             "vm-test --kernel 4.19",
             "vm-test --mode fast",
+            "vm-test --docs --kernel 6.1",
         ] {
             let args = ["cargo xtask"].into_iter().chain(wrong.split_whitespace());
             assert!(Cli::try_parse_from(args).is_err(), "{wrong} parsed");

@@ -24,6 +24,8 @@ use std::{
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
+mod docs;
+
 use crate::{
     setup::{setup_test_machine, TEST_PACKAGES, VM_PACKAGES},
     util::{build, commit, require_root, root, run},
@@ -58,7 +60,20 @@ pub const TESTS: &[(&str, &[&str])] = &[
             "six_kinds_in_the_basic_build",
         ],
     ),
+    // hook runs, BPF time and nginx's CPU per connection (resumed TLS 1.2, resumed TLS
+    // 1.3, plain keep-alive) on the hooks this kernel offers first; its figures go to
+    // $out/kernel_cost.json, and with --docs into docs/kernels.md
+    // (tests/tests/kernel_cost.rs)
+    ("kernel_cost", &["hook_runs_per_connection"]),
 ];
+
+/// The test of `TESTS` whose figures `--docs` writes, also run on the host with `--docs`.
+const COST_TEST: (&str, &str) = ("kernel_cost", "hook_runs_per_connection");
+/// Where that test writes its figures (its env var), in each kernel's output directory.
+const COST_OUT_ENV: &str = "HSTRACE_KERNEL_COST_OUT";
+const COST_FILE: &str = "kernel_cost.json";
+/// The page `--docs` rewrites, between its markers.
+const DOC: &str = "docs/kernels.md";
 
 /// The virtme-ng release the harness was written against (from PyPI, in target/vm/venv).
 const VIRTME_NG: &str = "1.42";
@@ -115,15 +130,37 @@ pub struct Totals {
 }
 
 /// `cargo xtask vm-test`: the matrix, failing unless every test passed in every kernel.
-pub fn vm_test(kernels: &[String], mode: Mode, extra: &[String]) -> Result<()> {
-    let totals = matrix(kernels, mode, extra)?;
-    if totals.failed > 0 {
+/// `docs`: every kernel (`kernels` empty), `COST_TEST` run on the host too, then the
+/// generated parts of docs/kernels.md rewritten from the run (even when a test failed:
+/// the page says which).
+pub fn vm_test(kernels: &[String], mode: Mode, extra: &[String], docs: bool) -> Result<()> {
+    if docs && !kernels.is_empty() {
+        bail!("--docs runs every kernel: it takes no --kernel");
+    }
+    let run = run_matrix(kernels, mode, extra, docs)?;
+    if docs {
+        let path = root().join(DOC);
+        let page = fs::read_to_string(&path).with_context(|| format!("reading {DOC}"))?;
+        fs::write(&path, docs::rewrite(&page, &run)?)?;
+        println!("vm-test: rewrote the generated parts of {DOC}");
+    }
+    if run.totals.failed > 0 {
         bail!(
             "{} failures in the kernels' VMs: see the table above and target/vm/results.json",
-            totals.failed
+            run.totals.failed
         );
     }
     Ok(())
+}
+
+/// A whole run: its totals, each kernel's outcome, the host's (`--docs`), when it ended
+/// and how long it took.
+struct Run {
+    totals: Totals,
+    kernels: Vec<KernelResult>,
+    host: Option<HostResult>,
+    commit: String,
+    seconds: u64,
 }
 
 /// Install what it needs, build the test binaries and hstrace, fetch the `kernels`
@@ -134,6 +171,12 @@ pub fn vm_test(kernels: &[String], mode: Mode, extra: &[String]) -> Result<()> {
 /// run could not start (setup, build, the archive out of reach); a kernel that fails is
 /// counted in the totals, and the other kernels still run.
 pub fn matrix(kernels: &[String], mode: Mode, extra: &[String]) -> Result<Totals> {
+    Ok(run_matrix(kernels, mode, extra, false)?.totals)
+}
+
+/// `matrix`, and with `host` `COST_TEST` on this machine first (its figures beside the
+/// kernels'); the whole run's outcome.
+fn run_matrix(kernels: &[String], mode: Mode, extra: &[String], host: bool) -> Result<Run> {
     let chosen = choose_kernels(kernels)?;
     require_root("vm-test")?;
     setup_test_machine(&[TEST_PACKAGES, VM_PACKAGES].concat())?;
@@ -142,6 +185,11 @@ pub fn matrix(kernels: &[String], mode: Mode, extra: &[String]) -> Result<Totals
     let hstrace = build()?;
     let apt = Apt::new()?;
     let started = Instant::now();
+    let host = if host {
+        Some(run_host(&binaries, &hstrace)?)
+    } else {
+        None
+    };
     let mut mode = mode;
     let mut results = Vec::new();
     for &(label, suite) in &chosen {
@@ -156,8 +204,15 @@ pub fn matrix(kernels: &[String], mode: Mode, extra: &[String]) -> Result<Totals
         };
         results.push(result);
     }
-    let totals = report(&results, started.elapsed())?;
-    Ok(totals)
+    let seconds = started.elapsed();
+    let totals = report(&results, host.as_ref(), seconds)?;
+    Ok(Run {
+        totals,
+        kernels: results,
+        host,
+        commit: commit().unwrap_or_default(),
+        seconds: seconds.as_secs(),
+    })
 }
 
 /// The `KERNELS` entries of `labels`, in the table's order; all of them for none.
@@ -598,7 +653,8 @@ fn boot(
         // one host thread runs both vCPUs in turn: with a thread each, a kernel patching
         // its own code (a static key flipped as a uprobe or tracepoint attaches) while the
         // other vCPU runs it hit int3 in __schedule (7.2 panicked so, 2026-11-29)
-        cmd.arg("--disable-kvm").arg("--qemu-opts=-accel tcg,thread=single");
+        cmd.arg("--disable-kvm")
+            .arg("--qemu-opts=-accel tcg,thread=single");
     }
     cmd.args(["-m", VM_MEMORY, "--cpus", VM_CPUS]);
     for (guest, host) in rwdirs {
@@ -744,6 +800,8 @@ struct KernelResult {
     problems: Vec<String>,
     /// the tail of the log that tells why, for problems and crashed binaries
     tails: Vec<(String, String)>,
+    /// what `COST_TEST` wrote, when it passed
+    kernel_cost: Option<Value>,
     out: Option<PathBuf>,
 }
 
@@ -760,6 +818,7 @@ impl KernelResult {
             targets: Vec::new(),
             problems: vec![format!("kernel not fetched: {e:#}")],
             tails: Vec::new(),
+            kernel_cost: None,
             out: None,
         }
     }
@@ -827,6 +886,7 @@ fn script(
          export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n\
          export HSTRACE_BIN={bin}\n\
          export HSTRACE_VERIFIER_LOG_DIR=\"$out/verifier\"\n\
+         export {cost_env}=\"$out/{cost_file}\"\n\
          export RUST_BACKTRACE=1\n\
          cut -d' ' -f1 /proc/uptime > \"$out/uptime\"\n\
          uname -r > \"$out/release\"\n\
@@ -853,6 +913,8 @@ fn script(
         release = kernel.release,
         label = kernel.label,
         bin = q(hstrace),
+        cost_env = COST_OUT_ENV,
+        cost_file = COST_FILE,
     );
     for (target, names) in TESTS {
         let bin = &binaries[target];
@@ -947,6 +1009,7 @@ fn run_kernel(
         targets: Vec::new(),
         problems: Vec::new(),
         tails: Vec::new(),
+        kernel_cost: read_cost(&out.join(COST_FILE)),
         out: Some(out.clone()),
     };
     if release.is_none() {
@@ -1064,11 +1127,81 @@ fn last_line(path: &Path) -> String {
 }
 
 // ---------------------------------------------------------------------------------------
+// the host
+
+/// `COST_TEST` on this machine (`--docs`): its figures beside the kernels'.
+struct HostResult {
+    release: String,
+    passed: u64,
+    failed: u64,
+    failures: Vec<String>,
+    kernel_cost: Option<Value>,
+    log: PathBuf,
+    seconds: f64,
+}
+
+/// Run `COST_TEST` here, as the VMs do, its figures to target/vm/out/host/.
+fn run_host(binaries: &BTreeMap<&'static str, TestBinary>, hstrace: &Path) -> Result<HostResult> {
+    let out = vm_dir().join("out/host");
+    let _ = fs::remove_dir_all(&out);
+    fs::create_dir_all(&out)?;
+    let (target, test) = COST_TEST;
+    let bin = &binaries[target];
+    let log = out.join(format!("{target}.log"));
+    let file = fs::File::create(&log)?;
+    let release = crate::util::kernel();
+    eprintln!("vm-test: host: running {target} {test} in {release}");
+    let started = Instant::now();
+    let status = Command::new(&bin.path)
+        .args(test_args(&[test], &[]))
+        .current_dir(&bin.dir)
+        .env("HSTRACE_BIN", hstrace)
+        .env(COST_OUT_ENV, out.join(COST_FILE))
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .status()
+        .with_context(|| format!("running {}", bin.path.display()))?;
+    let text = fs::read_to_string(&log).unwrap_or_default();
+    let (passed, failed) = result_counts(&text);
+    let mut failures = failed_tests(&text);
+    if !status.success() && failures.is_empty() {
+        failures.push(format!("{target} {status} without naming a failed test"));
+    }
+    eprintln!(
+        "vm-test: host: {target} {}",
+        if failures.is_empty() {
+            "passed"
+        } else {
+            "FAILED"
+        }
+    );
+    Ok(HostResult {
+        release,
+        passed,
+        failed: failed.max(failures.len() as u64),
+        failures,
+        kernel_cost: read_cost(&out.join(COST_FILE)),
+        log,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// A `COST_FILE`, if the test wrote one (it does when it passed).
+fn read_cost(path: &Path) -> Option<Value> {
+    serde_json::from_str(&fs::read_to_string(path).ok()?).ok()
+}
+
+// ---------------------------------------------------------------------------------------
 // the report
 
-/// Print the table (a row per kernel, its failures under it) and the closing line, write
-/// target/vm/results.json.
-fn report(results: &[KernelResult], elapsed: Duration) -> Result<Totals> {
+/// Print the table (a row per kernel, its failures under it; the host's `COST_TEST`), each
+/// kernel's hook runs per connection, and the closing line; write target/vm/results.json.
+fn report(
+    results: &[KernelResult],
+    host: Option<&HostResult>,
+    elapsed: Duration,
+) -> Result<Totals> {
     let mut totals = Totals::default();
     println!();
     println!(
@@ -1098,6 +1231,46 @@ fn report(results: &[KernelResult], elapsed: Duration) -> Result<Totals> {
         }
         totals.passed += r.passed();
         totals.failed += r.failed();
+    }
+    if let Some(h) = host {
+        println!(
+            "{:<6} {:<26} {:<4} {:>8.0} {:>6} {:>6} {:>6}",
+            "host", h.release, "-", h.seconds, "-", h.passed, h.failed
+        );
+        for f in &h.failures {
+            println!("         FAILED {}: {f}", COST_TEST.0);
+        }
+        totals.passed += h.passed;
+        totals.failed += h.failed;
+    }
+    let costs: Vec<(&str, &Value)> = results
+        .iter()
+        .filter_map(|r| Some((r.label, r.kernel_cost.as_ref()?)))
+        .chain(host.and_then(|h| Some(("host", h.kernel_cost.as_ref()?))))
+        .collect();
+    if !costs.is_empty() {
+        println!("\nhook runs per connection (BPF µs, nginx CPU µs per connection: compare within a row)");
+        for (label, cost) in costs {
+            let cells: Vec<String> = cost["workloads"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|w| {
+                    format!(
+                        "{} {:.1} ({:.1}, {:.1})",
+                        w["name"].as_str().unwrap_or("?"),
+                        w["runs_per_conn"].as_f64().unwrap_or(f64::NAN),
+                        w["bpf_ns_per_conn"].as_f64().unwrap_or(f64::NAN) / 1e3,
+                        w["server_cpu_ns_per_conn"].as_f64().unwrap_or(f64::NAN) / 1e3,
+                    )
+                })
+                .collect();
+            println!(
+                "{label:<6} {:<6} {}",
+                cost["bpf_build"].as_str().unwrap_or("?"),
+                cells.join("; ")
+            );
+        }
     }
     for r in results {
         for (path, tail) in &r.tails {
@@ -1136,16 +1309,29 @@ fn report(results: &[KernelResult], elapsed: Duration) -> Result<Totals> {
                     "failures": t.failures,
                 })).collect::<Vec<_>>(),
                 "features": r.features,
+                "kernel_cost": r.kernel_cost,
                 "logs": logs,
             })
         })
         .collect();
+    let host = host.map(|h| {
+        json!({
+            "release": h.release,
+            "seconds": (h.seconds * 10.0).round() / 10.0,
+            "passed": h.passed,
+            "failed": h.failed,
+            "failures": h.failures,
+            "kernel_cost": h.kernel_cost,
+            "logs": { COST_TEST.0: shown(&h.log) },
+        })
+    });
     let doc = json!({
         "commit": commit().unwrap_or_default(),
         "seconds": elapsed.as_secs(),
         "passed": totals.passed,
         "failed": totals.failed,
         "kernels": kernels,
+        "host": host,
     });
     let path = vm_dir().join("results.json");
     fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")?;

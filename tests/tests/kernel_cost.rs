@@ -11,6 +11,7 @@ use std::{
     fmt::Write as _,
     fs,
     io::Write as _,
+    os::fd::{FromRawFd, OwnedFd},
     process::Command,
     thread,
     time::{Duration, Instant},
@@ -34,22 +35,35 @@ const PER_ROUND: usize = 10;
 /// Requests on each plain keep-alive connection.
 const REQUESTS: usize = 3;
 
-const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
-
-/// kernel.bpf_stats_enabled on until dropped, then as it was (also when the test panics).
-struct StatsOn(String);
+/// The kernel's BPF run-time statistics (run_cnt, run_time_ns) on while this lives: an fd
+/// of BPF_ENABLE_STATS (5.8+), which keeps them on whatever another process writes to
+/// kernel.bpf_stats_enabled meanwhile (a bench on this machine turns the sysctl on and off
+/// around its own windows), and leaves the sysctl as it was.
+struct StatsOn(OwnedFd);
 
 impl StatsOn {
     fn new() -> StatsOn {
-        let was = fs::read_to_string(STATS).expect(STATS);
-        fs::write(STATS, "1").expect("enabling kernel.bpf_stats_enabled");
-        StatsOn(was.trim().to_string())
-    }
-}
-
-impl Drop for StatsOn {
-    fn drop(&mut self) {
-        let _ = fs::write(STATS, &self.0);
+        const BPF_ENABLE_STATS: libc::c_long = 32;
+        const BPF_STATS_RUN_TIME: u32 = 0;
+        // union bpf_attr's enable_stats: { __u32 type; }
+        let attr = [BPF_STATS_RUN_TIME];
+        // SAFETY: the kernel reads `size_of_val(&attr)` bytes of `attr`, which lives
+        // through the call
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_ENABLE_STATS,
+                attr.as_ptr(),
+                std::mem::size_of_val(&attr),
+            )
+        };
+        assert!(
+            fd >= 0,
+            "BPF_ENABLE_STATS: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: the fd was just returned to us and nothing else owns it
+        StatsOn(unsafe { OwnedFd::from_raw_fd(fd as i32) })
     }
 }
 

@@ -1140,8 +1140,84 @@ struct HostResult {
     seconds: f64,
 }
 
-/// Run `COST_TEST` here, as the VMs do, its figures to target/vm/out/host/.
+/// Attempts of `COST_TEST` on the host, `HOST_WAIT` apart, until its rounds agree: every
+/// run of hstrace's programs on the machine is counted, and another job's connections on
+/// this shared machine (a bench, another test) fire them too.
+const HOST_TRIES: usize = 5;
+const HOST_WAIT: Duration = Duration::from_secs(60);
+/// How far apart a workload's rounds may be (the most runs per connection over the
+/// fewest, less one) for an attempt to count as quiet: a VM's agree within 2 %.
+const HOST_QUIET_SPREAD: f64 = 0.05;
+
+/// The widest spread of runs per connection between the rounds of any workload of a
+/// `COST_FILE`.
+fn rounds_spread(cost: &Value) -> f64 {
+    cost["workloads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|w| {
+            let runs: Vec<f64> = w["rounds"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["runs_per_conn"].as_f64())
+                .collect();
+            let (lo, hi) = runs.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), r| {
+                (lo.min(*r), hi.max(*r))
+            });
+            if lo > 0.0 {
+                hi / lo - 1.0
+            } else {
+                f64::INFINITY
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+/// `COST_TEST` on the host until an attempt is quiet (`HOST_TRIES` at most): the quiet
+/// one, else the least disturbed one, marked so.
 fn run_host(binaries: &BTreeMap<&'static str, TestBinary>, hstrace: &Path) -> Result<HostResult> {
+    let mut best: Option<(f64, HostResult)> = None;
+    for attempt in 1..=HOST_TRIES {
+        let mut got = run_host_once(binaries, hstrace)?;
+        let Some(cost) = &mut got.kernel_cost else {
+            return Ok(got);
+        };
+        let spread = rounds_spread(cost);
+        cost["attempt"] = json!(attempt);
+        cost["rounds_spread"] = json!(spread);
+        if spread <= HOST_QUIET_SPREAD {
+            return Ok(got);
+        }
+        eprintln!(
+            "vm-test: host: the rounds differ by {:.0} %: other work ran beside the test{}",
+            spread * 100.0,
+            if attempt < HOST_TRIES {
+                format!("; again in {} s", HOST_WAIT.as_secs())
+            } else {
+                String::new()
+            }
+        );
+        if best.as_ref().is_none_or(|(s, _)| spread < *s) {
+            best = Some((spread, got));
+        }
+        if attempt < HOST_TRIES {
+            thread::sleep(HOST_WAIT);
+        }
+    }
+    let (_, mut got) = best.expect("an attempt");
+    if let Some(cost) = &mut got.kernel_cost {
+        cost["disturbed"] = json!(true);
+    }
+    Ok(got)
+}
+
+/// Run `COST_TEST` here once, as the VMs do, its figures to target/vm/out/host/.
+fn run_host_once(
+    binaries: &BTreeMap<&'static str, TestBinary>,
+    hstrace: &Path,
+) -> Result<HostResult> {
     let out = vm_dir().join("out/host");
     let _ = fs::remove_dir_all(&out);
     fs::create_dir_all(&out)?;
@@ -1428,6 +1504,19 @@ test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 3 filtered out; 
             ["--test-threads=1", "--include-ignored"]
         );
         assert_eq!(sh_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn the_rounds_spread_is_the_widest_of_any_workload() {
+        let w = |runs: &[f64]| json!({"rounds": runs.iter().map(|r| json!({"runs_per_conn": r})).collect::<Vec<_>>()});
+        let cost = json!({"workloads": [w(&[55.1, 55.1, 54.2]), w(&[36.0, 36.0])]});
+        assert!((rounds_spread(&cost) - (55.1 / 54.2 - 1.0)).abs() < 1e-9);
+        let noisy = json!({"workloads": [w(&[36.0, 36.0]), w(&[3435.6, 6649.4])]});
+        assert!(rounds_spread(&noisy) > HOST_QUIET_SPREAD);
+        assert_eq!(
+            rounds_spread(&json!({"workloads": [w(&[0.0, 1.0])]})),
+            f64::INFINITY
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use super::{Mode, Run, COST_TEST, DOC, KERNELS};
+use super::{Mode, Run, COST_TEST, DOC, HOST_QUIET_SPREAD, HOST_TRIES, KERNELS};
 use crate::util::{cpus, root};
 
 /// The probe groups in the table's order (the probe table's); any other group the run
@@ -76,8 +76,16 @@ fn rows(run: &Run) -> Vec<Row<'_>> {
         })
         .collect();
     if let Some(h) = &run.host {
+        let disturbed = h
+            .kernel_cost
+            .as_ref()
+            .is_some_and(|c| c["disturbed"] == true);
         rows.push(Row {
-            label: "host (these test machines)".into(),
+            label: if disturbed {
+                "host (these test machines) *".into()
+            } else {
+                "host (these test machines)".into()
+            },
             release: h.release.clone(),
             cost: h.kernel_cost.as_ref().ok_or_else(|| missing(&h.failures)),
         });
@@ -277,8 +285,8 @@ fn cost_section(rows: &[Row]) -> String {
 What observing one connection costs on each kernel: `tests/tests/kernel_cost.rs`
 (`{test}`), run by `cargo xtask vm-test --docs` inside each kernel's VM and
 on the host. A real nginx (two workers) is traced by `hstrace trace --pid` with its default
-options (the hooks above and the `SSL_do_handshake` uprobes) while kernel.bpf_stats_enabled
-is on; each workload is {rounds} rounds of {per_round} connections, one client process per
+options (the hooks above and the `SSL_do_handshake` uprobes) with the kernel's BPF run-time
+statistics on (`BPF_ENABLE_STATS`, what kernel.bpf_stats_enabled turns on); each workload is {rounds} rounds of {per_round} connections, one client process per
 connection: `openssl s_client -sess_in` resuming the ticket (TLS 1.2) or the PSK (TLS 1.3)
 of one full handshake made before the rounds, and `curl` making {requests} requests on one
 plain HTTP/1.1 connection. The test checks that every connection was reported, of its
@@ -287,8 +295,9 @@ progress + lost.
 
 - **hook runs / conn**: the runs all of hstrace's programs gained, per connection, in the
   workload's round with the fewest: another process's socket I/O, forks and execs only add
-  runs (on the host other work runs beside the test; in a VM nothing does, and the rounds
-  agree to a run or two). It does not depend on the machine's speed. It is every run the
+  runs. In a VM nothing else runs and the rounds agree to a run or two; the host is shared,
+  so there the test is run again, a minute apart, up to {HOST_TRIES} times until its rounds
+  agree within {spread:.0} %. It does not depend on the machine's speed. It is every run the
   kernel made while the connection lasted, not only the server's: over loopback the
   client's own state changes, arrivals, reads and writes fire the same hooks (a remote
   client's would not), and each client process's fork and exec are one run each. A read
@@ -309,6 +318,7 @@ across every row.
 |---|---|---|---:|---:|---:|
 ",
         test = COST_TEST.1,
+        spread = HOST_QUIET_SPREAD * 100.0,
     );
     let mut programs = String::from(
         "\nThe runs by program, per connection (the same rounds):\n\n\
@@ -347,7 +357,15 @@ across every row.
             programs += &format!("| {} | {name} | {} |\n", r.label, cell.join(", "));
         }
     }
-    s + &programs + &uretprobe_note(rows)
+    let disturbed = if rows.iter().any(|r| r.label.ends_with(" *")) {
+        format!(
+            "\n\\* Other work ran on the host through all {HOST_TRIES} attempts (the least \
+             disturbed one is shown): its runs and time are in these figures.\n"
+        )
+    } else {
+        String::new()
+    };
+    s + &disturbed + &programs + &uretprobe_note(rows)
 }
 
 /// Where the uretprobe (`ssl_handshake_exit`) ran more often than its uprobe: once per

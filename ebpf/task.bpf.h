@@ -47,14 +47,20 @@
 
 #ifdef HS_BASIC
 /* No bpf_task_pt_regs (before 5.15): the registers are saved at the top of the thread's
- * kernel stack (task_pt_regs; THREAD_SIZE is 16 KiB on x86-64 and arm64 without KASAN,
- * with no padding above them on the kernels this build is for). */
+ * kernel stack (task_pt_regs; THREAD_SIZE is 16 KiB on x86-64 and arm64 without KASAN).
+ * x86-64 kernels with FRED (6.9+) leave 16 bytes above them: where the user code segment
+ * (__USER_CS) is not in place, they are looked for there. */
 #define HS_THREAD_SIZE (16 * 1024)
 static __always_inline struct pt_regs *user_regs(void)
 {
-	__u64 stack = (__u64)BPF_CORE_READ(hs_task(), stack);
+	__u64 top = (__u64)BPF_CORE_READ(hs_task(), stack) + HS_THREAD_SIZE;
+	struct pt_regs *regs = (struct pt_regs *)top - 1;
 
-	return (struct pt_regs *)(stack + HS_THREAD_SIZE) - 1;
+#if defined(__TARGET_ARCH_x86)
+	if ((__u16)BPF_CORE_READ(regs, cs) != 0x33)
+		regs = (struct pt_regs *)(top - 16) - 1;
+#endif
+	return regs;
 }
 #else
 static __always_inline struct pt_regs *user_regs(void)

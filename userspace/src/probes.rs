@@ -409,7 +409,9 @@ pub fn attach_kernel_probes(bpf: &mut Ebpf, btf: &Btf, avoid: &[String]) -> Resu
             let mut failed = None;
             for probe in alt.iter() {
                 if let Err(e) = attach(bpf, btf, probe) {
-                    failed = Some(format!("{e:#}"));
+                    // the verifier's whole log behind -vv; its reason in the message
+                    log::debug!("{e:#}");
+                    failed = Some(refusal(probe, &e));
                     break;
                 }
             }
@@ -434,6 +436,41 @@ pub fn attach_kernel_probes(bpf: &mut Ebpf, btf: &Btf, avoid: &[String]) -> Resu
         choices.push(choice);
     }
     Ok(choices)
+}
+
+/// Why `probe` failed, in a line: for a program the verifier refused, the reason it gives
+/// at the end of its log (the whole log is printed with `-vv`), never the log itself.
+pub fn refusal(probe: &Probe, e: &anyhow::Error) -> String {
+    use aya::programs::ProgramError;
+    let refused = e.chain().find_map(|c| match c.downcast_ref::<ProgramError>() {
+        Some(ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        }) => Some((io_error.to_string(), verifier_log.to_string())),
+        _ => None,
+    });
+    let Some((io_error, log)) = refused else {
+        return format!("{e:#}");
+    };
+    // the verifier's last words before its statistics
+    let reason = log
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty()
+                && !l.starts_with("verification time")
+                && !l.starts_with("stack depth")
+                && !l.starts_with("processed ")
+                && !l.starts_with(':')
+        })
+        .last()
+        .unwrap_or("no reason given");
+    format!(
+        "{} ({} {}) refused by the kernel's verifier ({io_error}): {reason}",
+        probe.program,
+        probe.hook.family(),
+        probe.hook.name()
+    )
 }
 
 /// A file as the kernel knows it (device, inode): one libssl however it is reached.

@@ -296,8 +296,8 @@ progress + lost.
 - **hook runs / conn**: the runs all of hstrace's programs gained, per connection, in the
   workload's round with the fewest: another process's socket I/O, forks and execs only add
   runs. In a VM nothing else runs and the rounds agree to a run or two; the host is shared,
-  so there the test is run again, a minute apart, up to {HOST_TRIES} times until its rounds
-  agree within {spread:.0} %. It does not depend on the machine's speed. It is every run the
+  so there the test is run again, a minute apart, up to {HOST_TRIES} times (as many again
+  after the kernels) until its rounds agree within {spread:.0} %. It does not depend on the machine's speed. It is every run the
   kernel made while the connection lasted, not only the server's: over loopback the
   client's own state changes, arrivals, reads and writes fire the same hooks (a remote
   client's would not), and each client process's fork and exec are one run each. A read
@@ -358,10 +358,9 @@ across every row.
         }
     }
     let disturbed = if rows.iter().any(|r| r.label.ends_with(" *")) {
-        format!(
-            "\n\\* Other work ran on the host through all {HOST_TRIES} attempts (the least \
-             disturbed one is shown): its runs and time are in these figures.\n"
-        )
+        "\n\\* Other work ran on the host through every attempt, before the kernels and after \
+         them (the least disturbed one is shown): its runs and time are in these figures.\n"
+            .to_string()
     } else {
         String::new()
     };

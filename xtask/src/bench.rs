@@ -47,6 +47,8 @@ pub enum Mode {
         other: PathBuf,
         workload: usize,
         pairs: usize,
+        /// the MODES label both builds run in
+        mode: String,
     },
 }
 
@@ -74,6 +76,7 @@ pub fn bench(mode: Mode) -> Result<()> {
             other,
             workload,
             pairs,
+            mode,
         } => {
             let other = fs::canonicalize(&other).with_context(|| {
                 format!(
@@ -81,7 +84,7 @@ pub fn bench(mode: Mode) -> Result<()> {
                     other.display()
                 )
             })?;
-            cost::ab(&bin, &other, &target, workload, pairs)
+            cost::ab(&bin, &other, &target, workload, pairs, &mode)
         }
         Mode::Cpu { workload } => {
             // one workload's CPU on/off row, printed: for trying a change, writes nothing
@@ -236,6 +239,18 @@ const MODES: &[(&str, &[&str])] = &[
     // every second
     ("serve", &[SERVE]),
 ];
+
+/// The extra arguments of the mode labelled `label` in MODES.
+pub fn mode_args(label: &str) -> Result<&'static [&'static str]> {
+    MODES
+        .iter()
+        .find(|(l, _)| *l == label)
+        .map(|(_, extra)| *extra)
+        .with_context(|| {
+            let labels: Vec<String> = MODES.iter().map(|(l, _)| l.replace(' ', "-")).collect();
+            format!("mode {label:?}: there are {}", labels.join(", "))
+        })
+}
 
 /// The MODES marker for `hstrace serve` instead of `hstrace trace`.
 const SERVE: &str = "serve";

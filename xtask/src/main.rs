@@ -161,6 +161,10 @@ struct BenchArgs {
     /// Pairs of --ab
     #[arg(long, value_name = "N", default_value_t = 4, requires = "ab")]
     pairs: usize,
+    /// The hstrace mode --ab runs both builds in: default (trace), wire-only (trace
+    /// --uprobes none), uprobes-all, serve
+    #[arg(long, value_name = "MODE", default_value = "wire-only", requires = "ab")]
+    ab_mode: String,
 }
 
 #[derive(Subcommand)]
@@ -207,6 +211,7 @@ fn run(job: Job) -> Result<()> {
                     other,
                     workload: b.workload.unwrap_or(0),
                     pairs: b.pairs,
+                    mode: b.ab_mode.replace('-', " "),
                 }
             } else if b.cpu {
                 bench::Mode::Cpu {
@@ -279,7 +284,11 @@ mod tests {
         );
         assert!(matches!(
             parse("bench --ab /tmp/other --workload 3 --pairs 6"),
-            Job::Bench(b) if b.ab.is_some() && b.workload == Some(3) && b.pairs == 6
+            Job::Bench(b) if b.ab.is_some() && b.workload == Some(3) && b.pairs == 6 && b.ab_mode == "wire-only"
+        ));
+        assert!(matches!(
+            parse("bench --ab /tmp/other --ab-mode serve"),
+            Job::Bench(b) if b.ab.is_some() && b.ab_mode == "serve"
         ));
         assert!(matches!(parse("bench serve-memory"), Job::Bench(b) if b.part.is_some()));
         assert!(matches!(

@@ -607,8 +607,8 @@ pub fn section(
 }
 
 /// `cargo xtask bench --ab OTHER`: this build's BPF run time per operation against another
-/// hstrace binary's (OTHER, built from another commit), wire only, under one workload's
-/// load against the same nginx, in `pairs` interleaved pairs (every other pair with OTHER
+/// hstrace binary's (OTHER, built from another commit), both in the mode labelled `mode`
+/// (wire only unless asked), under one workload's load against the same nginx, in `pairs` interleaved pairs (every other pair with OTHER
 /// first): single runs here move by more than most changes do, pairs run back to back
 /// move together. Prints each pair and the medians (per operation, less the counting),
 /// by program too; writes nothing.
@@ -618,17 +618,19 @@ pub fn ab(
     nginx: &BenchNginx,
     workload: usize,
     pairs: usize,
+    mode: &str,
 ) -> Result<()> {
     let w = super::workload(workload)?;
+    let extra = super::mode_args(mode)?;
     let floor = super::hstrace_number(&super::tool(bin), &["stats-floor"])?;
     let cmd = w.cmd(nginx);
     println!(
-        "{}, wire only, {pairs} pairs: BPF per operation less {floor:.0} ns a run (other → this)",
+        "{}, {mode}, {pairs} pairs: BPF per operation less {floor:.0} ns a run (other → this)",
         w.name
     );
     let (mut deltas, mut by_program) = (Vec::new(), HashMap::<String, Vec<f64>>::new());
     for pair in 0..pairs {
-        let run = |b: &Path| per_op(b, nginx.master, &["--uprobes", "none"], &cmd);
+        let run = |b: &Path| per_op(b, nginx.master, extra, &cmd);
         let (o, t) = if pair % 2 == 0 {
             let o = run(other)?;
             (o, run(bin)?)

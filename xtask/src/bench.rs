@@ -40,8 +40,9 @@ pub enum Mode {
     Cost,
     /// one workload's CPU on/off row and the split of the hooks' cost, printed
     Cpu { workload: usize },
-    /// where the BPF programs' time goes, for `seconds` of new TLS 1.2 handshakes
-    Profile { seconds: u32 },
+    /// where the BPF programs' time goes, for `seconds` of one workload (new TLS 1.2
+    /// handshakes unless asked)
+    Profile { seconds: u32, workload: usize },
     /// this build against `other`, in `pairs` interleaved pairs under one workload
     Ab {
         other: PathBuf,
@@ -67,10 +68,11 @@ pub fn bench(mode: Mode) -> Result<()> {
     };
     let commit = commit()?;
     match mode {
-        Mode::Profile { seconds } => {
+        Mode::Profile { seconds, workload } => {
             // perf is for this alone: installed here, not by setup
             install_missing(&["linux-perf"])?;
-            profile::run(&bin, &target, seconds, &nginx.dir.join("perf.data"))
+            let w = self::workload(workload)?;
+            profile::run(&bin, &target, w, seconds, &nginx.dir.join("perf.data"))
         }
         Mode::Ab {
             other,

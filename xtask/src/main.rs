@@ -152,7 +152,7 @@ struct BenchArgs {
     /// (--workload, default 0)
     #[arg(long, group = "mode", value_name = "OTHER_HSTRACE")]
     ab: Option<PathBuf>,
-    /// The workload of --cpu or --ab, by number (0: new TLS 1.2 handshakes, ...)
+    /// The workload of --cpu, --profile or --ab, by number (0: new TLS 1.2 handshakes, ...)
     #[arg(long, value_name = "N")]
     workload: Option<usize>,
     /// Seconds --profile records
@@ -163,7 +163,12 @@ struct BenchArgs {
     pairs: usize,
     /// The hstrace mode --ab runs both builds in: default (trace), wire-only (trace
     /// --uprobes none), uprobes-all, serve
-    #[arg(long, value_name = "MODE", default_value = "wire-only", requires = "ab")]
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "wire-only",
+        requires = "ab"
+    )]
     ab_mode: String,
 }
 
@@ -199,13 +204,16 @@ fn run(job: Job) -> Result<()> {
         Job::Vmlinux => vmlinux::vmlinux(),
         Job::Bench(b) => {
             ensure!(
-                b.workload.is_none() || b.cpu || b.ab.is_some(),
-                "--workload picks the workload of --cpu or --ab"
+                b.workload.is_none() || b.cpu || b.profile || b.ab.is_some(),
+                "--workload picks the workload of --cpu, --profile or --ab"
             );
             let mode = if b.part.is_some() {
                 return bench::memory::serve_memory();
             } else if b.profile {
-                bench::Mode::Profile { seconds: b.seconds }
+                bench::Mode::Profile {
+                    seconds: b.seconds,
+                    workload: b.workload.unwrap_or(0),
+                }
             } else if let Some(other) = b.ab {
                 bench::Mode::Ab {
                     other,
@@ -281,6 +289,9 @@ mod tests {
         );
         assert!(
             matches!(parse("bench --profile --seconds 10"), Job::Bench(b) if b.profile && b.seconds == 10)
+        );
+        assert!(
+            matches!(parse("bench --profile --workload 2"), Job::Bench(b) if b.profile && b.workload == Some(2))
         );
         assert!(matches!(
             parse("bench --ab /tmp/other --workload 3 --pairs 6"),

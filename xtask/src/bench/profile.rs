@@ -1,11 +1,12 @@
 //! Where the BPF programs' time goes (`cargo xtask bench --profile`): perf's cpu-clock
-//! samples of the whole machine, with call chains, while new TLS 1.2 handshakes run. A
-//! sample in a program's own code is mapped to its source line through the program's
-//! jited line info (bpf_prog_info), which is what `bpftool prog dump jited linum` shows
-//! where bpftool has libbfd (Debian's has not). A sample in a kernel function that a
-//! program called (a helper, a map's lookup, the clock) is counted by that function and
-//! the program it returns to. Samples that land on a program's first line are mostly the
-//! cost of entering it (the indirect call, a cold instruction cache).
+//! samples of the whole machine, with call chains, while one workload runs (new TLS 1.2
+//! handshakes unless `--workload` says another). A sample in a program's own code is
+//! mapped to its source line through the program's jited line info (bpf_prog_info), which
+//! is what `bpftool prog dump jited linum` shows where bpftool has libbfd (Debian's has
+//! not). A sample in a kernel function that a program called (a helper, a map's lookup,
+//! the clock) is counted by that function and the program it returns to. Samples that
+//! land on a program's first line are mostly the cost of entering it (the indirect call, a
+//! cold instruction cache).
 
 use std::{
     collections::HashMap,
@@ -16,7 +17,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use super::{cost::prog_ids, run_load, BenchNginx, Tracer, WORKLOADS};
+use super::{cost::prog_ids, run_load, BenchNginx, Tracer, Workload};
 
 const BPF_PROG_GET_FD_BY_ID: i64 = 13;
 const BPF_OBJ_GET_INFO_BY_FD: i64 = 15;
@@ -236,7 +237,7 @@ pub fn attribute(
 /// Profile the tracer (wire only) under new TLS 1.2 handshakes for `secs`: print the
 /// samples by program, split between their own code and the kernel functions they call,
 /// those functions, and the hottest source lines.
-pub fn run(bin: &Path, nginx: &BenchNginx, secs: u32, out: &Path) -> Result<()> {
+pub fn run(bin: &Path, nginx: &BenchNginx, w: &Workload, secs: u32, out: &Path) -> Result<()> {
     let tracer = Tracer::start(bin, nginx.master, &["--uprobes", "none"])?;
     let mut table = Vec::new();
     for id in prog_ids(tracer.child.id())? {
@@ -251,7 +252,7 @@ pub fn run(bin: &Path, nginx: &BenchNginx, secs: u32, out: &Path) -> Result<()> 
         .stderr(Stdio::null())
         .spawn()
         .context("perf (Debian: apt-get install linux-perf)")?;
-    let cmd = WORKLOADS[0].cmd(nginx);
+    let cmd = w.cmd(nginx);
     let mut loaded = Ok(());
     while loaded.is_ok() && perf.try_wait()?.is_none() {
         loaded = run_load(&cmd).map(drop);
@@ -290,7 +291,7 @@ pub fn run(bin: &Path, nginx: &BenchNginx, secs: u32, out: &Path) -> Result<()> 
     println!(
         "samples in hstrace's programs: {total} ({} s of {}): {:.1} % in their own code, {:.1} % in the kernel functions they call",
         secs,
-        WORKLOADS[0].name,
+        w.name,
         pct(own_total),
         pct(total - own_total)
     );

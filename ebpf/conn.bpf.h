@@ -280,8 +280,8 @@ struct {
 	__type(value, struct hs_conn_state);
 } conn_scratch SEC(".maps");
 
-/* Settings userspace writes once its probes are attached, HS_SET_* bits (an array: its
- * lookups are inlined, no helper call). */
+/* Settings userspace writes once its probes are attached (and when it widens a library's
+ * uprobes), HS_SET_* bits (an array: its lookups are inlined, no helper call). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -303,6 +303,15 @@ static __always_inline int lazy_fd(void)
 	__u32 zero = 0, *v = bpf_map_lookup_elem(&settings, &zero);
 
 	return v && (*v & HS_SET_LAZY_FD);
+}
+
+/* May an OpenSSL uprobe fire in a process hstrace does not trace (HS_SET_SSL_ALL_PROCS)?
+ * Not while each is attached to one traced process. */
+static __always_inline int ssl_all_procs(void)
+{
+	__u32 zero = 0, *v = bpf_map_lookup_elem(&settings, &zero);
+
+	return v && (*v & HS_SET_SSL_ALL_PROCS);
 }
 
 /* Hand a reserved record to userspace, waking it only once enough has piled up. */

@@ -27,8 +27,9 @@ int BPF_KPROBE(ssl_handshake_enter, void *ssl)
 	__u32 tid = id, slot = tid % HS_IO_SLOTS;
 	struct ssl_call *sc;
 
-	/* (attached for every process that maps the library: only the traced ones count) */
-	if (!tgid_traced(id >> 32))
+	/* (once attached for every process that maps the library, only the traced ones count:
+	 * a hash lookup, so not before) */
+	if (ssl_all_procs() && !tgid_traced(id >> 32))
 		return 0;
 	sc = bpf_map_lookup_elem(&ssl_in_flight, &slot);
 	if (!sc)
@@ -99,7 +100,8 @@ static __always_inline int ssl_io_enter(void *ssl, void *nbytes, __u32 write)
 	__u32 tid = id, slot = tid % HS_IO_SLOTS;
 	struct ssl_io *io;
 
-	if (!tgid_traced(id >> 32))
+	/* (as in ssl_handshake_enter) */
+	if (ssl_all_procs() && !tgid_traced(id >> 32))
 		return 0;
 	io = bpf_map_lookup_elem(&ssl_io_in_flight, &slot);
 	if (!io)

@@ -113,12 +113,16 @@
 #define HS_PH_RESPONSE 3     /* its response is being written */
 #define HS_PH_DONE 4         /* record sent; bytes and exchanges are still counted */
 
-/* Bits of the `settings` map's word, written by userspace once its probes are attached. */
+/* Bits of the `settings` map's word, written by userspace once its probes are attached
+ * (HS_SET_SSL_ALL_PROCS: before it widens a library's uprobes). */
 #define HS_SET_NO_FDS 1 /* no attached hook reads the fds table (reads, writes and closes
 			 * are all seen at the socket layer): accept does not fill it */
 #define HS_SET_LAZY_FD 2 /* accept is hooked in the kernel (it returns a socket, not an
 			  * fd) and a hook reads the fds table: a connection's fd is learned
 			  * at its first read or write */
+#define HS_SET_SSL_ALL_PROCS 4 /* a libssl's uprobes fire for every process that maps it
+				* (a traced process forks children that serve): the OpenSSL
+				* programs must tell the traced processes from the others */
 
 /* Bits of the per-flight record-type masks (hs_conn.rec_types[]): 1 << (type - 20). */
 #define HS_RT_CCS (1 << 0)

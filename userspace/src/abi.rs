@@ -91,9 +91,11 @@ pub const PH_RESPONSE: u8 = 3;
 pub const PH_DONE: u8 = 4;
 
 /// The `settings` map's bits: no attached hook reads the fds table; a connection's fd is
-/// learned at its first read or write (accept is hooked in the kernel).
+/// learned at its first read or write (accept is hooked in the kernel); a libssl's uprobes
+/// fire for every process that maps it.
 pub const SET_NO_FDS: u32 = 1;
 pub const SET_LAZY_FD: u32 = 2;
+pub const SET_SSL_ALL_PROCS: u32 = 4;
 
 pub const F_UPROBE: u32 = 1 << 0;
 pub const F_HS_DONE_SSL: u32 = 1 << 1;
@@ -673,7 +675,7 @@ mod tests {
             IDLE_FLIGHT1, IDLE_FLIGHT2, IDLE_RESPONSE, IDLE_RETRY, IDLE_KNOWN,
             WOKE_ACCEPT, WOKE_FLIGHT1, WOKE_FLIGHT2, WOKE_RESPONSE, WOKE_RETRY, WOKE_CALLS,
             PH_HANDSHAKE, PH_WAIT_REQUEST, PH_REQUEST, PH_RESPONSE, PH_DONE,
-            SET_NO_FDS, SET_LAZY_FD,
+            SET_NO_FDS, SET_LAZY_FD, SET_SSL_ALL_PROCS,
             RT_CCS, RT_ALERT, RT_HANDSHAKE, RT_APPDATA,
             FLIGHTS, FL_C1, FL_S1, FL_C2, FL_S2,
             HT_CLIENT_HELLO, HT_SERVER_HELLO, HT_CERTIFICATE,

@@ -10,6 +10,7 @@ use std::{collections::HashMap, num::NonZeroU32, path::Path};
 
 use anyhow::{anyhow, Context, Result};
 use aya::{
+    maps::Array,
     programs::{
         uprobe::{UProbeLinkId, UProbeScope},
         Program, UProbe,
@@ -594,6 +595,11 @@ impl SslProbes {
             if path.ends_with("exe") {
                 return (false, false);
             }
+            // the programs check the process from the first hit in another one
+            if let Err(e) = add_setting(bpf, crate::abi::SET_SSL_ALL_PROCS) {
+                log::debug!("{}: no uprobes for every process: {e:#}", path.display());
+                return (false, false);
+            }
             match self.attach_in(bpf, &path, UProbeScope::AllProcesses) {
                 Ok(links) => {
                     self.host_wide.insert(file, links);
@@ -627,6 +633,15 @@ impl SslProbes {
             detach_all(bpf, a.links);
         }
     }
+}
+
+/// Set `bit` in the `settings` word the BPF programs read (HS_SET_*).
+fn add_setting(bpf: &mut Ebpf, bit: u32) -> Result<()> {
+    let mut settings: Array<_, u32> =
+        Array::try_from(bpf.map_mut("settings").context("map settings")?)?;
+    let word = settings.get(&0, 0)?;
+    settings.set(0, word | bit, 0)?;
+    Ok(())
 }
 
 fn detach_all(bpf: &mut Ebpf, links: Vec<(&'static str, UProbeLinkId)>) {

@@ -305,6 +305,14 @@ static __always_inline int lazy_fd(void)
 	return v && (*v & HS_SET_LAZY_FD);
 }
 
+/* The settings word: HS_SET_* bits, 0 until userspace has written it. */
+static __always_inline __u32 settings_word(void)
+{
+	__u32 zero = 0, *v = bpf_map_lookup_elem(&settings, &zero);
+
+	return v ? *v : 0;
+}
+
 /* May an OpenSSL uprobe fire in a process hstrace does not trace (HS_SET_SSL_ALL_PROCS)?
  * Not while each is attached to one traced process. */
 static __always_inline int ssl_all_procs(void)

@@ -239,7 +239,7 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 		if (dir == HS_DIR_IN && ret > 0 && !peek && !c->not_tls &&
 		    flight_dir(c->flight) != HS_DIR_IN)
 			ptr = call_buffer(user_regs(), &iovcnt);
-	} else if (!wants_bytes(c, dir, ret, peek) && !lazy_fd()) {
+	} else if (!wants_bytes(c, dir, ret, peek) && !c->learn_fd) {
 		/* the syscall's buffer only when the parser reads these bytes (or the fd is
 		 * wanted): not for a failed or peeking read, nor for bytes inside a record body
 		 * it passes over */
@@ -248,13 +248,20 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 	} else {
 		regs = user_regs();
 		ptr = call_buffer(regs, &iovcnt);
-		/* accept was hooked in the kernel: the connection's fd is the one this call
-		 * names */
-		if (ptr && !c->fkey && lazy_fd()) {
-			__u64 fkey = fd_key(bpf_get_current_pid_tgid() >> 32, SYSCALL_ARG1(regs));
+		/* accepted in the kernel: the connection's fd is the one this call names, once
+		 * the settings say a hook reads the fds table (and never, once they say none
+		 * does); the settings are read only until then */
+		if (ptr && c->learn_fd) {
+			__u32 set = settings_word();
 
-			c->fkey = fkey;
-			bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
+			if ((set & HS_SET_LAZY_FD) && !c->fkey) {
+				__u64 fkey = fd_key(bpf_get_current_pid_tgid() >> 32, SYSCALL_ARG1(regs));
+
+				c->fkey = fkey;
+				bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
+			}
+			if (set & (HS_SET_LAZY_FD | HS_SET_NO_FDS))
+				c->learn_fd = 0;
 		}
 		now = call_time(ret, peek);
 	}

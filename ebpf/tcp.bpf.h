@@ -118,6 +118,11 @@ static __always_inline void on_accept(struct sock *sk, int fd, __u32 tgid)
 		c->fkey = fkey;
 		bpf_map_update_elem(&fds, &fkey, &skey, BPF_ANY);
 	}
+	/* accepted in the kernel, no fd: its reads and writes learn it, unless the settings
+	 * already say no hook reads the table (then they never look: the settings are read
+	 * here once, not at each of its calls) */
+	if (fd < 0)
+		c->learn_fd = fds_used();
 	/* last: from here on the entry is an accepted connection's */
 	c->r.t_accept = bpf_ktime_get_ns();
 	accept_call(c, c->r.t_accept);

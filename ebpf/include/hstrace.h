@@ -357,7 +357,10 @@ struct hs_conn_state {
 	/* a preamble being watched for TLS (preamble.bpf.h) */
 	__u8 pre_watch;         /* plain text so far, and TLS may still begin */
 	__u8 pre_dir;           /* direction of its last transfer (HS_DIR_*; 0xff: none yet) */
-	__u8 pad3[6];
+	__u8 learn_fd;          /* accepted in the kernel (no fd): its reads and writes look for
+				 * its fd, until one finds it or the settings say no hook reads
+				 * the fds table */
+	__u8 pad3[5];
 	__u64 pre_in_start;     /* the read that began the server's current answer (t_accept
 				 * for a banner) */
 	__u64 pre_last_out;     /* its last write */

@@ -410,7 +410,9 @@ pub struct ConnState {
     /// a preamble being watched for TLS
     pub pre_watch: u8,
     pub pre_dir: u8,
-    pub pad3: [u8; 6],
+    /// accepted in the kernel: its fd is still to be learned at a read or write
+    pub learn_fd: u8,
+    pub pad3: [u8; 5],
     pub pre_in_start: u64,
     pub pre_last_out: u64,
     pub pre_last_in: u64,

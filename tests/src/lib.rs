@@ -10,6 +10,8 @@ pub mod assert;
 pub mod chromium;
 /// openssl s_client and s_time, curl, raw exchanges, the mix of every kind.
 pub mod clients;
+/// A CPU kept for one test's server while the rest of the machine runs on the others.
+pub mod cpuset;
 /// A real `hstrace serve` and its metrics.
 pub mod daemon;
 /// Throwaway certificates and the captured ClientHellos.

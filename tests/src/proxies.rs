@@ -17,7 +17,9 @@ use std::{
 /// It also measures, as ground truth, how long the server waited on the wire for each
 /// client flight after its first: from the proxy's read of the last bytes of the server's
 /// previous flight to its write of the flight's first bytes to the server (delay
-/// included). That is the server's wait for the client, less two loopback hops.
+/// included). That is the server's wait for the client, less two loopback hops. Its
+/// threads run real-time (SCHED_FIFO) so that, on a busy machine, no ordinary task comes
+/// between its stamp of a flight and its write of it to the server.
 pub struct DelayProxy {
     pub port: u16,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -46,6 +48,7 @@ impl DelayProxy {
         let waits = Arc::new(std::sync::Mutex::new(Vec::new()));
         let measured = waits.clone();
         thread::spawn(move || {
+            real_time();
             while !stopped.load(Ordering::Relaxed) {
                 let Ok((client, _)) = listener.accept() else {
                     thread::sleep(Duration::from_millis(5));
@@ -62,6 +65,7 @@ impl DelayProxy {
                     (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let (t, down, measured) = (turn.clone(), last_down.clone(), measured.clone());
                 let up = thread::spawn(move || {
+                    real_time();
                     let mut buf = [0u8; 16384];
                     while let Ok(mut n) = c_in.read(&mut buf) {
                         if n == 0 {
@@ -124,6 +128,20 @@ impl DelayProxy {
             .rev()
             .find(|(f, _)| *f == flight)
             .map(|(_, d)| *d)
+    }
+}
+
+/// Runs the calling thread real-time (SCHED_FIFO, the lowest priority): ahead of every
+/// ordinary task on its CPU. Root only; without root it says so and runs as it is.
+fn real_time() {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: pid 0 is this thread, and the kernel only reads param
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        eprintln!(
+            "the delay proxy runs as an ordinary thread (no SCHED_FIFO: {}); its ground truth \
+             may lag on a busy machine",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
@@ -210,6 +228,7 @@ impl ReframeProxy {
         let served = Arc::new(AtomicUsize::new(0));
         let counted = served.clone();
         thread::spawn(move || {
+            real_time();
             while !stopped.load(Ordering::Relaxed) {
                 let Ok((client, _)) = listener.accept() else {
                     thread::sleep(Duration::from_millis(5));

@@ -16,6 +16,7 @@ use hstrace_tests::{
     clients::{s_client, s_time},
     daemon::Daemon,
     hstrace::Hstrace,
+    cpuset::CpuToItself,
     procs::{pin_thread, PinnedLoop},
     proxies::DelayProxy,
     servers::{Nginx, TestServer},
@@ -197,6 +198,30 @@ fn pin(pid: u32, cpu: usize) {
     pin_thread(pid as i32, cpu).unwrap_or_else(|e| panic!("cannot move {pid} to CPU {cpu}: {e}"));
 }
 
+/// CPU 0 kept for the nginx worker `pid` alone, whatever else the machine runs: the
+/// stages after an idle CPU need a CPU that idles whenever the worker waits.
+fn alone_on_cpu_0(pid: u32) -> CpuToItself {
+    let kept = CpuToItself::reserve(0)
+        .unwrap_or_else(|e| panic!("cannot keep CPU 0 for the worker (needs root): {e}"));
+    kept.admit(pid).unwrap();
+    pin(pid, 0);
+    kept
+}
+
+/// Run `lone` (one client at a time, pinned to CPU 1) and check that the kept CPU idled
+/// for at least a third of it: the condition the test asserts on, created and seen.
+fn while_cpu_idles<T>(kept: &CpuToItself, lone: impl FnOnce() -> T) -> T {
+    let (idle, start) = (kept.idle_seconds(), Instant::now());
+    let out = lone();
+    let (idled, wall) = (kept.idle_seconds() - idle, start.elapsed().as_secs_f64());
+    eprintln!("CPU 0 idled {idled:.2} s of {wall:.2} s");
+    assert!(
+        idled >= wall / 3.0,
+        "CPU 0 idled {idled:.2} s of {wall:.2} s: something else ran beside the worker"
+    );
+    out
+}
+
 /// A real-time (SCHED_FIFO) thread on one CPU that spins 2 ms and sleeps 1 ms until
 /// dropped (also when a test panics, so it never outlives its test): every wake-up
 /// preempts whatever ordinary task runs there, so that task gets the CPU one millisecond
@@ -369,7 +394,7 @@ fn cpu_ns_separates_computing_from_waiting_for_a_cpu() {
 fn idle_before_tells_a_stage_after_an_idle_cpu() {
     let nginx = Nginx::start_with_key("idle", 1, 4096);
     let worker = *nginx.worker_pids().iter().next().unwrap();
-    pin(worker, 0);
+    let kept = alone_on_cpu_0(worker);
     let port = nginx.port.to_string();
     // the records' server_flight_1s, and those of them listed in idle_before
     let count = |records: &[Value]| {
@@ -391,15 +416,17 @@ fn idle_before_tells_a_stage_after_an_idle_cpu() {
         (stages, idle)
     };
     let tracer = Hstrace::start(&["--port", &port]);
-    let one = thread::spawn(move || {
-        pin_thread(0, 1).unwrap();
-        for _ in 0..6 {
-            assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
-            thread::sleep(Duration::from_millis(20));
-        }
-        nginx
+    let nginx = while_cpu_idles(&kept, || {
+        let one = thread::spawn(move || {
+            pin_thread(0, 1).unwrap();
+            for _ in 0..6 {
+                assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
+                thread::sleep(Duration::from_millis(20));
+            }
+            nginx
+        });
+        one.join().unwrap()
     });
-    let nginx = one.join().unwrap();
     let out = tracer.stop();
     assert_eq!(out.records.len(), 6, "{:?}", out.records);
     let (stages, idle) = count(&out.records);
@@ -445,14 +472,16 @@ fn handshakes_at_once(port: u16, n: usize, args: &'static [&'static str]) {
 fn a_queue_is_split_by_what_its_reader_found() {
     let nginx = Nginx::start_with_key("idle-queue", 1, 4096);
     let worker = *nginx.worker_pids().iter().next().unwrap();
-    pin(worker, 0);
+    let kept = alone_on_cpu_0(worker);
     let daemon = Daemon::start(&["--pid", &nginx.master_pid().to_string()]);
     let port = nginx.port;
     pin_thread(0, 1).unwrap();
-    for _ in 0..6 {
-        assert!(s_client(port, &["-tls1_2", "-no_ticket"]).contains("New, TLS"));
-        thread::sleep(Duration::from_millis(20));
-    }
+    while_cpu_idles(&kept, || {
+        for _ in 0..6 {
+            assert!(s_client(port, &["-tls1_2", "-no_ticket"]).contains("New, TLS"));
+            thread::sleep(Duration::from_millis(20));
+        }
+    });
     for _ in 0..2 {
         handshakes_at_once(port, 8, &["-tls1_2", "-no_ticket"]);
     }
@@ -503,15 +532,17 @@ fn a_queue_is_split_by_what_its_reader_found() {
 fn the_wakeup_is_measured_by_how_long_the_cpu_slept() {
     let nginx = Nginx::start_with_key("wakeup", 1, 2048);
     let worker = *nginx.worker_pids().iter().next().unwrap();
-    pin(worker, 0);
+    let kept = alone_on_cpu_0(worker);
     let daemon = Daemon::start(&["--pid", &nginx.master_pid().to_string()]);
     let port = nginx.port;
     pin_thread(0, 1).unwrap();
     let lone = 12;
-    for _ in 0..lone {
-        thread::sleep(Duration::from_millis(150));
-        assert!(s_client(port, &["-tls1_2", "-no_ticket"]).contains("New, TLS"));
-    }
+    while_cpu_idles(&kept, || {
+        for _ in 0..lone {
+            thread::sleep(Duration::from_millis(150));
+            assert!(s_client(port, &["-tls1_2", "-no_ticket"]).contains("New, TLS"));
+        }
+    });
     let server = format!("nginx:{port}");
     wait_for(
         "the daemon to count the handshakes",

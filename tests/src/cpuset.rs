@@ -44,7 +44,10 @@ impl CpuToItself {
     }
 
     fn reserve_v1(root: &Path, cpu: usize) -> io::Result<CpuToItself> {
-        let others = other_cpus(&fs::read_to_string(root.join("cpuset.effective_cpus"))?, cpu)?;
+        let others = other_cpus(
+            &fs::read_to_string(root.join("cpuset.effective_cpus"))?,
+            cpu,
+        )?;
         let mems = fs::read_to_string(root.join("cpuset.mems"))?;
         let alone = make(root, "hstrace-test-alone", &cpu.to_string(), &mems)?;
         let rest = make(root, "hstrace-test-rest", &others, &mems)?;
@@ -89,7 +92,10 @@ impl CpuToItself {
     /// Run every thread of process `pid` on the kept CPU, alone.
     pub fn admit(&self, pid: u32) -> io::Result<()> {
         fs::write(self.alone.join("cgroup.procs"), pid.to_string()).map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot move {pid} to CPU {}: {e}", self.cpu))
+            io::Error::new(
+                e.kind(),
+                format!("cannot move {pid} to CPU {}: {e}", self.cpu),
+            )
         })
     }
 

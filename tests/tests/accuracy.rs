@@ -14,9 +14,9 @@ use std::{
 use hstrace_tests::{
     assert::check_stages,
     clients::{s_client, s_time},
+    cpuset::CpuToItself,
     daemon::Daemon,
     hstrace::Hstrace,
-    cpuset::CpuToItself,
     procs::{pin_thread, PinnedLoop},
     proxies::DelayProxy,
     servers::{Nginx, TestServer},

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use hstrace_tests::{
     assert::{assert_accounted, assert_has_stages, check_stages, str_field},
-    clients::{dribble_exchange, raw_exchange, s_client},
+    chromium,
+    clients::{curl, dribble_exchange, raw_exchange, s_client},
     fixtures::client_hello_record,
     hstrace::Hstrace,
     proxies::ReframeProxy,
@@ -239,6 +240,9 @@ fn a_hello_retry_request_has_stages_of_its_own() {
                 "{what}"
             );
             assert!(r.get("notes").is_none(), "{what}");
+            // the retry asked for nginx's only group, and the handshake used it
+            assert_eq!(r["hrr_cause"], "no_acceptable_share", "{what}");
+            assert_eq!(r["tls_group"], "x25519", "{what}");
             check_stages(r);
         }
         assert_eq!(out.records[1]["resumption"], "psk", "{mode}");
@@ -284,4 +288,76 @@ fn client_hello_split_over_many_reads() {
         assert!(r.get("notes").is_none(), "{r}");
         check_stages(r);
     }
+}
+
+/// The key exchange and the client's fingerprint as clients send them in 2026. Chromium
+/// offers X25519MLKEM768 and sends its hybrid share (a ClientHello of well over a kilobyte);
+/// nginx on Debian's OpenSSL 3.0 knows no ML-KEM and takes x25519: a client offering
+/// post-quantum and not getting it. openssl s_client offers no post-quantum group; two of
+/// its connections have one JA4, curl's (another ClientHello) another, Chromium's a third.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn key_exchange_and_fingerprints_of_three_clients() {
+    let nginx = Nginx::start("pq-offer", 1);
+    let port = nginx.port.to_string();
+    let tracer = Hstrace::start(&["--port", &port]);
+    let url = format!("https://127.0.0.1:{}/", nginx.port);
+    chromium::dump_dom_with(&url, &["--ignore-certificate-errors".to_owned()]);
+    for _ in 0..2 {
+        assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
+    }
+    curl(&["--tlsv1.3"], std::slice::from_ref(&url));
+    let out = tracer.stop();
+    let done: Vec<_> = out
+        .records
+        .iter()
+        .filter(|r| r["kind"] == "full" || r["kind"] == "resumed")
+        .collect();
+    let ja4 = |r: &serde_json::Value| {
+        str_field(r, "ja4")
+            .unwrap_or_else(|| panic!("no ja4: {r}"))
+            .to_owned()
+    };
+    // Chromium: to an address, so no SNI (`t13i`)
+    let browser: Vec<_> = done.iter().filter(|r| r["pq_offered"] == true).collect();
+    assert!(
+        !browser.is_empty(),
+        "no connection offered post-quantum: {:?}",
+        out.records
+    );
+    for r in &browser {
+        assert_eq!(r["tls_group"], "x25519", "{r}");
+        assert!(r["client_hello_bytes"].as_u64() > Some(1_200), "{r}");
+        assert!(ja4(r).starts_with("t13i"), "{r}");
+    }
+    // s_client: SNI demo.test
+    let openssl: Vec<_> = done.iter().filter(|r| r["sni"] == "demo.test").collect();
+    assert_eq!(openssl.len(), 2, "{:?}", out.records);
+    for r in &openssl {
+        assert_eq!(r["pq_offered"], false, "{r}");
+        assert_eq!(r["tls_group"], "x25519", "{r}");
+        assert!(r["client_hello_bytes"].as_u64() < Some(1_000), "{r}");
+        assert!(ja4(r).starts_with("t13d"), "{r}");
+    }
+    assert_eq!(
+        ja4(openssl[0]),
+        ja4(openssl[1]),
+        "one client, one fingerprint"
+    );
+    // curl: no SNI to an address, no post-quantum offer
+    let curls: Vec<_> = done
+        .iter()
+        .filter(|r| r["pq_offered"] == false && r["sni"].is_null())
+        .collect();
+    assert_eq!(curls.len(), 1, "{:?}", out.records);
+    let fingerprints: std::collections::BTreeSet<String> =
+        [ja4(curls[0]), ja4(openssl[0]), ja4(browser[0])]
+            .into_iter()
+            .collect();
+    assert_eq!(
+        fingerprints.len(),
+        3,
+        "three clients, three fingerprints: {fingerprints:?}"
+    );
+    assert_accounted(&out.health, true);
 }

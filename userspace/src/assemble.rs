@@ -331,9 +331,23 @@ impl Gathered {
         if h.offset != 0 {
             self.add_piece(h);
         } else if h.dir == abi::DIR_IN {
-            self.parsed.client = Some(ClientHello::parse(h.bytes(), h.msg_len as usize));
+            let earlier = self
+                .parsed
+                .client
+                .replace(ClientHello::parse(h.bytes(), h.msg_len as usize));
+            if let Some(Ok(first)) = earlier {
+                self.parsed.first_client.get_or_insert(first);
+            }
         } else {
-            self.parsed.server = Some(ServerHello::parse(h.bytes(), h.msg_len as usize));
+            let earlier = self
+                .parsed
+                .server
+                .replace(ServerHello::parse(h.bytes(), h.msg_len as usize));
+            if let Some(Ok(hrr)) =
+                earlier.filter(|e| e.as_ref().is_ok_and(|s| s.hello_retry_request))
+            {
+                self.parsed.retry_request = Some(hrr);
+            }
         }
     }
 

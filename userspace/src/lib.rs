@@ -20,7 +20,8 @@
 //! - `sink`: what every consumer of records implements
 //!
 //! What a record is:
-//! - `tls`: ClientHello / ServerHello parsing
+//! - `tls`: ClientHello / ServerHello parsing, the key-exchange groups' names
+//! - `ja4`: the client's JA4 fingerprint, from its parsed ClientHello
 //! - `stage`: the stage model as types, and the arithmetic that cuts a timeline into stages
 //! - `record`: one connection classified (version, cipher, kind, resumption, failure)
 //! - `clock`: the kernel's clock and RFC 3339 times
@@ -55,6 +56,7 @@ pub mod features;
 pub mod health;
 pub mod host_cpu;
 pub mod http_client;
+pub mod ja4;
 pub mod json;
 pub mod lines;
 pub mod metrics;

@@ -44,6 +44,21 @@ pub struct ConnectionLine {
     /// TLS 1.3: the client's ALPN offer, when it offered more than one protocol
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alpn_offered: Vec<String>,
+    /// the key exchange's group (IANA name, or "0x…"; "none": a resumption without one)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_group: Option<String>,
+    /// why the server sent a HelloRetryRequest
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hrr_cause: Option<String>,
+    /// the client offered a post-quantum group
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pq_offered: Option<bool>,
+    /// the size of the client's (first) ClientHello
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_hello_bytes: Option<u32>,
+    /// the client's JA4 fingerprint
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ja4: Option<String>,
     pub kind: Kind,
     pub resumption_offered: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -192,6 +207,11 @@ mod tests {
         c.comm = *b"a\"b\\c\0\0\0\0\0\0\0\0\0\0\0";
         let mut r = build(&c, Hellos::default(), &Clock::new(), false);
         r.alpn_offered = vec!["h2".into(), "http/1.1".into()];
+        r.tls_group = Some("X25519MLKEM768".into());
+        r.hrr_cause = Some("no_acceptable_share");
+        r.pq_offered = Some(true);
+        r.client_hello_bytes = Some(1_813);
+        r.ja4 = Some("t13d1516h2_8daaf6152771_e5627efa2ab1".into());
         r.resumption = Some(Resumption::Psk);
         r.early_data = true;
         r.handshake_ns = Some(5);

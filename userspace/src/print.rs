@@ -110,6 +110,21 @@ impl Record {
         if !self.alpn_offered.is_empty() {
             o.strs("alpn_offered", &self.alpn_offered);
         }
+        if let Some(g) = &self.tls_group {
+            o.str("tls_group", g);
+        }
+        if let Some(c) = self.hrr_cause {
+            o.str("hrr_cause", c);
+        }
+        if let Some(p) = self.pq_offered {
+            o.bool("pq_offered", p);
+        }
+        if let Some(n) = self.client_hello_bytes {
+            o.u64("client_hello_bytes", n.into());
+        }
+        if let Some(j) = &self.ja4 {
+            o.str("ja4", j);
+        }
         o.str("kind", self.kind.name())
             .bool("resumption_offered", self.resumption_offered);
         if let Some(r) = self.resumption {
@@ -239,6 +254,8 @@ impl Record {
             ("cipher", self.cipher.as_deref()),
             ("sni", self.sni.as_deref()),
             ("alpn", self.alpn.as_deref()),
+            ("group", self.tls_group.as_deref()),
+            ("hrr", self.hrr_cause),
         ] {
             if let Some(v) = v {
                 let _ = write!(s, " {k}={v}");

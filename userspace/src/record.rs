@@ -39,6 +39,20 @@ pub struct Record {
     pub sni: Option<String>,
     pub alpn: Option<String>,
     pub alpn_offered: Vec<String>,
+    /// the key exchange's group (`tls::group_label`): the ServerHello's key share in TLS
+    /// 1.3 (the HelloRetryRequest's when only that was seen); "none" for a resumption with
+    /// no key exchange (TLS 1.3 psk_ke, a TLS 1.2 abbreviated handshake); None when not
+    /// known (a TLS 1.2 full handshake: its ServerKeyExchange is not read)
+    pub tls_group: Option<Cow<'static, str>>,
+    /// why the server sent a HelloRetryRequest: "no_acceptable_share" (it asked for
+    /// another group's share), "cookie" (only a cookie), "other"
+    pub hrr_cause: Option<&'static str>,
+    /// the client offered a post-quantum group (`tls::is_post_quantum`) in supported_groups
+    pub pq_offered: Option<bool>,
+    /// the size of the client's (first) ClientHello, handshake header included
+    pub client_hello_bytes: Option<u32>,
+    /// the client's JA4 fingerprint, of its first ClientHello (`ja4`)
+    pub ja4: Option<String>,
     pub kind: Kind,
     pub resumption_offered: bool,
     pub resumption: Option<Resumption>,
@@ -167,6 +181,11 @@ impl Record {
             sni: None,
             alpn: None,
             alpn_offered: Vec::new(),
+            tls_group: None,
+            hrr_cause: None,
+            pq_offered: None,
+            client_hello_bytes: None,
+            ja4: None,
             kind,
             resumption_offered: false,
             resumption: None,
@@ -282,6 +301,32 @@ pub(crate) fn failure_name(f: u8) -> &'static str {
 pub struct Hellos {
     pub client: Option<Result<ClientHello, tls::ParseError>>,
     pub server: Option<Result<ServerHello, tls::ParseError>>,
+    /// after a HelloRetryRequest: the client's first ClientHello (the one its fingerprint
+    /// and size are of) and the HelloRetryRequest, which `client` and `server` replaced
+    pub first_client: Option<ClientHello>,
+    pub retry_request: Option<ServerHello>,
+}
+
+/// The key exchange's group: TLS 1.3's from the ServerHello's key share (a HelloRetryRequest
+/// names the group the share then came in); "none" when a resumption exchanged no key
+/// (TLS 1.3 psk_ke: a pre_shared_key and no key share; TLS 1.2's abbreviated handshake);
+/// None otherwise (TLS 1.2's ServerKeyExchange is not read).
+fn key_exchange_group(
+    sh: Option<&ServerHello>,
+    retry: Option<&ServerHello>,
+    version: Option<u16>,
+    resumed: bool,
+) -> Option<Cow<'static, str>> {
+    let real = sh.filter(|s| !s.hello_retry_request);
+    if let Some(g) = real.and_then(|s| s.key_share_group) {
+        return Some(tls::group_label(g));
+    }
+    match version {
+        Some(0x0304) if real.is_some_and(|s| s.psk && !s.truncated) => Some("none".into()),
+        Some(0x0304) => retry.and_then(|r| r.key_share_group).map(tls::group_label),
+        Some(_) if resumed => Some("none".into()),
+        _ => None,
+    }
 }
 
 /// Build the printed record from the kernel's record and the hellos captured for it.
@@ -289,6 +334,7 @@ pub struct Hellos {
 /// is not TLS is plain text (HTTP) rather than a failed TLS connection.
 pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Record {
     let mut notes = Vec::new();
+    let retry_request = hellos.retry_request;
     let mut ch = hellos.client.and_then(|r| {
         if r.is_err() {
             notes.push("client_hello_unparsed");
@@ -364,6 +410,22 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
             Resumption::SessionId
         }
     });
+    let first_client = hellos.first_client.as_ref().or(ch.as_ref());
+    let client_hello_bytes = first_client.map(|h| h.len.min(u32::MAX as usize) as u32);
+    let ja4 = first_client.and_then(crate::ja4::ja4);
+    let pq_offered = ch
+        .as_ref()
+        .filter(|h| !h.truncated || !h.supported_groups.is_empty())
+        .map(|h| h.supported_groups.iter().any(|&g| tls::is_post_quantum(g)));
+    let retry = retry_request
+        .as_ref()
+        .or(sh.as_ref().filter(|s| s.hello_retry_request));
+    let hrr_cause = retry.map(|r| match (r.key_share_group, r.cookie) {
+        (Some(_), _) => "no_acceptable_share",
+        (None, true) => "cookie",
+        (None, false) => "other",
+    });
+    let tls_group = key_exchange_group(sh.as_ref(), retry, version, resumed);
     // ALPN: the ServerHello has it in TLS 1.2; in 1.3 it is in the encrypted
     // EncryptedExtensions, so report the client's offer when it was a single protocol
     // (the hellos' strings are moved into the record, not copied)
@@ -403,6 +465,11 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         } else {
             Vec::new()
         },
+        tls_group,
+        hrr_cause,
+        pq_offered,
+        client_hello_bytes,
+        ja4,
         kind,
         resumption_offered: offer.is_some(),
         resumption,

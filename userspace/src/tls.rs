@@ -9,8 +9,10 @@
 //! session id) come first.
 //!
 //! Only what a handshake tracer needs is decoded: SNI, ALPN, supported_versions,
-//! session_ticket and pre_shared_key. GREASE values (RFC 8701) are dropped from
-//! the client's lists, since they are random placeholders and not real offers.
+//! session_ticket, pre_shared_key, and what the key exchange and the client's
+//! fingerprint (`ja4.rs`) need: supported_groups, key_share, signature_algorithms and
+//! the extension types in order. GREASE values (RFC 8701) are dropped from the client's
+//! lists, since they are random placeholders and not real offers.
 
 use std::borrow::Cow;
 
@@ -21,6 +23,10 @@ const EXT_ALPN: u16 = 16;
 const EXT_SESSION_TICKET: u16 = 35;
 const EXT_PRE_SHARED_KEY: u16 = 41;
 const EXT_SUPPORTED_VERSIONS: u16 = 43;
+const EXT_SUPPORTED_GROUPS: u16 = 10;
+const EXT_SIGNATURE_ALGORITHMS: u16 = 13;
+const EXT_KEY_SHARE: u16 = 51;
+const EXT_COOKIE: u16 = 44;
 
 /// server_name entry type for a DNS host name (RFC 6066 section 3).
 const SNI_HOST_NAME: u8 = 0;
@@ -67,6 +73,16 @@ pub struct ClientHello {
     pub session_ticket_len: Option<usize>,
     /// pre_shared_key (41) present: a TLS 1.3 resumption (or external PSK) offer.
     pub psk: bool,
+    /// The extension types in the client's order, GREASE removed.
+    pub extensions: Vec<u16>,
+    /// supported_groups (10), in client order, GREASE removed.
+    pub supported_groups: Vec<u16>,
+    /// key_share (51): the groups the client sent a share for, in its order, GREASE removed.
+    pub key_share_groups: Vec<u16>,
+    /// signature_algorithms (13), in client order.
+    pub signature_algorithms: Vec<u16>,
+    /// The message's length, handshake header included (the whole hello, not the capture).
+    pub len: usize,
     /// The capture ended before the extensions did: an absent extension may just be cut off.
     pub truncated: bool,
 }
@@ -90,6 +106,11 @@ pub struct ServerHello {
     pub session_ticket_ext: bool,
     /// random is the RFC 8446 HelloRetryRequest value: the client must send a second ClientHello.
     pub hello_retry_request: bool,
+    /// key_share (51): the group of the server's share; in a HelloRetryRequest, the group
+    /// it asks the client for (None in a HelloRetryRequest that only asks for a cookie).
+    pub key_share_group: Option<u16>,
+    /// cookie (44) in a HelloRetryRequest.
+    pub cookie: bool,
     /// The capture ended before the extensions did.
     pub truncated: bool,
 }
@@ -158,6 +179,15 @@ fn unless_cut<T>(r: Result<T, ParseError>) -> Result<Option<T>, ParseError> {
         Ok(v) => Ok(Some(v)),
         Err(ParseError::Truncated) => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+/// A hello's whole length from its handshake header (4 + the 24-bit length), or what was
+/// captured when the header itself was cut.
+fn hello_len(msg: &[u8], msg_len: usize) -> usize {
+    match msg.get(..4) {
+        Some(h) => 4 + u32::from_be_bytes([0, h[1], h[2], h[3]]) as usize,
+        None => msg.len().min(msg_len),
     }
 }
 
@@ -270,6 +300,30 @@ fn u16_list(bytes: &[u8], what: &'static str) -> Result<Vec<u16>, ParseError> {
         .collect())
 }
 
+/// A list of u16 inside a vector of 2-byte length (supported_groups, signature_algorithms).
+fn u16_vec16(data: &[u8], what: &'static str) -> Result<Vec<u16>, ParseError> {
+    let list = Reader::new(data, false)
+        .vec16()
+        .map_err(|_| ParseError::Malformed(what))?;
+    u16_list(list, what)
+}
+
+/// A client's key_share: KeyShareEntry client_shares<0..2^16-1>, each { NamedGroup group;
+/// opaque key_exchange<1..2^16-1> }: the groups, GREASE removed.
+fn key_share_groups(data: &[u8]) -> Result<Vec<u16>, ParseError> {
+    let bad = |_| ParseError::Malformed("key_share extension");
+    let mut list = Reader::new(Reader::new(data, false).vec16().map_err(bad)?, false);
+    let mut groups = Vec::new();
+    while !list.is_empty() {
+        let group = list.u16().map_err(bad)?;
+        list.vec16().map_err(bad)?;
+        if !is_grease(group) {
+            groups.push(group);
+        }
+    }
+    Ok(groups)
+}
+
 /// server_name: ServerNameList = { NameType name_type; HostName host_name<1..2^16-1> }<1..2^16-1>.
 fn parse_sni(data: &[u8]) -> Result<Option<String>, ParseError> {
     let bad = |_| ParseError::Malformed("server_name extension");
@@ -319,6 +373,7 @@ impl ClientHello {
             legacy_version,
             session_id: session_id.to_vec(),
             cipher_suites,
+            len: hello_len(msg, msg_len),
             ..Default::default()
         };
         // legacy_compression_methods: nothing to keep, but a cut here is only "truncated".
@@ -330,6 +385,9 @@ impl ClientHello {
         let (exts, truncated) = split_extensions(&mut r)?;
         ch.truncated = truncated;
         for ext in exts {
+            if !is_grease(ext.ext_type) {
+                ch.extensions.push(ext.ext_type);
+            }
             // A cut extension still tells its presence and length, nothing more.
             if !ext.complete {
                 match ext.ext_type {
@@ -350,6 +408,13 @@ impl ClientHello {
                 }
                 EXT_SESSION_TICKET => ch.session_ticket_len = Some(ext.data.len()),
                 EXT_PRE_SHARED_KEY => ch.psk = true,
+                EXT_SUPPORTED_GROUPS => {
+                    ch.supported_groups = u16_vec16(ext.data, "supported_groups extension")?
+                }
+                EXT_SIGNATURE_ALGORITHMS => {
+                    ch.signature_algorithms = u16_vec16(ext.data, "signature_algorithms extension")?
+                }
+                EXT_KEY_SHARE => ch.key_share_groups = key_share_groups(ext.data)?,
                 _ => {}
             }
         }
@@ -417,6 +482,16 @@ impl ServerHello {
                     sh.version = v;
                 }
                 EXT_ALPN => sh.alpn = parse_alpn(ext.data)?.into_iter().next(),
+                // (a ServerHello's KeyShareEntry, or a HelloRetryRequest's selected_group:
+                // both begin with the group)
+                EXT_KEY_SHARE => {
+                    sh.key_share_group = Some(
+                        Reader::new(ext.data, false)
+                            .u16()
+                            .map_err(|_| ParseError::Malformed("key_share extension"))?,
+                    )
+                }
+                EXT_COOKIE => sh.cookie = true,
                 _ => {}
             }
         }
@@ -552,6 +627,53 @@ pub fn cipher_name(id: u16) -> Option<&'static str> {
         .map(|(_, name)| *name)
 }
 
+/// IANA name of a key-exchange group (the TLS Supported Groups registry).
+pub fn group_name(id: u16) -> Option<&'static str> {
+    Some(match id {
+        22 => "secp256k1",
+        23 => "secp256r1",
+        24 => "secp384r1",
+        25 => "secp521r1",
+        26 => "brainpoolP256r1",
+        27 => "brainpoolP384r1",
+        28 => "brainpoolP512r1",
+        29 => "x25519",
+        30 => "x448",
+        31 => "brainpoolP256r1tls13",
+        32 => "brainpoolP384r1tls13",
+        33 => "brainpoolP512r1tls13",
+        41 => "curveSM2",
+        0x0100 => "ffdhe2048",
+        0x0101 => "ffdhe3072",
+        0x0102 => "ffdhe4096",
+        0x0103 => "ffdhe6144",
+        0x0104 => "ffdhe8192",
+        0x0200 => "MLKEM512",
+        0x0201 => "MLKEM768",
+        0x0202 => "MLKEM1024",
+        0x11EB => "SecP256r1MLKEM768",
+        0x11EC => "X25519MLKEM768",
+        0x11ED => "SecP384r1MLKEM1024",
+        0x6399 => "X25519Kyber768Draft00",
+        0x639A => "SecP256r1Kyber768Draft00",
+        _ => return None,
+    })
+}
+
+/// A group's IANA name, or its code as "0x11EE" when the name is unknown.
+pub fn group_label(id: u16) -> Cow<'static, str> {
+    match group_name(id) {
+        Some(n) => Cow::Borrowed(n),
+        None => Cow::Owned(format!("0x{id:04X}")),
+    }
+}
+
+/// A post-quantum key exchange: ML-KEM alone, or a hybrid of ML-KEM (or its Kyber draft)
+/// with a classical curve.
+pub fn is_post_quantum(id: u16) -> bool {
+    matches!(id, 0x0200..=0x0202 | 0x11EB..=0x11ED | 0x6399 | 0x639A)
+}
+
 /// IANA name of a cipher suite, or its code as "0xC030" when the name is unknown.
 pub fn cipher_label(id: u16) -> Cow<'static, str> {
     match cipher_name(id) {
@@ -630,6 +752,34 @@ mod tests {
     fn sh(fixture: &str) -> ServerHello {
         let b = unhex(fixture);
         ServerHello::parse(&b, b.len()).expect("fixture ServerHello parses")
+    }
+
+    /// The key exchange as OpenSSL 3.0 offers and takes it: X25519 first, a share for it
+    /// alone; a server that takes only P-256 asks for it in a HelloRetryRequest.
+    #[test]
+    fn groups_shares_and_signatures() {
+        let c = ch(TLS13_FULL_CH);
+        assert_eq!(
+            &c.supported_groups[..3],
+            &[29, 23, 30],
+            "x25519, secp256r1, x448"
+        );
+        assert_eq!(c.key_share_groups, vec![29]);
+        assert!(!c.signature_algorithms.is_empty());
+        assert!(c.extensions.contains(&EXT_KEY_SHARE) && c.extensions.contains(&0));
+        assert_eq!(c.len, unhex(TLS13_FULL_CH).len());
+        assert_eq!(sh(TLS13_FULL_SH).key_share_group, Some(29));
+        // TLS 1.2: no key_share either way
+        assert!(ch(TLS12_FULL_CH).key_share_groups.is_empty());
+        assert_eq!(sh(TLS12_FULL_SH).key_share_group, None);
+        // the retry asks for secp256r1, and the second ClientHello sends its share
+        let hrr = sh(TLS13_HRR_SH);
+        assert!(hrr.hello_retry_request);
+        assert_eq!(hrr.key_share_group, Some(23));
+        assert_eq!(ch(TLS13_HRR_CH2).key_share_groups, vec![23]);
+        assert_eq!(group_label(0x11EC), "X25519MLKEM768");
+        assert_eq!(group_label(0x11EE), "0x11EE");
+        assert!(is_post_quantum(0x11EC) && is_post_quantum(0x0201) && !is_post_quantum(29));
     }
 
     fn assert_common_client(c: &ClientHello) {

@@ -22,7 +22,7 @@ use axum::{
 use prometheus_client::registry::Registry;
 
 use crate::{
-    failures::RecentFailures,
+    failures::{PeerDetail, RecentFailures},
     health::Health,
     metrics::Metrics,
     params::{format, Estimator, Parameters, MAX_SERVERS},
@@ -45,6 +45,8 @@ pub struct ServeOptions {
     pub label_window: Duration,
     /// failed handshakes kept for /api/v1/failures
     pub recent_failures: usize,
+    /// how much of their peer address /api/v1/failures shows
+    pub failures_peer: PeerDetail,
 }
 
 /// The command line's defaults (`hstrace serve --help`).
@@ -56,6 +58,7 @@ impl Default for ServeOptions {
             max_sni: 50,
             label_window: Duration::from_secs(600),
             recent_failures: 100,
+            failures_peer: PeerDetail::default(),
         }
     }
 }
@@ -79,7 +82,10 @@ impl Daemon {
             registry,
             metrics: Mutex::new(metrics),
             params: Mutex::new(Estimator::new(opts.window, MAX_SERVERS)),
-            failures: Mutex::new(RecentFailures::new(opts.recent_failures)),
+            failures: Mutex::new(RecentFailures::new(
+                opts.recent_failures,
+                opts.failures_peer,
+            )),
             health: Mutex::new(Health::default()),
         })
     }

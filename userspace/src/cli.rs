@@ -199,6 +199,12 @@ enum Command {
         /// is personal data under most privacy rules
         #[arg(long, value_enum, default_value = "prefix", value_name = "DETAIL")]
         failures_peer: crate::failures::PeerDetail,
+        /// TLS, mutual TLS and basic auth for every path, from a Prometheus
+        /// exporter-toolkit web configuration file (tls_server_config, basic_auth_users with
+        /// bcrypt hashes, http_server_config.headers); read at start, a wrong file stops the
+        /// daemon. docs/deploy.md#guarding-the-endpoints
+        #[arg(long = "web.config.file", value_name = "FILE")]
+        web_config_file: Option<std::path::PathBuf>,
     },
     /// Print the measured stage parameters once: trace for --duration, or ask a daemon
     ///
@@ -508,6 +514,7 @@ pub fn run(cli: Cli) -> Result<()> {
             label_window,
             recent_failures,
             failures_peer,
+            web_config_file,
         } => {
             // wire only: the daemon's metrics all come from the wire, and SSL_do_handshake's
             // two uprobe round trips per handshake are a third of what hstrace costs one
@@ -537,6 +544,7 @@ pub fn run(cli: Cli) -> Result<()> {
                     label_window: seconds("--label-window", label_window)?,
                     recent_failures,
                     failures_peer,
+                    web_config: web_config_file,
                 },
             )
         }

@@ -239,7 +239,7 @@ fn curl(args: &[&str]) -> (bool, String) {
 }
 
 /// client_auth_type RequireAndVerifyClientCert: only a certificate from client_ca_file
-/// gets an answer.
+/// gets an answer, from curl and from a real Prometheus.
 #[test]
 #[ignore = "needs root: run `sudo cargo xtask test`"]
 fn mutual_tls_answers_only_clients_of_the_ca() {
@@ -310,6 +310,33 @@ fn mutual_tls_answers_only_clients_of_the_ca() {
         &format!("http://{}/metrics", daemon.addr),
     ]);
     assert!(!ok, "plain HTTP, yet answered: {out}");
+    // a real Prometheus, with the client certificate and without
+    let job = |name: &str, client: &str| {
+        format!(
+            "  - job_name: {name}\n    scheme: https\n    tls_config:\n      ca_file: '{ca}'\n{client}    \
+             static_configs:\n      - targets: ['{}']\n",
+            daemon.addr
+        )
+    };
+    let with_cert = format!("      cert_file: '{cert}'\n      key_file: '{key}'\n");
+    let prom = Prometheus::start_with_jobs(&format!(
+        "{}{}",
+        job("client-cert", &with_cert),
+        job("no-client-cert", "")
+    ));
+    let mut last = Vec::new();
+    wait_for("both jobs scraped", Duration::from_secs(60), || {
+        last = prom.targets();
+        last.len() == 2 && last.iter().all(|t| t["health"] != "unknown")
+    });
+    for t in &last {
+        let want = if t["labels"]["job"] == "client-cert" {
+            "up"
+        } else {
+            "down"
+        };
+        assert_eq!(t["health"], want, "{t}");
+    }
     daemon.stop();
 }
 

@@ -63,6 +63,23 @@ impl Prometheus {
              rule_files:{}\n{rules}{scrape}",
             if rule_files.is_empty() { " []" } else { "" }
         );
+        Self::run(addr, dir, &config, targets.len())
+    }
+
+    /// Scrape what `scrape_configs` (the YAML list's items, each starting `  - job_name:`)
+    /// say, every second; wait until it is ready. For scrapes that are meant to fail,
+    /// read `targets()` rather than `wait_for_scrapes`.
+    pub fn start_with_jobs(scrape_configs: &str) -> Prometheus {
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let dir = work_dir(&format!("prometheus-{port}"));
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n{scrape_configs}"
+        );
+        Self::run(addr, dir, &config, 0)
+    }
+
+    fn run(addr: String, dir: PathBuf, config: &str, targets: usize) -> Prometheus {
         fs::write(dir.join("prometheus.yml"), config).unwrap();
         let log = dir.join("prometheus.log");
         let child = Command::new("/usr/bin/prometheus")
@@ -84,7 +101,7 @@ impl Prometheus {
             child,
             addr,
             dir,
-            targets: targets.len(),
+            targets,
         };
         let what = format!("prometheus to get ready (its log: {})", log.display());
         wait_for(&what, Duration::from_secs(30), || {
@@ -135,6 +152,18 @@ impl Prometheus {
             };
             num(&seen) as usize == self.targets && num(&good) >= n as f64
         });
+    }
+
+    /// Its scrape targets and how their last scrape went (`/api/v1/targets`: `health`,
+    /// `lastError`, `labels.job`).
+    pub fn targets(&self) -> Vec<Value> {
+        let (status, body) = get(&self.addr, "/api/v1/targets");
+        let v: Value = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("/api/v1/targets: not JSON ({e}): {status} {body}"));
+        v["data"]["activeTargets"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The rules it loaded and their health (`/api/v1/rules`).

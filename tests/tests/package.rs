@@ -144,6 +144,7 @@ fn the_package_installs_traces_a_real_nginx_and_purges_leaving_nothing() {
         "/usr/share/hstrace/prometheus/rules.yml",
         "/usr/share/hstrace/prometheus/scrape.yml",
         "/usr/share/hstrace/kubernetes/daemonset.yaml",
+        "/usr/share/hstrace/web-config.yml",
         "/usr/share/doc/hstrace/copyright",
         "/usr/share/doc/hstrace/README.md",
     ] {

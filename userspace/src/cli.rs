@@ -194,6 +194,17 @@ enum Command {
         /// Failed handshakes kept for /api/v1/failures (the oldest go first)
         #[arg(long, default_value_t = 100, value_name = "N")]
         recent_failures: usize,
+        /// How much of a failed handshake's peer address /api/v1/failures shows: full
+        /// (address and port), prefix (its /24 or /48 network) or none. A client's address
+        /// is personal data under most privacy rules
+        #[arg(long, value_enum, default_value = "prefix", value_name = "DETAIL")]
+        failures_peer: crate::failures::PeerDetail,
+        /// TLS, mutual TLS and basic auth for every path, from a Prometheus
+        /// exporter-toolkit web configuration file (tls_server_config, basic_auth_users with
+        /// bcrypt hashes, http_server_config.headers); read at start, a wrong file stops the
+        /// daemon. docs/deploy.md#guarding-the-endpoints
+        #[arg(long = "web.config.file", value_name = "FILE")]
+        web_config_file: Option<std::path::PathBuf>,
     },
     /// Print the measured stage parameters once: trace for --duration, or ask a daemon
     ///
@@ -502,6 +513,8 @@ pub fn run(cli: Cli) -> Result<()> {
             max_sni,
             label_window,
             recent_failures,
+            failures_peer,
+            web_config_file,
         } => {
             // wire only: the daemon's metrics all come from the wire, and SSL_do_handshake's
             // two uprobe round trips per handshake are a third of what hstrace costs one
@@ -530,6 +543,8 @@ pub fn run(cli: Cli) -> Result<()> {
                     max_sni,
                     label_window: seconds("--label-window", label_window)?,
                     recent_failures,
+                    failures_peer,
+                    web_config: web_config_file,
                 },
             )
         }

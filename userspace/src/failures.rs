@@ -1,9 +1,13 @@
 //! `serve`'s recent failures: the last connections that failed before their handshake
 //! completed, in a bounded ring, served newest first at `/api/v1/failures`. Each holds what
 //! the record says of the failure (when, which server, the peer, SNI, TLS version, the
-//! stage it died in, the error type, the first alert); never application data.
+//! stage it died in, the error type, the first alert); never application data. The peer
+//! is shown as the operator chose (`--failures-peer`): its network by default.
 
-use std::collections::VecDeque;
+use std::{
+    collections::VecDeque,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+};
 
 use crate::{
     json::{Array, Object},
@@ -20,7 +24,8 @@ struct Failure {
     process: String,
     server_port: u16,
     local: String,
-    peer: String,
+    /// as `PeerDetail` says; None: not shown
+    peer: Option<String>,
     sni: Option<String>,
     tls_version: Option<&'static str>,
     stage: Option<&'static str>,
@@ -30,19 +35,72 @@ struct Failure {
     duration_ns: u64,
 }
 
+/// How much of a failed handshake's peer address `/api/v1/failures` shows. A client's
+/// address is personal data under most privacy rules; its network is what tells a scanner's
+/// or a broken client population's failures apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum PeerDetail {
+    /// address and port
+    Full,
+    /// the network only: a /24 of IPv4, a /48 of IPv6 (the port dropped)
+    #[default]
+    Prefix,
+    /// no peer at all
+    None,
+}
+
+impl PeerDetail {
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerDetail::Full => "full",
+            PeerDetail::Prefix => "prefix",
+            PeerDetail::None => "none",
+        }
+    }
+
+    /// `peer` written as this detail allows.
+    pub fn show(self, peer: &crate::record::Endpoint) -> Option<String> {
+        match self {
+            PeerDetail::Full => Some(peer.to_string()),
+            PeerDetail::Prefix => Some(prefix(peer.ip())),
+            PeerDetail::None => None,
+        }
+    }
+}
+
+/// "203.0.113.0/24", "2001:db8:1::/48"; an IPv4 client of an IPv6 socket as IPv4.
+fn prefix(ip: IpAddr) -> String {
+    let v4 = |a: Ipv4Addr| {
+        let [a, b, c, _] = a.octets();
+        format!("{a}.{b}.{c}.0/24")
+    };
+    match ip {
+        IpAddr::V4(a) => v4(a),
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(m) => v4(m),
+            None => {
+                let s = a.segments();
+                format!("{}/48", Ipv6Addr::new(s[0], s[1], s[2], 0, 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
 /// The last `cap` failed handshakes.
 pub struct RecentFailures {
     ring: VecDeque<Failure>,
     cap: usize,
+    peer: PeerDetail,
     /// failures seen since the daemon started (kept or not)
     seen: u64,
 }
 
 impl RecentFailures {
-    pub fn new(cap: usize) -> RecentFailures {
+    pub fn new(cap: usize, peer: PeerDetail) -> RecentFailures {
         RecentFailures {
             ring: VecDeque::with_capacity(cap.min(1024)),
             cap,
+            peer,
             seen: 0,
         }
     }
@@ -66,7 +124,7 @@ impl RecentFailures {
             process: r.comm.clone(),
             server_port: r.local.port,
             local: r.local.to_string(),
-            peer: r.peer.to_string(),
+            peer: self.peer.show(&r.peer),
             sni: r.sni.clone(),
             tls_version: r.tls_version,
             stage: r.failed_in.map(|s| s.name()),
@@ -76,12 +134,14 @@ impl RecentFailures {
         });
     }
 
-    /// `{"failures_seen": …, "kept": …, "failures": [newest first, at most `limit`]}`.
+    /// `{"failures_seen": …, "kept": …, "peer_detail": …, "failures": [newest first, at
+    /// most `limit`]}`.
     pub fn json(&self, limit: usize) -> String {
         let mut out = Vec::with_capacity(256 * self.ring.len().min(limit) + 64);
         let mut o = Object::begin(&mut out);
         o.u64("failures_seen", self.seen)
             .u64("kept", self.cap as u64)
+            .str("peer_detail", self.peer.name())
             .array("failures", |a| {
                 for f in self.ring.iter().rev().take(limit) {
                     f.json(a);
@@ -102,7 +162,7 @@ impl Failure {
                 .str("process_executable_name", &self.process)
                 .u64("server_port", self.server_port.into())
                 .str("local", &self.local)
-                .str("peer", &self.peer)
+                .opt_str("peer", self.peer.as_deref())
                 .opt_str("sni", self.sni.as_deref())
                 .opt_str("tls_version", self.tls_version)
                 .opt_str("stage", self.stage)
@@ -147,7 +207,7 @@ mod tests {
 
     #[test]
     fn keeps_the_last_failures_newest_first() {
-        let mut f = RecentFailures::new(3);
+        let mut f = RecentFailures::new(3, PeerDetail::Full);
         f.push(&Record::fixture(Kind::Full));
         for id in 1..=5 {
             f.push(&failed(id, (id == 5).then_some(70)));
@@ -171,16 +231,52 @@ mod tests {
         assert_eq!(newest["server_port"], 443);
         assert_eq!(newest["alert"]["name"], "protocol_version");
         assert!(v["failures"][1]["alert"].is_null());
+        assert_eq!(v["peer_detail"], "full");
         let one: serde_json::Value = serde_json::from_str(&f.json(1)).unwrap();
         assert_eq!(one["failures"].as_array().unwrap().len(), 1);
     }
 
     #[test]
     fn keeping_none_still_counts() {
-        let mut f = RecentFailures::new(0);
+        let mut f = RecentFailures::new(0, PeerDetail::Full);
         f.push(&failed(1, None));
         let v: serde_json::Value = serde_json::from_str(&f.json(10)).unwrap();
         assert_eq!(v["failures_seen"], 1);
         assert_eq!(v["failures"].as_array().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn the_peer_as_much_as_asked() {
+        let v6 = |s: &str| {
+            let ip: Ipv6Addr = s.parse().unwrap();
+            crate::record::Endpoint::new(10, ip.octets(), 51234)
+        };
+        let mut a = [0u8; 16];
+        a[..4].copy_from_slice(&[203, 0, 113, 77]);
+        let v4 = crate::record::Endpoint::new(2, a, 51234);
+        assert_eq!(PeerDetail::Full.show(&v4).unwrap(), "203.0.113.77:51234");
+        assert_eq!(PeerDetail::Prefix.show(&v4).unwrap(), "203.0.113.0/24");
+        assert_eq!(PeerDetail::None.show(&v4), None);
+        let e = v6("2001:db8:1:2:3:4:5:6");
+        assert_eq!(
+            PeerDetail::Full.show(&e).unwrap(),
+            "[2001:db8:1:2:3:4:5:6]:51234"
+        );
+        assert_eq!(PeerDetail::Prefix.show(&e).unwrap(), "2001:db8:1::/48");
+        assert_eq!(
+            PeerDetail::Prefix.show(&v6("::ffff:198.51.100.9")).unwrap(),
+            "198.51.100.0/24"
+        );
+        for (detail, peer) in [
+            (PeerDetail::Full, serde_json::json!("0.0.0.0:50000")),
+            (PeerDetail::Prefix, serde_json::json!("0.0.0.0/24")),
+            (PeerDetail::None, serde_json::Value::Null),
+        ] {
+            let mut f = RecentFailures::new(2, detail);
+            f.push(&failed(1, None));
+            let v: serde_json::Value = serde_json::from_str(&f.json(10)).unwrap();
+            assert_eq!(v["peer_detail"], detail.name());
+            assert_eq!(v["failures"][0]["peer"], peer, "{detail:?}");
+        }
     }
 }

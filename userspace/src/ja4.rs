@@ -10,7 +10,7 @@
 //! in the client's order. `ja4_o` hashes both lists in the client's order instead, SNI and
 //! ALPN included.
 
-use sha2::{Digest, Sha256};
+use ring::digest::{digest, SHA256};
 
 use crate::tls::ClientHello;
 
@@ -125,7 +125,8 @@ fn hash12(s: &str) -> String {
     if s.is_empty() {
         return "000000000000".into();
     }
-    Sha256::digest(s.as_bytes())
+    digest(&SHA256, s.as_bytes())
+        .as_ref()
         .iter()
         .take(6)
         .map(|b| format!("{b:02x}"))

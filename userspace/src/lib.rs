@@ -36,6 +36,8 @@
 //! - `health`: the tracer's own accounting
 //! - `metrics`: `serve`'s Prometheus metrics (every name, label and bound)
 //! - `failures`: `serve`'s last failed handshakes (`/api/v1/failures`)
+//! - `web_config` + `web_guard`: `serve --web.config.file`, TLS and basic auth in front of
+//!   the daemon's routes
 //! - `params`: the parameter estimator (a sink) and the parameters' CSV and table
 //! - `report`: `hstrace report`, one HTML page of a window (its own sink, `report::gather`)
 //! - `trace`, `serve`, `export`: the commands (`serve::Daemon`: the daemon's sink and
@@ -79,6 +81,8 @@ pub mod targets;
 pub mod ties;
 pub mod tls;
 pub mod trace;
+pub mod web_config;
+pub mod web_guard;
 
 /// The compiled BPF object (built from ../ebpf by build.rs): the default build.
 pub static BPF_OBJECT: &[u8] =

@@ -230,6 +230,14 @@ impl Endpoint {
     pub fn new(family: u16, addr: [u8; 16], port: u16) -> Endpoint {
         Endpoint { family, addr, port }
     }
+
+    /// The address, without the port.
+    pub fn ip(&self) -> std::net::IpAddr {
+        if self.family == 10 {
+            return Ipv6Addr::from(self.addr).into();
+        }
+        std::net::Ipv4Addr::new(self.addr[0], self.addr[1], self.addr[2], self.addr[3]).into()
+    }
 }
 
 /// IPv4 written by hand: `format!` made this an eighth of the pipeline's time.

@@ -4,9 +4,11 @@
 //!   /healthz             the tracer's health, JSON: every loss counter, the probes chosen
 //!   /api/v1/parameters   the measured stage parameters (`?format=csv` for CSV)
 //!   /api/v1/failures     the last failed handshakes, newest first (`?limit=N`)
+//! behind TLS and basic auth when `--web.config.file` says so (web_config.rs, web_guard.rs).
 
 use std::{
     net::SocketAddr,
+    path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant, SystemTime},
 };
@@ -22,7 +24,7 @@ use axum::{
 use prometheus_client::registry::Registry;
 
 use crate::{
-    failures::RecentFailures,
+    failures::{PeerDetail, RecentFailures},
     health::Health,
     metrics::Metrics,
     params::{format, Estimator, Parameters, MAX_SERVERS},
@@ -31,6 +33,7 @@ use crate::{
     sink::Sink,
     source::{Options, Source},
     stage::Kind,
+    web_config::WebConfig,
 };
 
 /// `serve`'s own settings.
@@ -45,6 +48,10 @@ pub struct ServeOptions {
     pub label_window: Duration,
     /// failed handshakes kept for /api/v1/failures
     pub recent_failures: usize,
+    /// how much of their peer address /api/v1/failures shows
+    pub failures_peer: PeerDetail,
+    /// the exporter-toolkit web configuration (TLS, basic auth); None: plain HTTP
+    pub web_config: Option<PathBuf>,
 }
 
 /// The command line's defaults (`hstrace serve --help`).
@@ -56,6 +63,8 @@ impl Default for ServeOptions {
             max_sni: 50,
             label_window: Duration::from_secs(600),
             recent_failures: 100,
+            failures_peer: PeerDetail::default(),
+            web_config: None,
         }
     }
 }
@@ -79,7 +88,10 @@ impl Daemon {
             registry,
             metrics: Mutex::new(metrics),
             params: Mutex::new(Estimator::new(opts.window, MAX_SERVERS)),
-            failures: Mutex::new(RecentFailures::new(opts.recent_failures)),
+            failures: Mutex::new(RecentFailures::new(
+                opts.recent_failures,
+                opts.failures_peer,
+            )),
             health: Mutex::new(Health::default()),
         })
     }
@@ -157,6 +169,11 @@ impl Sink for DaemonSink {
 
 /// Run the daemon until Ctrl-C or SIGTERM.
 pub fn run(opts: Options, serve: ServeOptions) -> Result<()> {
+    // the guard before anything else: a wrong file stops the daemon before it serves
+    let web = match &serve.web_config {
+        Some(path) => Some(Arc::new(WebConfig::load(path)?)),
+        None => None,
+    };
     // the address first: a port in use is the commonest mistake, and cheap to find
     let listener = std::net::TcpListener::bind(serve.listen).with_context(|| {
         format!(
@@ -171,9 +188,19 @@ pub fn run(opts: Options, serve: ServeOptions) -> Result<()> {
         .build()?;
     rt.block_on(async {
         let source = Source::attach(opts)?;
-        let http = http_thread(listener, daemon.clone())?;
+        let scheme = match &web {
+            Some(w) if w.tls.is_some() => "https",
+            _ => "http",
+        };
+        if let Some(w) = &web {
+            if w.tls.is_none() {
+                log::warn!("--web.config.file has no tls_server_config: basic auth passwords cross the network in clear");
+            }
+            eprintln!("hstrace: every path behind {} (--web.config.file)", w.describe());
+        }
+        let http = http_thread(listener, daemon.clone(), web)?;
         eprintln!(
-            "hstrace: serving http://{}/metrics, /healthz, /api/v1/parameters and /api/v1/failures; Ctrl-C stops",
+            "hstrace: serving {scheme}://{}/metrics, /healthz, /api/v1/parameters and /api/v1/failures; Ctrl-C stops",
             serve.listen
         );
         let mut sink = daemon.sink();
@@ -189,6 +216,7 @@ pub fn run(opts: Options, serve: ServeOptions) -> Result<()> {
 fn http_thread(
     listener: std::net::TcpListener,
     daemon: Arc<Daemon>,
+    web: Option<Arc<WebConfig>>,
 ) -> Result<std::thread::JoinHandle<()>> {
     let app = Router::new()
         .route("/", get(index))
@@ -208,7 +236,7 @@ fn http_thread(
                     Ok(l) => l,
                     Err(e) => return log::error!("http listener: {e}"),
                 };
-                if let Err(e) = axum::serve(listener, app).await {
+                if let Err(e) = crate::web_guard::serve(listener, app, web).await {
                     log::error!("http server: {e}");
                 }
             })

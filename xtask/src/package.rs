@@ -138,6 +138,7 @@ pub fn package() -> Result<Packages> {
             "deploy/kubernetes/daemonset.yaml",
             "usr/share/hstrace/kubernetes/daemonset.yaml",
         ),
+        ("deploy/web-config.yml", "usr/share/hstrace/web-config.yml"),
         ("README.md", "usr/share/doc/hstrace/README.md"),
     ] {
         copy(&src.join(from), &stage.join(to))?;

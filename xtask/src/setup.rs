@@ -33,6 +33,8 @@ pub const TEST_PACKAGES: &[&str] = &[
     "nginx",
     "openssl",
     "curl",
+    // htpasswd: bcrypt hashes for --web.config.file's basic_auth_users (tests/tests/guard.rs)
+    "apache2-utils",
     "util-linux",
     "apache2",
     "haproxy",

@@ -324,7 +324,7 @@ impl Gather {
                 .entry((r.failure.unwrap_or("unknown"), stage))
                 .or_default() += 1;
             s.examples
-                .get_or_insert_with(|| RecentFailures::new(EXAMPLES))
+                .get_or_insert_with(|| RecentFailures::new(EXAMPLES, Default::default()))
                 .push(r);
         }
     }

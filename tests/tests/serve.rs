@@ -707,7 +707,7 @@ fn parameters_carry_the_servers_cpu_per_connection() {
 fn the_cold_start_is_timed_again_through_the_run() {
     let nginx = Nginx::start("serve-cold-start", 1);
     let master = nginx.master_pid().to_string();
-    let daemon = Daemon::start(&["--pid", &master]);
+    let daemon = Daemon::start(&["--pid", &master, "--measure-cold-start"]);
     let cold_start = || -> Value {
         let doc: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
         doc["host"]["cold_start"].clone()

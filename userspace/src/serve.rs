@@ -153,6 +153,14 @@ impl Sink for DaemonSink {
     fn cold_start(&mut self, c: &crate::cold_start::ColdStart) {
         self.0.params.lock().expect("params lock").cold_start(c);
     }
+
+    fn cold_start_absent(&mut self, why: crate::params::v1::ColdStartAbsent) {
+        self.0
+            .params
+            .lock()
+            .expect("params lock")
+            .cold_start_absent(why);
+    }
 }
 
 /// Run the daemon until Ctrl-C or SIGTERM.

@@ -34,6 +34,7 @@
 //! - `print` + `json`: the JSON and text lines (`trace`'s printer)
 //! - `health`: the tracer's own accounting
 //! - `metrics`: `serve`'s Prometheus metrics (every name, label and bound)
+//! - `self_cost`: what the daemon itself costs (`process_*`, its BPF programs' run time)
 //! - `failures`: `serve`'s last failed handshakes (`/api/v1/failures`)
 //! - `params`: the parameter estimator (a sink) and the parameters' CSV and table
 //! - `report`: `hstrace report`, one HTML page of a window (its own sink, `report::gather`)
@@ -66,6 +67,7 @@ pub mod print;
 pub mod probes;
 pub mod record;
 pub mod report;
+pub mod self_cost;
 pub mod serve;
 pub mod signal;
 pub mod sink;

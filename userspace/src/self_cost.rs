@@ -175,30 +175,38 @@ impl BpfRuns {
         let Ok(fds) = fs::read_dir("/proc/self/fdinfo") else {
             return total;
         };
+        // a program held by two fds counts once
+        let mut seen = std::collections::BTreeSet::new();
         for fd in fds.flatten() {
-            if let Some((runs, ns)) = fs::read_to_string(fd.path())
+            if let Some((id, runs, ns)) = fs::read_to_string(fd.path())
                 .ok()
                 .and_then(|t| prog_runs(&t))
             {
-                total.programs += 1;
-                total.runs += runs;
-                total.run_ns += ns;
+                if seen.insert(id) {
+                    total.programs += 1;
+                    total.runs += runs;
+                    total.run_ns += ns;
+                }
             }
         }
         total
     }
 }
 
-/// A BPF program's (`run_cnt`, `run_time_ns`) from its fdinfo; `None` for another fd.
-fn prog_runs(fdinfo: &str) -> Option<(u64, u64)> {
+/// A BPF program's (`prog_id`, `run_cnt`, `run_time_ns`) from its fdinfo; `None` for
+/// another fd (a link's names its program's id too, but has no counts).
+fn prog_runs(fdinfo: &str) -> Option<(u64, u64, u64)> {
     let field = |name: &str| {
         fdinfo
             .lines()
             .find_map(|l| l.strip_prefix(name))
             .and_then(|v| v.trim().parse::<u64>().ok())
     };
-    field("prog_id:")?;
-    Some((field("run_cnt:")?, field("run_time_ns:")?))
+    Some((
+        field("prog_id:")?,
+        field("run_cnt:")?,
+        field("run_time_ns:")?,
+    ))
 }
 
 /// Whether the kernel counts BPF programs' runs now (kernel.bpf_stats_enabled); `None`
@@ -277,13 +285,15 @@ mod tests {
         assert_eq!(boot_time_s("cpu 1\n"), None);
     }
 
-    /// A program's fdinfo counts; a map's or a file's is not a program.
+    /// A program's fdinfo counts; a map's, a link's or a file's is not a program.
     #[test]
     fn only_programs_are_counted() {
         let prog = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\nprog_type:\t5\nprog_jited:\t1\nprog_tag:\tabc\nmemlock:\t4096\nprog_id:\t77\nrun_time_ns:\t12345\nrun_cnt:\t9\nrecursion_misses:\t0\nverified_insns:\t10\n";
-        assert_eq!(prog_runs(prog), Some((9, 12345)));
+        assert_eq!(prog_runs(prog), Some((77, 9, 12345)));
         let map = "pos:\t0\nflags:\t02000002\nmap_type:\t27\nmap_id:\t5\n";
         assert_eq!(prog_runs(map), None);
+        let link = "pos:\t0\nflags:\t02000000\nlink_type:\ttracepoint\nlink_id:\t12\nprog_tag:\tabc\nprog_id:\t77\n";
+        assert_eq!(prog_runs(link), None);
         assert_eq!(prog_runs("pos:\t0\nflags:\t0100000\n"), None);
     }
 

@@ -145,9 +145,10 @@ struct ColdStartFlag {
     /// Also time the cold start on a CPU the servers run on, for `hstrace model`
     /// (host.cold_start): a thread of hstrace's loads the host's libcrypto and runs SHA-256,
     /// AES-128-GCM, X25519 and ECDSA P-256 there, after pauses of up to 200 ms, for about
-    /// 7 s, then every 6 s for as long as it runs (export: once). Its CPU: about 6 s an hour
-    /// on the servers' CPUs (docs/cost.md). Off by default: hstrace runs no work of its own
-    /// on the host; `hstrace model --cold-start measure` times the same on a host you choose
+    /// 7 s, then every 6 s for as long as it runs (export: once). Its CPU: a few seconds an
+    /// hour on the servers' CPUs (2 s in the run docs/cost.md names). Off by default:
+    /// hstrace runs no work of its own on the host; `hstrace model --cold-start measure`
+    /// times the same on a host you choose
     #[arg(long)]
     measure_cold_start: bool,
 }

@@ -349,7 +349,7 @@ fn without_cold_start(why: Option<crate::params::v1::ColdStartAbsent>) -> String
 
 /// What forecasting without the cold start cost in the reduced validation (docs/model.md
 /// says how it was measured).
-const WITHOUT_COLD_START_COST: &str = "in the reduced validation it made the forecast response time 2-7 % longer at 13 to 40 users";
+const WITHOUT_COLD_START_COST: &str = "in the reduced validation it made the forecast response time 2-10 % longer at 12 to 40 users";
 
 pub fn run(opts: ModelOptions) -> Result<()> {
     if opts.measured.is_some() && opts.plot.is_none() {

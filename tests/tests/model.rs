@@ -1097,12 +1097,35 @@ fn the_cold_start_is_paid_by_a_visit_away_long() {
     );
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["knobs"]["cold_start_from"], "none");
-    // and none at all is said
-    doc["host"] = serde_json::json!({"cpus": 2});
-    fs::write(&bad, doc.to_string()).unwrap();
-    let (code, _, err) = model(&[&["--params", bad.to_str().unwrap()][..], &sim].concat());
-    assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains("the parameters hold no cold start"), "{err}");
+    // and none at all is said, with why (the document's host.cold_start_absent, where it
+    // has one) and what it costs
+    for (host, why) in [
+        (
+            serde_json::json!({"cpus": 2}),
+            "written by an hstrace that did not measure it, or by hand",
+        ),
+        (
+            serde_json::json!({"cpus": 2, "cold_start_absent": "not_asked"}),
+            "the daemon was not told --measure-cold-start",
+        ),
+        (
+            serde_json::json!({"cpus": 2, "cold_start_absent": "failed"}),
+            "its measurement failed",
+        ),
+    ] {
+        doc["host"] = host;
+        fs::write(&bad, doc.to_string()).unwrap();
+        let (code, out, err) = model(&[&["--params", bad.to_str().unwrap()][..], &sim].concat());
+        assert_eq!(code, Some(0), "{err}");
+        assert!(
+            err.contains(&format!(
+                "forecasting without a cold-start figure (the parameters hold none: {why})"
+            )) && err.contains("in the reduced validation it made the forecast response time"),
+            "{err}"
+        );
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["knobs"]["cold_start_from"], "none");
+    }
 }
 
 /// `hstrace model --params FILE ARGS --users 1,10 --format json`: its answer and its one
@@ -1436,12 +1459,18 @@ fn the_model_picks_the_discipline_from_the_measured_architecture() {
     daemon.stop();
 }
 
-/// `hstrace export --duration SECONDS` of `nginx`'s master, four TLS 1.3 handshakes made
-/// `after` it starts: its parameters and its stderr.
-fn export_json(nginx: &TestServer, seconds: &str, after: Duration) -> (Value, String) {
+/// `hstrace export --duration SECONDS` of `nginx`'s master with `extra` arguments, four
+/// TLS 1.3 handshakes made `after` it starts: its parameters and its stderr.
+fn export_json(
+    nginx: &TestServer,
+    seconds: &str,
+    after: Duration,
+    extra: &[&str],
+) -> (Value, String) {
     let master = nginx.master_pid().to_string();
     let child = Command::new(hstrace_bin())
         .args(["export", "--duration", seconds, "--pid", &master])
+        .args(extra)
         .args(["--format", "json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -1472,7 +1501,7 @@ fn other_work_on_the_servers_cpu_is_measured_and_modelled() {
     let master = nginx.master_pid().to_string();
     let measure = |busy: bool| -> Value {
         let _burner = busy.then(Burner::on_cpu_0);
-        export_json(&nginx, "6", Duration::from_secs(3)).0
+        export_json(&nginx, "6", Duration::from_secs(3), &[]).0
     };
     let quiet = measure(false);
     let busy = measure(true);
@@ -1577,7 +1606,8 @@ impl Drop for Burner {
 /// while it measures waits for it and says so; the daemon's parameters have it within
 /// seconds of starting; each holds six runs, back to back first and slower after 0.2 s
 /// away, and the model takes them unasked. A daemon whose threads are moved off that CPU
-/// while it measures says so and goes without.
+/// while it measures says so and goes without, saying why in the parameters. Each only
+/// when asked (--measure-cold-start).
 #[test]
 #[ignore = "needs root: run `sudo cargo xtask test`"]
 fn serve_and_export_measure_the_cold_start_where_the_server_runs() {
@@ -1618,7 +1648,12 @@ fn serve_and_export_measure_the_cold_start_where_the_server_runs() {
         }
     };
 
-    let (exported, err) = export_json(&nginx, "3", Duration::from_millis(1500));
+    let (exported, err) = export_json(
+        &nginx,
+        "3",
+        Duration::from_millis(1500),
+        &["--measure-cold-start"],
+    );
     assert!(
         err.contains("finishing the cold start's measurement"),
         "{err}"
@@ -1648,7 +1683,7 @@ fn serve_and_export_measure_the_cold_start_where_the_server_runs() {
         exported["host"]["cold_start"]
     );
 
-    let daemon = Daemon::start(&["--pid", &master]);
+    let daemon = Daemon::start(&["--pid", &master, "--measure-cold-start"]);
     let mut doc = Value::Null;
     for _ in 0..80 {
         doc = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
@@ -1664,12 +1699,17 @@ fn serve_and_export_measure_the_cold_start_where_the_server_runs() {
     // the daemon's threads moved to another CPU while it measures: it says so, and its
     // parameters go without (a figure of the wrong CPU is worse than none)
     if cpu > 0 {
-        let daemon = Daemon::start(&["--pid", &master]);
+        let daemon = Daemon::start(&["--pid", &master, "--measure-cold-start"]);
         thread::sleep(Duration::from_millis(1500));
         pin(daemon.pid(), 0).unwrap();
         thread::sleep(Duration::from_secs(6));
         let doc: Value = serde_json::from_str(&daemon.get("/api/v1/parameters")).unwrap();
         assert!(doc["host"]["cold_start"].is_null(), "{}", doc["host"]);
+        assert_eq!(
+            doc["host"]["cold_start_absent"], "failed",
+            "{}",
+            doc["host"]
+        );
         let err = daemon.stop();
         assert!(
             err.contains(&format!(

@@ -139,6 +139,20 @@ struct SourceArgs {
     pods_dir: Option<PathBuf>,
 }
 
+/// The cold start's measurement, for serve and export: off unless asked.
+#[derive(Args)]
+struct ColdStartFlag {
+    /// Also time the cold start on a CPU the servers run on, for `hstrace model`
+    /// (host.cold_start): a thread of hstrace's loads the host's libcrypto and runs SHA-256,
+    /// AES-128-GCM, X25519 and ECDSA P-256 there, after pauses of up to 200 ms, for about
+    /// 7 s, then every 6 s for as long as it runs (export: once). Its CPU: a few seconds an
+    /// hour on the servers' CPUs (2 s in the run docs/cost.md names). Off by default:
+    /// hstrace runs no work of its own on the host; `hstrace model --cold-start measure`
+    /// times the same on a host you choose
+    #[arg(long)]
+    measure_cold_start: bool,
+}
+
 // one value, parsed once per process: its largest variant (`model`'s knobs) costs nothing
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
@@ -205,6 +219,8 @@ enum Command {
         /// daemon. docs/deploy.md#guarding-the-endpoints
         #[arg(long = "web.config.file", value_name = "FILE")]
         web_config_file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        cold_start: ColdStartFlag,
     },
     /// Print the measured stage parameters once: trace for --duration, or ask a daemon
     ///
@@ -225,6 +241,8 @@ enum Command {
         /// json (hstrace.parameters/v1), csv (a row per server, class and stage), table
         #[arg(long, value_enum, default_value = "json")]
         format: ExportFormatArg,
+        #[command(flatten)]
+        cold_start: ColdStartFlag,
     },
     /// Write one self-contained HTML page of where a server's handshakes spend their time
     ///
@@ -389,13 +407,15 @@ enum Command {
         /// cost, by how long since it last ran on that CPU (SINCE=TIME,..., e.g.
         /// 1ms=2us,25ms=40us,200ms=60us): a one-user window's stages ran cold, a loaded
         /// server's run warm. By default the parameters' host.cold_start, which serve and
-        /// export measure on a CPU the servers run on, back to back and after pauses of
-        /// 0.2 ms to 0.2 s: a TLS record's work (SHA-256 and AES-128-GCM over 16 KiB, the
-        /// host's libcrypto), every visit's, and a full handshake's first flight's (X25519,
-        /// an ECDSA P-256 signature and the record), the signing visit's. `measure` times
-        /// the same here, on the first CPU hstrace may run on (about 7 s); a curve given is
-        /// every visit's; `none` leaves it out. Needs the parameters' rate_per_s (not from
-        /// Prometheus) [default: the parameters']
+        /// export measure when told --measure-cold-start, on a CPU the servers run on, back
+        /// to back and after pauses of 0.2 ms to 0.2 s: a TLS record's work (SHA-256 and
+        /// AES-128-GCM over 16 KiB, the host's libcrypto), every visit's, and a full
+        /// handshake's first flight's (X25519, an ECDSA P-256 signature and the record), the
+        /// signing visit's. `measure` times the same here, on the first CPU hstrace may run
+        /// on (about 7 s; on a host like the servers', which they need not share); a curve
+        /// given is every visit's; `none` leaves it out. Without any, the forecast takes
+        /// each stage as measured at every load and says so. Needs the parameters'
+        /// rate_per_s (not from Prometheus) [default: the parameters']
         #[arg(
             long,
             value_name = "measure|none|SINCE=TIME,...",
@@ -515,13 +535,17 @@ pub fn run(cli: Cli) -> Result<()> {
             recent_failures,
             failures_peer,
             web_config_file,
+            cold_start,
         } => {
             // wire only: the daemon's metrics all come from the wire, and SSL_do_handshake's
             // two uprobe round trips per handshake are a third of what hstrace costs one
             // (docs/cost.md); --uprobes handshake asks for them
             let opts = Options {
                 end_when_selection_exits: false,
-                cold_start: crate::cold_start::Want::Background,
+                cold_start: match cold_start.measure_cold_start {
+                    true => crate::cold_start::Want::Background,
+                    false => crate::cold_start::Want::No,
+                },
                 ..source.options(Uprobes::None)?
             };
             let listen: SocketAddr = listen.parse().map_err(|_| {
@@ -553,6 +577,7 @@ pub fn run(cli: Cli) -> Result<()> {
             duration,
             from,
             format,
+            cold_start,
         } => {
             let format = match format {
                 ExportFormatArg::Json => ExportFormat::Json,
@@ -560,11 +585,17 @@ pub fn run(cli: Cli) -> Result<()> {
                 ExportFormatArg::Table => ExportFormat::Table,
             };
             match (from, duration) {
+                (Some(_), _) if cold_start.measure_cold_start => bail!(
+                    "--measure-cold-start is for --duration: the daemon at --from measures it when it runs with --measure-cold-start"
+                ),
                 (Some(url), _) => export::from_daemon(&url, format),
                 (None, Some(d)) => {
                     let d = seconds("--duration", d)?;
                     let opts = Options {
-                        cold_start: crate::cold_start::Want::BeforeTheEnd,
+                        cold_start: match cold_start.measure_cold_start {
+                            true => crate::cold_start::Want::BeforeTheEnd,
+                            false => crate::cold_start::Want::No,
+                        },
                         ..source.options(Uprobes::Handshake)?
                     };
                     runtime()?.block_on(export::traced(opts, d, format))

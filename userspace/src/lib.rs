@@ -35,6 +35,7 @@
 //! - `print` + `json`: the JSON and text lines (`trace`'s printer)
 //! - `health`: the tracer's own accounting
 //! - `metrics`: `serve`'s Prometheus metrics (every name, label and bound)
+//! - `self_cost`: what the daemon itself costs (`process_*`, its BPF programs' run time)
 //! - `failures`: `serve`'s last failed handshakes (`/api/v1/failures`)
 //! - `web_config` + `web_guard`: `serve --web.config.file`, TLS and basic auth in front of
 //!   the daemon's routes
@@ -70,6 +71,7 @@ pub mod print;
 pub mod probes;
 pub mod record;
 pub mod report;
+pub mod self_cost;
 pub mod serve;
 pub mod signal;
 pub mod sink;

@@ -29,6 +29,7 @@ use crate::{
     metrics::Metrics,
     params::{format, Estimator, Parameters, MAX_SERVERS},
     record::{CloseRecord, Record},
+    self_cost,
     signal::stop_signal,
     sink::Sink,
     source::{Options, Source},
@@ -74,6 +75,8 @@ impl Default for ServeOptions {
 /// `sink()`, the HTTP handlers read them; `cargo xtask bench` measures this same sink.
 pub struct Daemon {
     registry: Registry,
+    /// the `process_*` series, named by the convention (no `hstrace_` prefix)
+    process: Registry,
     metrics: Mutex<Metrics>,
     params: Mutex<Estimator>,
     failures: Mutex<RecentFailures>,
@@ -84,8 +87,12 @@ impl Daemon {
     pub fn new(opts: &ServeOptions) -> Arc<Daemon> {
         let mut registry = Registry::with_prefix("hstrace");
         let metrics = Metrics::new(&mut registry, opts.max_sni, opts.label_window);
+        registry.register_collector(Box::new(self_cost::BpfCollector));
+        let mut process = Registry::default();
+        process.register_collector(Box::new(self_cost::ProcessCollector));
         Arc::new(Daemon {
             registry,
+            process,
             metrics: Mutex::new(metrics),
             params: Mutex::new(Estimator::new(opts.window, MAX_SERVERS)),
             failures: Mutex::new(RecentFailures::new(
@@ -104,7 +111,9 @@ impl Daemon {
     /// `/metrics`: the OpenMetrics text.
     pub fn metrics_text(&self) -> Result<String, std::fmt::Error> {
         let mut body = String::with_capacity(64 << 10);
-        prometheus_client::encoding::text::encode(&mut body, &self.registry)?;
+        prometheus_client::encoding::text::encode_registry(&mut body, &self.registry)?;
+        prometheus_client::encoding::text::encode_registry(&mut body, &self.process)?;
+        prometheus_client::encoding::text::encode_eof(&mut body)?;
         Ok(body)
     }
 
@@ -164,6 +173,14 @@ impl Sink for DaemonSink {
 
     fn cold_start(&mut self, c: &crate::cold_start::ColdStart) {
         self.0.params.lock().expect("params lock").cold_start(c);
+    }
+
+    fn cold_start_absent(&mut self, why: crate::params::v1::ColdStartAbsent) {
+        self.0
+            .params
+            .lock()
+            .expect("params lock")
+            .cold_start_absent(why);
     }
 }
 

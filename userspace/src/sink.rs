@@ -8,6 +8,7 @@ use crate::{
     cold_start::ColdStart,
     health::Health,
     host_cpu::HostCpu,
+    params::v1::ColdStartAbsent,
     record::{CloseRecord, Record},
 };
 
@@ -34,6 +35,9 @@ pub trait Sink {
     /// Once, when asked for (`source::Options::cold_start`): the cold start measured on a
     /// CPU the traced processes run on.
     fn cold_start(&mut self, _c: &ColdStart) {}
+    /// Why there is no cold start (yet): once when the run starts, if asked for one
+    /// (`NotYet`), and when its measurement fails (`Failed`).
+    fn cold_start_absent(&mut self, _why: ColdStartAbsent) {}
     /// Once, when the run stops tracing: every record is in (the cold start may still
     /// come, when the run waits for it).
     fn stopped(&mut self) {}
@@ -76,6 +80,11 @@ impl Sink for Both<'_> {
     fn cold_start(&mut self, c: &ColdStart) {
         self.0.cold_start(c);
         self.1.cold_start(c);
+    }
+
+    fn cold_start_absent(&mut self, why: ColdStartAbsent) {
+        self.0.cold_start_absent(why);
+        self.1.cold_start_absent(why);
     }
 
     fn stopped(&mut self) {

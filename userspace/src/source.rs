@@ -24,7 +24,9 @@ use crate::{
     container::Containers,
     features::{self, Feature},
     health::{Health, ProbeChoice},
-    host_cpu, preflight, probes,
+    host_cpu,
+    params::v1::ColdStartAbsent,
+    preflight, probes,
     sink::Sink,
     sweep::{self, Census, Evicted, Tables},
     targets::{self, Selector},
@@ -638,6 +640,9 @@ impl Source {
         let mut ring =
             unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
                 .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))?;
+        if self.cold_start.is_some() {
+            sink.cold_start_absent(ColdStartAbsent::NotYet);
+        }
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         // the kernel wakes us only when records pile up: drain on a timer too
         let mut drain = tokio::time::interval(Duration::from_millis(abi::DRAIN_MS));
@@ -714,9 +719,12 @@ fn pass_cold_start(measured: Result<cold_start::ColdStart>, sink: &mut dyn Sink)
     match measured {
         // (in words in the log once, by the measurement, when it first comes)
         Ok(c) => sink.cold_start(&c),
-        Err(e) => eprintln!(
-            "hstrace: no cold start in the parameters ({e:#}); hstrace model forecasts without it"
-        ),
+        Err(e) => {
+            eprintln!(
+                "hstrace: no cold start in the parameters ({e:#}); hstrace model forecasts without it"
+            );
+            sink.cold_start_absent(ColdStartAbsent::Failed);
+        }
     }
 }
 

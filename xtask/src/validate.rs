@@ -658,7 +658,13 @@ fn measure(run: &Run, file: &Path) -> Result<(Value, f64, f64)> {
     // (pinned from its start: moving its threads once it runs would move the cold
     // start's measurement off the server's CPU, which it pins itself to)
     let daemon = Daemon::start_on(
-        &["--pid", &master, "--window", &window],
+        &[
+            "--pid",
+            &master,
+            "--window",
+            &window,
+            "--measure-cold-start",
+        ],
         run.arch.client_cpu,
     );
     let measured = drive(run, daemon.pid())?;

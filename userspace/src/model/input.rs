@@ -87,6 +87,8 @@ pub struct ServerInput {
     pub other_cpus: Option<f64>,
     /// the cold start measured on a CPU the servers run on (`host.cold_start`)
     pub cold_start: Option<ColdStart>,
+    /// why there is none, where the document says (`host.cold_start_absent`)
+    pub cold_start_absent: Option<v1::ColdStartAbsent>,
     /// a message's wait for a call that woke the server's CPU, by how long the CPU had
     /// slept (`wakeup_after_idle`, shortest first)
     pub wakeup_after_idle: Vec<v1::WakeupAfter>,
@@ -107,6 +109,7 @@ pub fn parse_parameters(text: &str, origin: &str) -> Result<Vec<ServerInput>> {
         .filter(|o| o.is_finite() && *o >= 0.0);
     // (checked where the model takes it: a bad one costs only itself)
     let cold_start = host.and_then(|h| h.cold_start.clone());
+    let cold_start_absent = host.and_then(|h| h.cold_start_absent);
     doc.servers
         .iter()
         .map(|s| {
@@ -115,6 +118,7 @@ pub fn parse_parameters(text: &str, origin: &str) -> Result<Vec<ServerInput>> {
                 server_cpus,
                 other_cpus,
                 cold_start: cold_start.clone(),
+                cold_start_absent,
                 ..server_input(s, origin)?
             })
         })
@@ -197,6 +201,7 @@ fn server_input(s: &v1::ServerParams, origin: &str) -> Result<ServerInput> {
         server_cpus: None,
         other_cpus: None,
         cold_start: None,
+        cold_start_absent: None,
         wakeup_after_idle: s
             .wakeup_after_idle
             .iter()
@@ -356,6 +361,7 @@ pub fn merge(parts: Vec<ServerInput>, origin: &str) -> Result<ServerInput> {
         server_cpus: parts.iter().find_map(|p| p.server_cpus),
         other_cpus: parts.iter().find_map(|p| p.other_cpus),
         cold_start: parts.iter().find_map(|p| p.cold_start.clone()),
+        cold_start_absent: parts.iter().find_map(|p| p.cold_start_absent),
         wakeup_after_idle: v1::WakeupAfter::pooled(parts.iter().flat_map(|p| &p.wakeup_after_idle)),
         from_prometheus: parts.iter().any(|p| p.from_prometheus),
     })
@@ -635,6 +641,7 @@ fn prom_server(base: &str, server: String, w: &str) -> Result<ServerInput> {
         server_cpus: None,
         other_cpus: None,
         cold_start: None,
+        cold_start_absent: None,
         wakeup_after_idle: Vec::new(),
         from_prometheus: true,
     })

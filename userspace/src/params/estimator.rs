@@ -20,9 +20,9 @@ use hdrhistogram::Histogram;
 use super::{
     architecture::{self, Held},
     v1::{
-        wake_bin, Architecture, Cache, ClassParams, Classes, Cpu, CpuAfter, Demand, Host,
-        Parameters, ServerParams, StageParams, WaitAfter, WakeupAfter, Window, LONGEST_SLEEP_S,
-        SCHEMA, WAKE_BINS,
+        wake_bin, Architecture, Cache, ClassParams, Classes, ColdStartAbsent, Cpu, CpuAfter,
+        Demand, Host, Parameters, ServerParams, StageParams, WaitAfter, WakeupAfter, Window,
+        LONGEST_SLEEP_S, SCHEMA, WAKE_BINS,
     },
 };
 use crate::{
@@ -359,6 +359,8 @@ pub struct Estimator {
     probe: Probe,
     /// the host's cold start, once the source has measured it
     cold_start: Option<ColdStart>,
+    /// why there is none: not asked until the source says it was
+    cold_start_absent: ColdStartAbsent,
     /// when the run stopped tracing (`Sink::stopped`): a run's window ends there, not
     /// after the wait for the cold start
     stopped: Option<(Instant, SystemTime)>,
@@ -377,6 +379,7 @@ impl Estimator {
             held: BTreeMap::new(),
             probe: Probe::default(),
             cold_start: None,
+            cold_start_absent: ColdStartAbsent::NotAsked,
             stopped: None,
         }
     }
@@ -513,6 +516,7 @@ impl Estimator {
                     server_cpus,
                     other_cpus,
                     cold_start: self.cold_start.clone(),
+                    cold_start_absent: self.cold_start.is_none().then_some(self.cold_start_absent),
                 }
             }),
             servers: merged
@@ -737,6 +741,10 @@ impl Sink for Estimator {
 
     fn cold_start(&mut self, c: &ColdStart) {
         self.cold_start = Some(c.clone());
+    }
+
+    fn cold_start_absent(&mut self, why: ColdStartAbsent) {
+        self.cold_start_absent = why;
     }
 
     fn stopped(&mut self) {
@@ -1153,6 +1161,7 @@ mod tests {
             server_cpus: None,
             other_cpus: None,
             cold_start: None,
+            cold_start_absent: Some(ColdStartAbsent::NotAsked),
         };
         assert_eq!(p.host, Some(none));
         let s = 1_000_000_000;
@@ -1197,13 +1206,19 @@ mod tests {
         };
         let mut e = Estimator::new(Duration::from_secs(60), 8).with_probe(probe);
         let now = e.start + Duration::from_secs(1);
-        assert_eq!(
-            e.parameters(now, SystemTime::now())
-                .host
-                .unwrap()
-                .cold_start,
-            None
-        );
+        // none, and why: not asked, then asked and not yet there, then failed
+        let absent = |e: &mut Estimator| {
+            let h = e.parameters(now, SystemTime::now()).host.unwrap();
+            assert_eq!(h.cold_start, None);
+            h.cold_start_absent
+        };
+        assert_eq!(absent(&mut e), Some(ColdStartAbsent::NotAsked));
+        e.cold_start_absent(ColdStartAbsent::NotYet);
+        assert_eq!(absent(&mut e), Some(ColdStartAbsent::NotYet));
+        e.cold_start_absent(ColdStartAbsent::Failed);
+        assert_eq!(absent(&mut e), Some(ColdStartAbsent::Failed));
+        let text = e.parameters(now, SystemTime::now()).to_json();
+        assert!(text.contains(r#""cold_start_absent":"failed""#), "{text}");
         let run = |pause_s, cpu_s| crate::cold_start::ColdRun {
             pause_s,
             cpu_s,
@@ -1222,6 +1237,7 @@ mod tests {
         e.cold_start(&c);
         let p = e.parameters(now + Duration::from_secs(600), SystemTime::now());
         assert_eq!(p.host.as_ref().unwrap().cold_start, Some(c.clone()));
+        assert_eq!(p.host.as_ref().unwrap().cold_start_absent, None);
         let back = Parameters::from_json(&p.to_json(), "test").unwrap();
         assert_eq!(back.host.unwrap().cold_start, Some(c.clone()));
         // timed again through the run: the latest replaces it
@@ -1342,6 +1358,7 @@ mod tests {
                 server_cpus: None,
                 other_cpus: None,
                 cold_start: None,
+                cold_start_absent: Some(ColdStartAbsent::NotAsked),
             })
         );
         let arch = |name: &str| {

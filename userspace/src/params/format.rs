@@ -82,8 +82,10 @@ pub fn table(p: &Parameters) -> String {
             s.push_str(&format!(", other work {o:.2} CPUs"));
         }
         s.push('\n');
-        if let Some(c) = &h.cold_start {
-            s.push_str(&format!("cold start: {}\n", c.words()));
+        match (&h.cold_start, h.cold_start_absent) {
+            (Some(c), _) => s.push_str(&format!("cold start: {}\n", c.words())),
+            (None, Some(why)) => s.push_str(&format!("cold start: {}\n", why.words())),
+            (None, None) => {}
         }
     }
     let ms = |v: f64| format!("{:.3}", v * 1e3);
@@ -150,6 +152,7 @@ mod tests {
             server_cpus: None,
             other_cpus: None,
             cold_start: None,
+            cold_start_absent: None,
         });
         let t = table(&p);
         assert!(t.contains("host: 2 CPUs\n"), "{t}");
@@ -174,6 +177,7 @@ mod tests {
                     runs: vec![run(0.0, 131.2), run(0.2, 331.2)],
                 }),
             }),
+            cold_start_absent: None,
         });
         let t = table(&p);
         assert!(

@@ -45,11 +45,39 @@ pub struct Host {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub other_cpus: Option<f64>,
     /// what a TLS record's work costs on a CPU the servers run on, back to back and after
-    /// pauses (`cold_start`): measured once, some 5 s after hstrace began following them;
-    /// absent before that, where it could not be measured (no libcrypto.so.3), and in
+    /// pauses (`cold_start`): measured only when asked (`serve`/`export`
+    /// `--measure-cold-start`), some 7 s after hstrace began following the servers; absent
+    /// otherwise, before that, where it could not be measured (no libcrypto.so.3), and in
     /// documents written before it or by hand
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cold_start: Option<ColdStart>,
+    /// why `cold_start` is absent, where it is (absent in documents written before hstrace
+    /// said, and beside a cold start)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_start_absent: Option<ColdStartAbsent>,
+}
+
+/// Why a document holds no cold start (`host.cold_start_absent`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ColdStartAbsent {
+    /// not asked for: hstrace runs no work of its own unless told `--measure-cold-start`
+    NotAsked,
+    /// asked for, not measured yet (the first seconds after the servers were first seen)
+    NotYet,
+    /// asked for, and it could not be measured (stderr said why)
+    Failed,
+}
+
+impl ColdStartAbsent {
+    /// In words, for stderr and the table.
+    pub fn words(self) -> &'static str {
+        match self {
+            ColdStartAbsent::NotAsked => "not measured: hstrace serve and export measure it only when told --measure-cold-start",
+            ColdStartAbsent::NotYet => "not measured yet (it takes about 7 s after the servers were first seen)",
+            ColdStartAbsent::Failed => "its measurement failed (the daemon's stderr said why)",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -428,6 +456,7 @@ mod tests {
                 server_cpus: None,
                 other_cpus: None,
                 cold_start: None,
+                cold_start_absent: None,
             })
         );
         let a = p.servers[0].architecture.unwrap();

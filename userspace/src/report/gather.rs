@@ -357,6 +357,10 @@ impl Sink for Gather {
         self.estimator.cold_start(c);
     }
 
+    fn cold_start_absent(&mut self, why: crate::params::v1::ColdStartAbsent) {
+        self.estimator.cold_start_absent(why);
+    }
+
     fn stopped(&mut self) {
         self.estimator.stopped();
     }

@@ -186,8 +186,14 @@ pub fn case(seed: u64, i: usize) -> Case {
         // header but is none: a MySQL error packet (`16 00 00 02 ff`), as MariaDB writes
         // after a client's alert
         "plaintext_after_alert" => {
-            let alert = if rng.range(0, 2) == 0 { [2, 48] } else { [1, 0] };
-            let mut plain = vec![0x16, 0, 0, 2, 0xff, 0x15, 0x04, b'#', b'0', b'8', b'S', b'0', b'1'];
+            let alert = if rng.range(0, 2) == 0 {
+                [2, 48]
+            } else {
+                [1, 0]
+            };
+            let mut plain = vec![
+                0x16, 0, 0, 2, 0xff, 0x15, 0x04, b'#', b'0', b'8', b'S', b'0', b'1',
+            ];
             plain.extend_from_slice(b"Bad handshake");
             (
                 vec![hello, vec![21, 3, 3, 0, 2, alert[0], alert[1]], plain],

@@ -329,7 +329,7 @@ fn postfix_smtpd_exec_d_by_a_master_without_libssl_gets_uprobes() {
         .stderr
         .lines()
         .filter(|l| l.contains("has no libssl"))
-        .filter_map(|l| l.split(", ").nth(1)?.split(')').next())
+        .filter_map(|l| l.split("(said once for ").nth(1)?.split(')').next())
         .collect();
     let n_said = said.len();
     said.sort_unstable();

@@ -530,7 +530,7 @@ impl Source {
         let shown = exe.as_deref().map(|e| e.display().to_string()).unwrap_or_default();
         if self.warned_exes.insert(exe) {
             log::warn!(
-                "pid {pid} ({name}, {shown}) has no libssl with SSL_do_handshake: tracing it from the wire only, as with --no-uprobes (said once for this executable)"
+                "pid {pid} ({name}) has no libssl with SSL_do_handshake: tracing it from the wire only, as with --no-uprobes (said once for {shown})"
             );
         }
         log::debug!("pid {pid}: {}", errors.join("; "));

@@ -128,6 +128,12 @@ static __always_inline void on_conn_io(struct hs_conn_state *c, __u64 skey, __u3
 			c->r.flags |= HS_F_UPROBE;
 		}
 	}
+	/* handshake bytes moved outside SSL_do_handshake once it has run: the server goes on
+	 * with the handshake in SSL_read (Mosquitto: one SSL_accept, then its event loop's
+	 * SSL_read), and no return of 1 will come: the wire says when it ends */
+	if (ret > 0 && !peek && (c->r.flags & (HS_F_UPROBE | HS_F_WIRE_ENDS)) == HS_F_UPROBE &&
+	    c->r.phase == HS_PH_HANDSHAKE)
+		ssl_left_handshake(c, now);
 	if (dir == HS_DIR_IN && !peek)
 		on_read_attempt(c, now);
 	if (ret <= 0 || peek) {
@@ -135,6 +141,15 @@ static __always_inline void on_conn_io(struct hs_conn_state *c, __u64 skey, __u3
 			c->r.flags |= HS_F_READ_EOF;
 		if (ret == -ECONNRESET || ret == -EPIPE)
 			c->r.flags |= HS_F_READ_RESET;
+		return;
+	}
+	/* after the alert that ended TLS in the handshake, bytes are only counted: no flight
+	 * starts, no record is walked (tls_ended) */
+	if (c->r.phase == HS_PH_HANDSHAKE && tls_ended(c)) {
+		if (dir == HS_DIR_OUT)
+			c->r.bytes_out += ret;
+		else
+			c->r.bytes_in += ret;
 		return;
 	}
 	/* a plaintext preamble (STARTTLS and its kin) is watched for TLS, not parsed */

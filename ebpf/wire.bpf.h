@@ -401,6 +401,15 @@ static __always_inline int is_tls13(struct hs_conn_state *c)
 	return c->r.rec_types[HS_FL_S1] & HS_RT_APPDATA;
 }
 
+/* Did the TLS view of the connection end during the handshake, with a fatal alert or a
+ * close_notify (plaintext, from either side)? What either side sends after it is not
+ * TLS's (MariaDB answers a client's alert with a plaintext error packet): its bytes are
+ * counted, never walked as records. */
+static __always_inline int tls_ended(struct hs_conn_state *c)
+{
+	return c->r.alert_level == 2 || (c->r.alert_level && c->r.alert_desc == 0);
+}
+
 /* Does SSL_do_handshake's return say when the handshake ends? */
 static __always_inline int ssl_ends(struct hs_conn_state *c)
 {
@@ -425,6 +434,24 @@ static __always_inline void wire_done(struct hs_conn_state *c, __u64 now)
 					   ? c->r.cpu_last[HS_FL_S2]
 					   : thread_cpu_now(now);
 	}
+}
+
+/* Handshake bytes of `c`, whose SSL_do_handshake calls were seen, move at `now`: outside
+ * such a call, the library goes on with the handshake elsewhere (SSL_read, which is not
+ * hooked by default) and SSL_do_handshake will not return 1 for it: from here the wire
+ * says when it ends (HS_F_WIRE_ENDS). */
+static __always_inline void ssl_left_handshake(struct hs_conn_state *c, __u64 now)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), slot = tid % HS_IO_SLOTS;
+	struct ssl_call *sc = bpf_map_lookup_elem(&ssl_in_flight, &slot);
+
+	if (sc && sc->tid == tid)
+		return;
+	c->r.flags |= HS_F_WIRE_ENDS;
+	/* the wire saw the end already, waiting for the library's word (no CPU reading of
+	 * that moment is left) */
+	if (c->wire_done && !(c->r.flags & HS_F_HS_DONE_SSL))
+		handshake_complete(c);
 }
 
 /* A TLS 1.3 server writes again after the client's Finished, in a later write call than
@@ -718,6 +745,12 @@ static long walk_step(__u32 i, struct walk *w)
 		/* the connection's first bytes, not TLS: a protocol that may switch to TLS
 		 * later (STARTTLS) is watched from here (preamble.bpf.h) */
 		if (have == 0 && preamble_start(c, w->dir, w->buf + off - 5, n - (off - 5), w->now)) {
+			w->off = n;
+			return 1;
+		}
+		/* behind the alert that ended TLS, in the same buffer: no record, and no
+		 * desync either (tls_ended) */
+		if (tls_ended(c)) {
 			w->off = n;
 			return 1;
 		}

@@ -77,9 +77,11 @@
 				    * HelloRetryRequest (TLS 1.3) */
 #define HS_F_EARLY_DATA (1 << 10)  /* TLS 1.3 0-RTT: application data came in the client's
 				    * first flight, the first request with the ClientHello */
-#define HS_F_WIRE_ENDS (1 << 11)   /* SSL_do_handshake returned 1 before the client's second
-				    * flight (an early-data server, for a connection without
-				    * early data): the wire says when the handshake ends */
+#define HS_F_WIRE_ENDS (1 << 11)   /* SSL_do_handshake does not say when the handshake ends:
+				    * it returned 1 before the client's second flight (an
+				    * early-data server, for a connection without early
+				    * data), or handshake bytes moved outside it (the server
+				    * finishes in SSL_read): the wire says */
 #define HS_F_CLOSED (1 << 12)      /* the connection ended as its record was made (t_end): the
 				    * record is its close too (exchanges, bytes_in, bytes_out
 				    * are the totals), and no hs_close follows */

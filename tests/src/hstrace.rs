@@ -30,7 +30,8 @@ pub fn hstrace_bin() -> PathBuf {
 /// The real hstrace binary, running `trace --format json ARGS`.
 pub struct Hstrace {
     child: Child,
-    stdout: thread::JoinHandle<Vec<String>>,
+    /// (taken by `stop`)
+    stdout: Option<thread::JoinHandle<Vec<String>>>,
     stderr: mpsc::Receiver<String>,
     stderr_seen: Vec<String>,
 }
@@ -64,7 +65,7 @@ impl Hstrace {
             thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect());
         Hstrace {
             child,
-            stdout,
+            stdout: Some(stdout),
             stderr,
             stderr_seen,
         }
@@ -81,7 +82,7 @@ impl Hstrace {
         // SAFETY: plain kill(2) on our own child
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let status = self.child.wait().unwrap();
-        let lines = self.stdout.join().unwrap();
+        let lines = self.stdout.take().expect("stopped once").join().unwrap();
         self.stderr_seen.extend(self.stderr.iter());
         let (closes, records) = lines
             .iter()
@@ -101,6 +102,17 @@ impl Hstrace {
             stderr: self.stderr_seen.join("\n"),
             health,
             success: status.success(),
+        }
+    }
+}
+
+/// A test that fails while hstrace runs stops it: a tracer left running keeps its BPF
+/// programs attached, and the lock the test runner holds with them, for every later test.
+impl Drop for Hstrace {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }

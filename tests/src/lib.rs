@@ -28,6 +28,8 @@ pub mod procs;
 pub mod prometheus;
 /// The delaying and the re-framing proxy.
 pub mod proxies;
+/// Mosquitto, MariaDB and vsftpd: TLS off the common path.
+pub mod quirky_servers;
 /// nginx, Apache, HAProxy, Node.js, Go and the static C server.
 pub mod servers;
 /// PostgreSQL, Postfix and Dovecot: TLS after a plaintext preamble; their clients.

@@ -25,7 +25,7 @@ const FIXTURES: [&str; 5] = [
 ];
 
 /// Every mutation, by name (`Case::mutation`).
-pub const MUTATIONS: [&str; 16] = [
+pub const MUTATIONS: [&str; 17] = [
     "intact",
     "truncated",
     "split",
@@ -42,6 +42,7 @@ pub const MUTATIONS: [&str; 16] = [
     "plain_http",
     "preamble_then_hello",
     "preamble_flood",
+    "plaintext_after_alert",
 ];
 
 /// The first messages of protocols that switch to TLS later (the kernel watches their
@@ -179,6 +180,25 @@ pub fn case(seed: u64, i: usize) -> Case {
                 pieces.push((0..1024).map(|_| rng.next() as u8).collect());
             }
             (pieces, end)
+        }
+        // the ClientHello, then (each in a later write) a plaintext alert that ends TLS
+        // (a fatal unknown_ca, or a close_notify) and plain text that looks like a record
+        // header but is none: a MySQL error packet (`16 00 00 02 ff`), as MariaDB writes
+        // after a client's alert
+        "plaintext_after_alert" => {
+            let alert = if rng.range(0, 2) == 0 {
+                [2, 48]
+            } else {
+                [1, 0]
+            };
+            let mut plain = vec![
+                0x16, 0, 0, 2, 0xff, 0x15, 0x04, b'#', b'0', b'8', b'S', b'0', b'1',
+            ];
+            plain.extend_from_slice(b"Bad handshake");
+            (
+                vec![hello, vec![21, 3, 3, 0, 2, alert[0], alert[1]], plain],
+                End::Read,
+            )
         }
         _ => unreachable!("every mutation is listed"),
     };

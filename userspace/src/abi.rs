@@ -109,8 +109,9 @@ pub const F_SSLV2_HELLO: u32 = 1 << 8;
 pub const F_HRR: u32 = 1 << 9;
 /// TLS 1.3 0-RTT: the first request came as early data with the ClientHello.
 pub const F_EARLY_DATA: u32 = 1 << 10;
-/// SSL_do_handshake returned 1 before the client's second flight: the wire says when the
-/// handshake ends.
+/// SSL_do_handshake does not say when the handshake ends (it returned 1 before the
+/// client's second flight, or the server finished the handshake in SSL_read): the wire
+/// says.
 pub const F_WIRE_ENDS: u32 = 1 << 11;
 /// The connection ended as its record was made: the record is its close too
 /// (`Conn::close`), and no close record follows.

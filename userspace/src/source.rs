@@ -90,6 +90,9 @@ pub struct Source {
     /// (with the executable each ran then: one that execs another is looked at again,
     /// as a server's child that execs its program after the fork loads libssl only then)
     warned: HashMap<u32, Option<std::path::PathBuf>>,
+    /// executables already said to have no libssl: each is said once, not once per
+    /// process (a server that forks a child per connection)
+    warned_exes: HashSet<Option<std::path::PathBuf>>,
     uprobe_attach_failures: u64,
     /// processes whose uprobes tied no call to a connection (see `ties`)
     uprobes_untied: u64,
@@ -266,6 +269,7 @@ impl Source {
             counters,
             opts,
             warned: HashMap::new(),
+            warned_exes: HashSet::new(),
             uprobe_attach_failures: 0,
             uprobes_untied: 0,
             choices,
@@ -349,7 +353,7 @@ impl Source {
                     self.warned.remove(pid);
                 }
                 if self.wants_uprobes(*pid) {
-                    self.attach_ssl(*pid);
+                    self.attach_ssl(*pid, false);
                 }
             }
         }
@@ -487,11 +491,23 @@ impl Source {
             && self.tgids.keys().next().is_none()
     }
 
-    fn attach_ssl(&mut self, pid: u32) {
+    /// Attach `pid`'s uprobes; false if it has no libssl to attach them to (then it is
+    /// looked at again only once it has exec'd another program). `newborn`: a child just
+    /// forked, which may be about to exec its program: a failure is looked at again at
+    /// the next rescan, and neither said nor counted yet.
+    fn attach_ssl(&mut self, pid: u32, newborn: bool) -> bool {
         let name = targets::comm(pid).unwrap_or_default();
+        // read before the lookup: an exec that comes during it counts as one since
+        let exe = executable(pid);
         let mut errors = Vec::new();
         let start = std::time::Instant::now();
-        for target in targets::ssl_candidates(pid) {
+        let mut candidates = targets::ssl_candidates(pid);
+        // an executable found without the symbols before is not read for them again (a
+        // child forked per connection runs its parent's)
+        if self.warned_exes.contains(&exe) {
+            candidates.retain(|t| !t.ends_with("exe"));
+        }
+        for target in candidates {
             match self.ssl.attach(&mut self.bpf, pid, &target) {
                 Ok(()) => {
                     log::info!(
@@ -500,17 +516,27 @@ impl Source {
                         start.elapsed().as_secs_f64() * 1e3
                     );
                     self.procs.ties.attached(pid, clock::monotonic_ns());
-                    return;
+                    return true;
                 }
                 Err(e) => errors.push(format!("{}: {e:#}", target.display())),
             }
         }
-        self.warned.insert(pid, executable(pid));
+        if newborn {
+            // (None is not what it runs at the next rescan, which then looks again)
+            self.warned.insert(pid, None);
+            log::debug!("pid {pid} ({name}), just forked: no libssl yet: {}", errors.join("; "));
+            return false;
+        }
+        self.warned.insert(pid, exe.clone());
         self.uprobe_attach_failures += 1;
-        log::warn!(
-            "pid {pid} ({name}) has no libssl with SSL_do_handshake: tracing it from the wire only, as with --no-uprobes"
-        );
+        let shown = exe.as_deref().map(|e| e.display().to_string()).unwrap_or_default();
+        if self.warned_exes.insert(exe) {
+            log::warn!(
+                "pid {pid} ({name}) has no libssl with SSL_do_handshake: tracing it from the wire only, as with --no-uprobes (said once for {shown})"
+            );
+        }
         log::debug!("pid {pid}: {}", errors.join("; "));
+        false
     }
 
     /// Processes whose uprobes tie nothing to their connections: say so once, and trace
@@ -537,17 +563,25 @@ impl Source {
             if !self.wants_uprobes(pid) {
                 continue;
             }
+            let start = Instant::now();
             match self.ssl.cover_child(&mut self.bpf, pid, parent) {
                 (true, widened) => {
                     if widened {
                         let name = targets::comm(parent).unwrap_or_default();
                         log::info!(
-                            "pid {parent} ({name}) forks children that serve at once: its libssl's uprobes now fire for every process that maps it (and leave at once in one not traced)"
+                            "pid {parent} ({name}) forks children that serve at once: its libssl's uprobes now fire for every process that maps it (and leave at once in one not traced; attached in {:.1} ms, the first child's handshakes before that are timed from the wire)",
+                            start.elapsed().as_secs_f64() * 1e3
                         );
                     }
                     self.procs.ties.attached(pid, clock::monotonic_ns());
                 }
-                (false, _) if targets::alive(pid) => self.attach_ssl(pid),
+                // a child that execs its program (Postfix's master starting smtpd) maps
+                // that program's libssl only once the exec and the dynamic loader are
+                // done, which may be after this look: it is looked at again at the next
+                // rescan, whatever it runs then
+                (false, _) if targets::alive(pid) => {
+                    self.attach_ssl(pid, true);
+                }
                 (false, _) => {}
             }
         }

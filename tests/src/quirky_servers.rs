@@ -9,7 +9,7 @@ use std::{
     fs,
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command, Output, Stdio},
     time::Duration,
 };
 
@@ -18,6 +18,15 @@ use crate::{
     util::{free_port, run_ok, wait_for, wait_listening, work_dir},
 };
 
+/// Whether a client succeeded, and what it printed (stdout, then stderr).
+fn succeeded_and_said(out: &Output) -> (bool, String) {
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
 /// `path` and what is under it belong to `user` (the server drops to it).
 fn chown(path: &Path, user: &str) {
     run_ok(Command::new("chown").arg("-R").arg(user).arg(path));
@@ -88,14 +97,7 @@ impl Mosquitto {
             .args(["--insecure", "-t", "hstrace/test", "-m", "hello"])
             .output()
             .expect("mosquitto_pub (mosquitto-clients)");
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
+        succeeded_and_said(&out)
     }
 
     pub fn log(&self) -> String {
@@ -174,14 +176,7 @@ impl Mariadb {
             .args(["-N", "-B", "-e", "show status like 'Ssl_version'"])
             .output()
             .expect("mariadb (mariadb-client)");
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
+        succeeded_and_said(&out)
     }
 
     pub fn log(&self) -> String {

@@ -27,6 +27,7 @@ fn succeeded_and_said(out: &Output) -> (bool, String) {
     );
     (out.status.success(), said)
 }
+
 /// `path` and what is under it belong to `user` (the server drops to it).
 fn chown(path: &Path, user: &str) {
     run_ok(Command::new("chown").arg("-R").arg(user).arg(path));

@@ -325,12 +325,21 @@ fn postfix_smtpd_exec_d_by_a_master_without_libssl_gets_uprobes() {
     );
     // "no libssl" once per executable (the master's and its other services'), not once
     // per child
-    let mut said: Vec<&str> = traced
+    let no_libssl: Vec<&str> = traced
         .stderr
         .lines()
         .filter(|l| l.contains("has no libssl"))
+        .collect();
+    let mut said: Vec<&str> = no_libssl
+        .iter()
         .filter_map(|l| l.split("(said once for ").nth(1)?.split(')').next())
         .collect();
+    assert_eq!(
+        said.len(),
+        no_libssl.len(),
+        "each line names its executable: {}",
+        traced.stderr
+    );
     let n_said = said.len();
     said.sort_unstable();
     said.dedup();

@@ -24,7 +24,12 @@ fn main() {
     // the default build, and the one for kernels lacking one of its features (HS_BASIC in
     // ebpf/conn.bpf.h; src/features.rs picks), and the programs that probe those features
     compile::compile_with("hstrace.bpf.c", HEADERS, "hstrace.bpf.o", &[]);
-    compile::compile_with("hstrace.bpf.c", HEADERS, "hstrace-basic.bpf.o", &["HS_BASIC"]);
+    compile::compile_with(
+        "hstrace.bpf.c",
+        HEADERS,
+        "hstrace-basic.bpf.o",
+        &["HS_BASIC"],
+    );
     compile::compile_with("features.bpf.c", &["compile.rs"], "features.bpf.o", &[]);
     build_info();
 }

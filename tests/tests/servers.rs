@@ -217,7 +217,11 @@ fn check_record(r: &Value, e: &Expect, server: &TestServer, hs_done_from: &str) 
     };
     assert_eq!(str_field(r, "tls_group"), group, "tls_group, {ctx}");
     assert_eq!(r["pq_offered"].as_bool(), Some(false), "{ctx}");
-    let prefix = if e.version == Some("1.3") { "t13d" } else { "t12d" };
+    let prefix = if e.version == Some("1.3") {
+        "t13d"
+    } else {
+        "t12d"
+    };
     assert!(
         str_field(r, "ja4").is_some_and(|j| j.starts_with(prefix) && j.len() == 36),
         "ja4, {ctx}"
@@ -351,11 +355,16 @@ fn six_kinds_through_the_syscall_hooks() {
 /// Can this kernel hook its functions (fentry, kprobes)? Told apart from hstrace's own
 /// probing by what ftrace lists: these machines' kernel lists none.
 fn kernel_functions_hookable() -> bool {
-    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"].iter().any(|t| {
-        std::fs::read_to_string(format!("{t}/available_filter_functions"))
-            .map(|f| f.lines().any(|l| l.split_whitespace().next() == Some("inet_recvmsg")))
-            .unwrap_or(false)
-    })
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .any(|t| {
+            std::fs::read_to_string(format!("{t}/available_filter_functions"))
+                .map(|f| {
+                    f.lines()
+                        .any(|l| l.split_whitespace().next() == Some("inet_recvmsg"))
+                })
+                .unwrap_or(false)
+        })
 }
 
 /// The six kinds with the tracepoints that would come first passed over, so that reads,

@@ -200,9 +200,14 @@ enum Command {
         /// SNI label values kept in the metrics; the rest are counted as "other"
         #[arg(long, default_value_t = 50, value_name = "N")]
         max_sni: usize,
-        /// Every this many seconds, the SNI names with the most handshakes keep their
-        /// series and the others' are removed (a scanner's names give way to real ones),
-        /// as are those of containers without connections (--container-labels)
+        /// Clients' JA4 fingerprints kept as label values in the metrics; the rest are
+        /// counted as "other"
+        #[arg(long, default_value_t = 50, value_name = "N")]
+        max_ja4: usize,
+        /// Every this many seconds, the SNI names and JA4 fingerprints with the most
+        /// connections keep their series and the others' are removed (a scanner's names
+        /// give way to real ones), as are those of containers without connections
+        /// (--container-labels)
         #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
         label_window: f64,
         /// Failed handshakes kept for /api/v1/failures (the oldest go first)
@@ -531,6 +536,7 @@ pub fn run(cli: Cli) -> Result<()> {
             listen,
             window,
             max_sni,
+            max_ja4,
             label_window,
             recent_failures,
             failures_peer,
@@ -556,6 +562,9 @@ pub fn run(cli: Cli) -> Result<()> {
             if max_sni > 10_000 {
                 bail!("--max-sni {max_sni} is too many series: give at most 10000 (default 50)");
             }
+            if max_ja4 > 10_000 {
+                bail!("--max-ja4 {max_ja4} is too many series: give at most 10000 (default 50)");
+            }
             if recent_failures > 100_000 {
                 bail!("--recent-failures {recent_failures} is too many to keep in memory: give at most 100000 (default 100)");
             }
@@ -565,6 +574,7 @@ pub fn run(cli: Cli) -> Result<()> {
                     listen,
                     window: seconds("--window", window)?,
                     max_sni,
+                    max_ja4,
                     label_window: seconds("--label-window", label_window)?,
                     recent_failures,
                     failures_peer,

@@ -34,6 +34,7 @@ use crate::{
     record::{CloseRecord, Record},
     sink::Sink,
     stage::{Kind, Resumption, Stage},
+    tls,
 };
 
 /// The duration histograms' bucket bounds: 10 µs · 2^k up to ~42 s (23 buckets),
@@ -122,6 +123,7 @@ struct StageLabels {
     stage: &'static str,
     stage_class: &'static str,
     kind: &'static str,
+    tls_group: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -138,6 +140,7 @@ struct CpuLabels {
     server: ServerLabels,
     stage: &'static str,
     kind: &'static str,
+    tls_group: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -169,6 +172,36 @@ struct HandshakeSniLabels {
     kind: &'static str,
     /// none, session_id, ticket or psk
     tls_resumption_offered: &'static str,
+    tls_group: &'static str,
+}
+
+/// A server's HelloRetryRequests, by why the server asked again (`HRR_CAUSES`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RetryLabels {
+    #[prometheus(flatten)]
+    server: ServerLabels,
+    cause: &'static str,
+}
+
+/// Completed handshakes by the group they agreed on and whether the client offered a
+/// post-quantum group: the PQ share, and the clients that offered PQ but did not get it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyExchangeLabels {
+    #[prometheus(flatten)]
+    server: ServerLabels,
+    kind: &'static str,
+    tls_group: &'static str,
+    /// true, false, or unknown (the ClientHello was not seen)
+    post_quantum_offered: &'static str,
+}
+
+/// TLS connections by their client's JA4 fingerprint (bounded like the SNI) and kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClientLabels {
+    #[prometheus(flatten)]
+    server: ServerLabels,
+    tls_client_ja4: String,
+    kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -213,25 +246,73 @@ fn offered_index(offer: Option<Resumption>) -> usize {
     offer.map_or(0, |r| r.index() + 1)
 }
 
+/// Why a server sent a HelloRetryRequest (`Record::hrr_cause`): the `cause` values.
+const HRR_CAUSES: [&str; 3] = ["no_acceptable_share", "cookie", "other"];
+
+/// The `tls_group` label value of `r`: a name of `tls::GROUPS` (or `rsa`/`ffdhe`, TLS
+/// 1.2's key exchanges without a named group), `none` (resumed without a key exchange,
+/// and plain connections), `unknown` (the hello that names it was not seen) or `other` (a
+/// code point without a name). So the label is bounded by the registry, and a server has
+/// a series only for the groups it negotiates.
+fn group_label(r: &Record) -> &'static str {
+    match r.tls_group.as_deref() {
+        Some(g) => tls::GROUPS
+            .iter()
+            .map(|(_, name)| *name)
+            .chain(["none", "rsa", "ffdhe"])
+            .find(|name| *name == g)
+            .unwrap_or(OTHER),
+        None if r.kind == Kind::Plain => "none",
+        None => "unknown",
+    }
+}
+
+/// The `post_quantum_offered` label value.
+fn pq_offered_label(r: &Record) -> &'static str {
+    match r.pq_offered {
+        Some(true) => "true",
+        Some(false) => "false",
+        None => "unknown",
+    }
+}
+
 /// The most series one server can have in the families labelled by server, with
-/// `versions` TLS versions and `ciphers` ciphers seen and `--max-sni` = `max_sni`.
-/// Every bound is the product of the label values each family can take:
-/// - stage_duration: 16 stages × 4 kinds × 26 series (fewer pairs occur: a plain
+/// `versions` TLS versions, `ciphers` ciphers and `groups` key-exchange groups seen (a
+/// server negotiates only the groups it is configured with), `--max-sni` = `max_sni` and
+/// `--max-ja4` = `max_ja4`. Every bound is the product of the label values each family can
+/// take, where a TLS kind (full, resumed, failed) has `groups` + "none" + "unknown" group
+/// values and a plain connection one ("none"):
+/// - stage_duration: 16 stages × (kind, group) pairs × 26 series (fewer occur: a plain
 ///   connection has no handshake stages);
-/// - stage_cpu: the stages whose CPU is read × 4 kinds;
+/// - stage_cpu: the stages whose CPU is read × (kind, group) pairs;
 /// - handshake_duration: 2 kinds × (versions + "none") × 26;
 /// - connections: 4 kinds × 11 network protocols (ten and "none") × (versions + "none") ×
 ///   (ciphers + "none");
 /// - failures: 8 error types × 16 stages;
-/// - tls_handshakes: (max_sni + "other" + "none") × (full: 4 offers + resumed: 3 offers).
-pub fn series_budget(versions: usize, ciphers: usize, max_sni: usize) -> usize {
+/// - tls_handshakes: (max_sni + "other" + "none") × (full: 4 offers + resumed: 3 offers) ×
+///   group values;
+/// - tls_hello_retries: 3 causes;
+/// - tls_key_exchanges: 2 kinds × group values × 3 (post-quantum offered or not, unknown);
+/// - tls_clients: (max_ja4 + "other" + "none") × 3 TLS kinds.
+pub fn series_budget(
+    versions: usize,
+    ciphers: usize,
+    groups: usize,
+    max_sni: usize,
+    max_ja4: usize,
+) -> usize {
     let with_cpu = Stage::ALL.iter().filter(|s| s.has_cpu()).count();
-    Stage::ALL.len() * Kind::ALL.len() * HISTOGRAM_SERIES
-        + with_cpu * Kind::ALL.len()
+    let group_values = groups + 2;
+    let kind_groups = CLIENT_KINDS.len() * group_values + 1;
+    Stage::ALL.len() * kind_groups * HISTOGRAM_SERIES
+        + with_cpu * kind_groups
         + 2 * (versions + 1) * HISTOGRAM_SERIES
         + Kind::ALL.len() * (NETWORK_PROTOCOLS + 1) * (versions + 1) * (ciphers + 1)
         + ERROR_TYPES * Stage::ALL.len()
-        + (max_sni + 2) * (OFFERED.len() + OFFERED.len() - 1)
+        + (max_sni + 2) * (OFFERED.len() + OFFERED.len() - 1) * group_values
+        + HRR_CAUSES.len()
+        + 2 * group_values * 3
+        + (max_ja4 + 2) * CLIENT_KINDS.len()
 }
 
 /// The metrics, registered in `registry` (what `/metrics` encodes), and the sink that
@@ -261,7 +342,13 @@ pub struct Metrics {
     sni_evicted: Counter,
     containers_evicted: Counter,
     containers_folded: Counter,
-    sni: SniLabels,
+    sni: TopLabels,
+    ja4: TopLabels,
+    ja4_folded: Counter,
+    ja4_evicted: Counter,
+    retries: Family<RetryLabels, Counter>,
+    key_exchanges: Family<KeyExchangeLabels, Counter>,
+    clients: Family<ClientLabels, Counter>,
     /// when the label window ends, and how long the next one lasts
     window_end: Instant,
     label_window: Duration,
@@ -275,10 +362,15 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// `max_sni`: SNI label values kept per daemon (the rest are `other`), re-ranked by
-    /// their connections every `label_window`, when containers without connections lose
-    /// their series too.
-    pub fn new(registry: &mut Registry, max_sni: usize, label_window: Duration) -> Metrics {
+    /// `max_sni`, `max_ja4`: SNI and JA4 label values kept per daemon (the rest are
+    /// `other`), re-ranked by their connections every `label_window`, when containers
+    /// without connections lose their series too.
+    pub fn new(
+        registry: &mut Registry,
+        max_sni: usize,
+        max_ja4: usize,
+        label_window: Duration,
+    ) -> Metrics {
         let records: Family<RecordLabels, Counter> = Family::default();
         let m = Metrics {
             stage: Family::new_with_constructor(duration_histogram),
@@ -308,7 +400,13 @@ impl Metrics {
             sni_evicted: Counter::default(),
             containers_evicted: Counter::default(),
             containers_folded: Counter::default(),
-            sni: SniLabels::new(max_sni),
+            sni: TopLabels::new(max_sni),
+            ja4: TopLabels::new(max_ja4),
+            ja4_folded: Counter::default(),
+            ja4_evicted: Counter::default(),
+            retries: Family::default(),
+            key_exchanges: Family::default(),
+            clients: Family::default(),
             window_end: Instant::now() + label_window,
             label_window,
             servers: Vec::new(),
@@ -347,6 +445,21 @@ impl Metrics {
             "tls_handshakes",
             "Completed TLS handshakes, by SNI, kind (full or resumed) and what the client offered to resume with (cache hit ratio = kind=\"resumed\" / tls_resumption_offered!=\"none\")",
             m.handshakes.clone(),
+        );
+        r.register(
+            "tls_hello_retries",
+            "HelloRetryRequests sent, by cause (no_acceptable_share: the client sent no key share for a group the server takes; cookie: the server asked for a cookie)",
+            m.retries.clone(),
+        );
+        r.register(
+            "tls_key_exchanges",
+            "Completed TLS handshakes by the key-exchange group agreed (tls_group) and whether the client offered a post-quantum group (post_quantum_offered)",
+            m.key_exchanges.clone(),
+        );
+        r.register(
+            "tls_clients",
+            "TLS connections by the JA4 fingerprint of their ClientHello (the busiest --max-ja4 per window; other: the rest, none: not seen)",
+            m.clients.clone(),
         );
         r.register(
             "records",
@@ -434,6 +547,16 @@ impl Metrics {
             m.sni_evicted.clone(),
         );
         r.register(
+            "ja4_folded",
+            "TLS connections whose JA4 was counted as \"other\" (over --max-ja4, or not yet seen twice in the window)",
+            m.ja4_folded.clone(),
+        );
+        r.register(
+            "ja4_evicted",
+            "JA4 label values whose series were removed at the end of a --label-window",
+            m.ja4_evicted.clone(),
+        );
+        r.register(
             "containers_evicted",
             "Containers whose series were removed at the end of a --label-window without a connection (--container-labels)",
             m.containers_evicted.clone(),
@@ -490,6 +613,9 @@ impl Metrics {
             snis: HashMap::new(),
             failures: Vec::new(),
             active: false,
+            retries: Default::default(),
+            key_exchanges: Vec::new(),
+            clients: HashMap::new(),
         });
         self.servers.len() - 1
     }
@@ -507,26 +633,36 @@ impl Metrics {
         series.active = true;
         let server = &series.labels;
         let kind = r.kind.name();
+        let group = group_label(r);
         let of_kind = &mut series.kinds[r.kind as usize];
+        let of_group = match of_kind.groups.iter().position(|(g, _)| *g == group) {
+            Some(j) => &mut of_kind.groups[j].1,
+            None => {
+                of_kind.groups.push((group, GroupSeries::default()));
+                &mut of_kind.groups.last_mut().expect("pushed").1
+            }
+        };
         for (stage, ns) in &r.stages_ns.0 {
-            of_kind.stage[stage.index()]
+            of_group.stage[stage.index()]
                 .get_or_insert_with(|| {
                     stage_family.get_or_create_owned(&StageLabels {
                         server: server.clone(),
                         stage: stage.name(),
                         stage_class: stage.class().name(),
                         kind,
+                        tls_group: group,
                     })
                 })
                 .observe(*ns as f64 * 1e-9);
         }
         for (stage, ns) in &r.cpu_ns.0 {
-            of_kind.cpu[stage.index()]
+            of_group.cpu[stage.index()]
                 .get_or_insert_with(|| {
                     cpu_family.get_or_create_owned(&CpuLabels {
                         server: server.clone(),
                         stage: stage.name(),
                         kind,
+                        tls_group: group,
                     })
                 })
                 .inc_by(*ns as f64 * 1e-9);
@@ -575,6 +711,33 @@ impl Metrics {
             };
             counter.inc();
         }
+        if let Some(cause) = r.hrr_cause {
+            let j = HRR_CAUSES.iter().position(|c| *c == cause).unwrap_or(2);
+            self.servers[i].retries[j]
+                .get_or_insert_with(|| {
+                    self.retries.get_or_create_owned(&RetryLabels {
+                        server: server.clone(),
+                        cause: HRR_CAUSES[j],
+                    })
+                })
+                .inc();
+        }
+        if let Some(k) = CLIENT_KINDS.iter().position(|k| *k == r.kind) {
+            let ja4 = self.ja4.label(r.ja4.as_deref());
+            if ja4 == OTHER {
+                self.ja4_folded.inc();
+            }
+            let clients = &mut self.servers[i].clients;
+            if !clients.contains_key(&*ja4) {
+                clients.insert(ja4.clone().into_owned(), Default::default());
+            }
+            clients.get_mut(&*ja4).expect("inserted above")[k]
+                .get_or_insert_with(|| {
+                    self.clients
+                        .get_or_create_owned(&client_labels(&server, &ja4, k))
+                })
+                .inc();
+        }
         let resumed = match r.kind {
             Kind::Full => false,
             Kind::Resumed => true,
@@ -596,6 +759,25 @@ impl Metrics {
             };
             histogram.observe(h as f64 * 1e-9);
         }
+        let offered_pq = pq_offered_label(r);
+        let cached = &mut self.servers[i].key_exchanges;
+        let counter = match cached
+            .iter()
+            .position(|(k, g, o, _)| *k == kind && *g == group && *o == offered_pq)
+        {
+            Some(j) => &cached[j].3,
+            None => {
+                let counter = self.key_exchanges.get_or_create_owned(&KeyExchangeLabels {
+                    server: server.clone(),
+                    kind,
+                    tls_group: group,
+                    post_quantum_offered: offered_pq,
+                });
+                cached.push((kind, group, offered_pq, counter));
+                &cached.last().expect("pushed").3
+            }
+        };
+        counter.inc();
         let sni = self.sni.label(r.sni.as_deref());
         let sni: &str = &sni;
         if sni == OTHER {
@@ -609,10 +791,17 @@ impl Metrics {
         // a resumed session was offered, even when the ClientHello was not seen
         let offer = r.offered.or(if resumed { r.resumption } else { None });
         let offer = offered_index(offer);
-        of_sni.handshakes[usize::from(resumed)][offer]
+        let by_group = match of_sni.handshakes.iter().position(|(g, _)| *g == group) {
+            Some(j) => &mut of_sni.handshakes[j].1,
+            None => {
+                of_sni.handshakes.push((group, Default::default()));
+                &mut of_sni.handshakes.last_mut().expect("pushed").1
+            }
+        };
+        by_group[usize::from(resumed)][offer]
             .get_or_insert_with(|| {
                 self.handshakes
-                    .get_or_create_owned(&sni_labels(&server, sni, resumed, offer))
+                    .get_or_create_owned(&sni_labels(&server, sni, resumed, offer, group))
             })
             .inc();
     }
@@ -621,6 +810,7 @@ impl Metrics {
     /// lost their place, and of the containers that had no connection in it.
     fn end_window(&mut self) {
         self.end_sni_window();
+        self.end_ja4_window();
         let mut i = 0;
         while i < self.servers.len() {
             let s = &mut self.servers[i];
@@ -640,21 +830,25 @@ impl Metrics {
         let server = &s.labels;
         for (kind, of_kind) in Kind::ALL.iter().zip(&s.kinds) {
             let kind = kind.name();
-            for stage in Stage::ALL {
-                if of_kind.stage[stage.index()].is_some() {
-                    self.stage.remove(&StageLabels {
-                        server: server.clone(),
-                        stage: stage.name(),
-                        stage_class: stage.class().name(),
-                        kind,
-                    });
-                }
-                if of_kind.cpu[stage.index()].is_some() {
-                    self.stage_cpu.remove(&CpuLabels {
-                        server: server.clone(),
-                        stage: stage.name(),
-                        kind,
-                    });
+            for (tls_group, of_group) in &of_kind.groups {
+                for stage in Stage::ALL {
+                    if of_group.stage[stage.index()].is_some() {
+                        self.stage.remove(&StageLabels {
+                            server: server.clone(),
+                            stage: stage.name(),
+                            stage_class: stage.class().name(),
+                            kind,
+                            tls_group,
+                        });
+                    }
+                    if of_group.cpu[stage.index()].is_some() {
+                        self.stage_cpu.remove(&CpuLabels {
+                            server: server.clone(),
+                            stage: stage.name(),
+                            kind,
+                            tls_group,
+                        });
+                    }
                 }
             }
             for (version, _) in &of_kind.handshake {
@@ -684,14 +878,53 @@ impl Metrics {
         for (sni, of_sni) in &s.snis {
             self.remove_sni(server, sni, of_sni);
         }
+        for (cause, counter) in HRR_CAUSES.iter().zip(&s.retries) {
+            if counter.is_some() {
+                self.retries.remove(&RetryLabels {
+                    server: server.clone(),
+                    cause,
+                });
+            }
+        }
+        for (kind, tls_group, post_quantum_offered, _) in &s.key_exchanges {
+            self.key_exchanges.remove(&KeyExchangeLabels {
+                server: server.clone(),
+                kind,
+                tls_group,
+                post_quantum_offered,
+            });
+        }
+        for (ja4, of_ja4) in &s.clients {
+            self.remove_client(server, ja4, of_ja4);
+        }
+    }
+
+    fn remove_client(
+        &self,
+        server: &ServerLabels,
+        ja4: &str,
+        of_ja4: &[Option<Counter>; CLIENT_KINDS.len()],
+    ) {
+        for (k, counter) in of_ja4.iter().enumerate() {
+            if counter.is_some() {
+                self.clients.remove(&client_labels(server, ja4, k));
+            }
+        }
     }
 
     fn remove_sni(&self, server: &ServerLabels, sni: &str, of_sni: &SniSeries) {
-        for (resumed, offers) in of_sni.handshakes.iter().enumerate() {
-            for (offer, counter) in offers.iter().enumerate() {
-                if counter.is_some() {
-                    self.handshakes
-                        .remove(&sni_labels(server, sni, resumed == 1, offer));
+        for (group, by_group) in &of_sni.handshakes {
+            for (resumed, offers) in by_group.iter().enumerate() {
+                for (offer, counter) in offers.iter().enumerate() {
+                    if counter.is_some() {
+                        self.handshakes.remove(&sni_labels(
+                            server,
+                            sni,
+                            resumed == 1,
+                            offer,
+                            group,
+                        ));
+                    }
                 }
             }
         }
@@ -708,6 +941,19 @@ impl Metrics {
             }
         }
         self.sni_evicted.inc_by(evicted.len() as u64);
+    }
+
+    /// Re-rank the JA4 fingerprints, and remove the series of those that lost their place.
+    fn end_ja4_window(&mut self) {
+        let evicted = self.ja4.rotate();
+        for name in &evicted {
+            for i in 0..self.servers.len() {
+                if let Some(of_ja4) = self.servers[i].clients.remove(name.as_str()) {
+                    self.remove_client(&self.servers[i].labels, name, &of_ja4);
+                }
+            }
+        }
+        self.ja4_evicted.inc_by(evicted.len() as u64);
     }
 
     /// The tracer's health, as counter increments since the last tick and gauges.
@@ -760,12 +1006,27 @@ impl Metrics {
     }
 }
 
-fn sni_labels(server: &ServerLabels, sni: &str, resumed: bool, offer: usize) -> HandshakeSniLabels {
+fn sni_labels(
+    server: &ServerLabels,
+    sni: &str,
+    resumed: bool,
+    offer: usize,
+    tls_group: &'static str,
+) -> HandshakeSniLabels {
     HandshakeSniLabels {
         server: server.clone(),
         tls_client_server_name: sni.to_owned(),
         kind: if resumed { "resumed" } else { "full" },
         tls_resumption_offered: OFFERED[offer],
+        tls_group,
+    }
+}
+
+fn client_labels(server: &ServerLabels, ja4: &str, kind: usize) -> ClientLabels {
+    ClientLabels {
+        server: server.clone(),
+        tls_client_ja4: ja4.to_owned(),
+        kind: CLIENT_KINDS[kind].name(),
     }
 }
 
@@ -809,12 +1070,19 @@ impl Sink for Metrics {
 /// and kept: hashing label sets per record was a fifth of serve's pipeline time.
 #[derive(Default)]
 struct KindSeries {
-    stage: [Option<Histogram>; Stage::ALL.len()],
-    cpu: [Option<Counter<f64>>; Stage::ALL.len()],
+    /// by `tls_group` label value (the groups the server negotiates, `none`, `unknown`)
+    groups: Vec<(&'static str, GroupSeries)>,
     /// by TLS version
     handshake: Vec<(&'static str, Histogram)>,
     /// by network protocol, TLS version and cipher
     connections: Vec<(&'static str, &'static str, String, Counter)>,
+}
+
+/// The stage series of one kind and key-exchange group.
+#[derive(Default)]
+struct GroupSeries {
+    stage: [Option<Histogram>; Stage::ALL.len()],
+    cpu: [Option<Counter<f64>>; Stage::ALL.len()],
 }
 
 /// A server's series (bounded by the listeners selected, not by the wire; with
@@ -829,14 +1097,23 @@ struct ServerSeries {
     kinds: [KindSeries; Kind::ALL.len()],
     /// by SNI label value (at most `max_sni` + 2 of them)
     snis: HashMap<String, SniSeries>,
+    /// HelloRetryRequests by `HRR_CAUSES`
+    retries: [Option<Counter>; HRR_CAUSES.len()],
+    /// completed handshakes by kind, group and `post_quantum_offered`
+    key_exchanges: Vec<(&'static str, &'static str, &'static str, Counter)>,
+    /// by JA4 label value (at most `max_ja4` + 2 of them), then by `CLIENT_KINDS`
+    clients: HashMap<String, [Option<Counter>; CLIENT_KINDS.len()]>,
 }
 
-/// One server's series of one SNI label value, looked up once.
+/// One server's series of one SNI label value, looked up once: by `tls_group` label
+/// value, then full/resumed, then what was offered (`OFFERED`'s order).
 #[derive(Default)]
 struct SniSeries {
-    /// handshakes by full/resumed, then by what was offered (`OFFERED`'s order)
-    handshakes: [[Option<Counter>; OFFERED.len()]; 2],
+    handshakes: Vec<(&'static str, [[Option<Counter>; OFFERED.len()]; 2])>,
 }
+
+/// The kinds of connection counted by their client's fingerprint: those that spoke TLS.
+const CLIENT_KINDS: [Kind; 3] = [Kind::Full, Kind::Resumed, Kind::Failed];
 
 /// The SNI label value of handshakes whose SNI has no series of its own.
 const OTHER: &str = "other";
@@ -846,7 +1123,8 @@ const NONE: &str = "none";
 /// client sending random names, each once, never gets one.
 const ADMIT_AFTER: u64 = 2;
 
-/// Bounded SNI label values, kept by recent traffic. At most `max` names have series
+/// Bounded label values from traffic (SNI names, JA4 fingerprints), kept by recent
+/// traffic. At most `max` names have series
 /// (`admitted`, with their handshakes this window); a name is admitted while there is room
 /// once it has surely been seen `ADMIT_AFTER` times. The other names are counted in a
 /// space-saving sketch of the most frequent (8 × `max` entries: a name's count is
@@ -855,16 +1133,16 @@ const ADMIT_AFTER: u64 = 2;
 /// handshakes in it (an admitted name wins a tie) and the top `max` kept: a scanner's
 /// random names, admitted while there was room, give way to the real names one window
 /// after the flood stops.
-struct SniLabels {
+struct TopLabels {
     admitted: HashMap<String, u64>,
     max: usize,
     sketch: HashMap<String, (u64, u64)>,
     sketch_cap: usize,
 }
 
-impl SniLabels {
-    fn new(max: usize) -> SniLabels {
-        SniLabels {
+impl TopLabels {
+    fn new(max: usize) -> TopLabels {
+        TopLabels {
             admitted: HashMap::new(),
             max,
             sketch: HashMap::new(),
@@ -969,7 +1247,7 @@ mod tests {
 
     #[test]
     fn random_snis_never_get_a_series() {
-        let mut s = SniLabels::new(50);
+        let mut s = TopLabels::new(50);
         for i in 0..10_000 {
             assert_eq!(s.label(Some(&format!("r{i}.example"))), OTHER);
         }
@@ -984,7 +1262,7 @@ mod tests {
 
     #[test]
     fn sni_labels_are_lower_case() {
-        let mut s = SniLabels::new(50);
+        let mut s = TopLabels::new(50);
         assert_eq!(s.label(Some("Shop.Example")), OTHER);
         // the second sighting, spelled otherwise, is the same name
         assert_eq!(s.label(Some("shop.EXAMPLE")), "shop.example");
@@ -994,7 +1272,7 @@ mod tests {
 
     #[test]
     fn sni_values_are_capped() {
-        let mut s = SniLabels::new(3);
+        let mut s = TopLabels::new(3);
         for round in 0..3 {
             for i in 0..10 {
                 let name = format!("h{i}");
@@ -1010,7 +1288,7 @@ mod tests {
 
     #[test]
     fn real_names_come_back_one_window_after_a_flood() {
-        let mut s = SniLabels::new(5);
+        let mut s = TopLabels::new(5);
         // a scanner's names, each three times: the first five take every place
         for _ in 0..3 {
             for i in 0..10 {
@@ -1037,7 +1315,7 @@ mod tests {
 
     #[test]
     fn the_busiest_names_keep_their_places() {
-        let mut s = SniLabels::new(2);
+        let mut s = TopLabels::new(2);
         for (name, n) in [("a", 5), ("b", 2), ("c", 9)] {
             for _ in 0..n {
                 s.label(Some(name));
@@ -1064,7 +1342,7 @@ mod tests {
     #[test]
     fn evicted_names_lose_their_series() {
         let mut reg = Registry::with_prefix("hstrace");
-        let mut m = Metrics::new(&mut reg, 1, Duration::from_secs(600));
+        let mut m = Metrics::new(&mut reg, 1, 50, Duration::from_secs(600));
         let with_sni = |name: &str| Record {
             sni: Some(name.into()),
             ..Record::fixture(Kind::Full)
@@ -1091,7 +1369,7 @@ mod tests {
     #[test]
     fn one_way_to_say_resumed() {
         let mut reg = Registry::with_prefix("hstrace");
-        let mut m = Metrics::new(&mut reg, 50, Duration::from_secs(600));
+        let mut m = Metrics::new(&mut reg, 50, 50, Duration::from_secs(600));
         m.count(&Record {
             offered: Some(Resumption::Ticket),
             resumption_offered: true,
@@ -1111,7 +1389,7 @@ mod tests {
         m.count(&Record::fixture(Kind::Full));
         let text = exposition(&reg);
         let line = |kind: &str, offered: &str| {
-            format!("hstrace_tls_handshakes_total{{process_executable_name=\"nginx\",server_port=\"443\",tls_client_server_name=\"none\",kind=\"{kind}\",tls_resumption_offered=\"{offered}\"}} 1")
+            format!("hstrace_tls_handshakes_total{{process_executable_name=\"nginx\",server_port=\"443\",tls_client_server_name=\"none\",kind=\"{kind}\",tls_resumption_offered=\"{offered}\",tls_group=\"unknown\"}} 1")
         };
         for (kind, offered) in [
             ("full", "ticket"),
@@ -1134,6 +1412,77 @@ mod tests {
         }
     }
 
+    #[test]
+    fn key_exchange_series() {
+        let mut reg = Registry::with_prefix("hstrace");
+        let mut m = Metrics::new(&mut reg, 50, 50, Duration::from_secs(600));
+        let exchange = |group: &str, pq: Option<bool>, cause: Option<&'static str>| Record {
+            tls_group: Some(Cow::Owned(group.to_owned())),
+            pq_offered: pq,
+            hrr_cause: cause,
+            ..Record::fixture(Kind::Full)
+        };
+        m.count(&exchange("X25519MLKEM768", Some(true), None));
+        m.count(&exchange("x25519", Some(true), Some("no_acceptable_share")));
+        m.count(&exchange("x25519", Some(false), None));
+        // a code point without a name is "other", whatever it is
+        m.count(&exchange("0x11EE", Some(false), None));
+        m.count(&exchange("0x2A2A", Some(false), None));
+        let text = exposition(&reg);
+        let server = "process_executable_name=\"nginx\",server_port=\"443\"";
+        for line in [
+            format!("hstrace_tls_key_exchanges_total{{{server},kind=\"full\",tls_group=\"X25519MLKEM768\",post_quantum_offered=\"true\"}} 1"),
+            format!("hstrace_tls_key_exchanges_total{{{server},kind=\"full\",tls_group=\"x25519\",post_quantum_offered=\"true\"}} 1"),
+            format!("hstrace_tls_key_exchanges_total{{{server},kind=\"full\",tls_group=\"x25519\",post_quantum_offered=\"false\"}} 1"),
+            format!("hstrace_tls_key_exchanges_total{{{server},kind=\"full\",tls_group=\"other\",post_quantum_offered=\"false\"}} 2"),
+            format!("hstrace_tls_hello_retries_total{{{server},cause=\"no_acceptable_share\"}} 1"),
+            format!("hstrace_stage_duration_seconds_count{{{server},stage=\"server_flight_1\",stage_class=\"service\",kind=\"full\",tls_group=\"X25519MLKEM768\"}} 1"),
+            format!("hstrace_stage_cpu_seconds_total{{{server},stage=\"server_flight_1\",kind=\"full\",tls_group=\"x25519\"}} 0.000001"),
+        ] {
+            assert!(text.contains(&line), "{line} missing:\n{text}");
+        }
+        assert!(!text.contains("0x"), "{text}");
+    }
+
+    #[test]
+    fn a_ja4_flood_stays_bounded() {
+        let mut reg = Registry::with_prefix("hstrace");
+        let max_ja4 = 50;
+        let mut m = Metrics::new(&mut reg, 50, max_ja4, Duration::from_secs(600));
+        let client = |ja4: String| Record {
+            ja4: Some(ja4),
+            ..Record::fixture(Kind::Full)
+        };
+        let real = "t13d1516h2_8daaf6152771_02713d6af862".to_owned();
+        for _ in 0..3 {
+            m.count(&client(real.clone()));
+        }
+        // 5,000 distinct fingerprints, twice each: they fill the free places, no more
+        for i in 0..5_000 {
+            for _ in 0..2 {
+                m.count(&client(format!("t13d1516h2_{i:012x}_000000000000")));
+            }
+        }
+        let series = |reg: &Registry| {
+            exposition(reg)
+                .lines()
+                .filter(|l| l.starts_with("hstrace_tls_clients_total{"))
+                .count()
+        };
+        assert_eq!(series(&reg), max_ja4 + 1, "the places and other");
+        assert!(m.ja4.sketch.len() <= m.ja4.sketch_cap);
+        // the flood stops; the real client goes on, and one window later it alone is left
+        m.end_window();
+        for _ in 0..3 {
+            m.count(&client(real.clone()));
+        }
+        m.end_window();
+        let text = exposition(&reg);
+        assert_eq!(series(&reg), 2, "the real client and other:\n{text}");
+        assert!(text.contains(&real), "{text}");
+        assert_eq!(m.ja4_evicted.get(), max_ja4 as u64 - 1);
+    }
+
     fn in_container(id: usize, pod: bool) -> Record {
         let pod = pod.then(|| crate::container::Pod {
             name: format!("web-{id}"),
@@ -1152,7 +1501,7 @@ mod tests {
     #[test]
     fn container_labels_are_bounded_and_freed() {
         let mut reg = Registry::with_prefix("hstrace");
-        let mut m = Metrics::new(&mut reg, 50, Duration::from_secs(600));
+        let mut m = Metrics::new(&mut reg, 50, 50, Duration::from_secs(600));
         m.count(&Record::fixture(Kind::Plain));
         m.count(&in_container(1, true));
         m.count(&in_container(2, false));
@@ -1225,8 +1574,17 @@ mod tests {
     fn series_stay_within_the_budget() {
         let max_sni = 50;
         let mut reg = Registry::with_prefix("hstrace");
-        let mut m = Metrics::new(&mut reg, max_sni, Duration::from_secs(600));
+        let max_ja4 = 50;
+        let mut m = Metrics::new(&mut reg, max_sni, max_ja4, Duration::from_secs(600));
         let versions = ["1.2", "1.3"];
+        let groups = ["x25519", "X25519MLKEM768"];
+        // a TLS connection's group values: the server's groups, none, and unknown
+        let group_values = || {
+            groups
+                .iter()
+                .map(|g| Some(Cow::Borrowed(*g)))
+                .chain([Some(Cow::Borrowed("none")), None])
+        };
         let ciphers = [
             "TLS_AES_128_GCM_SHA256",
             "TLS_AES_256_GCM_SHA384",
@@ -1238,25 +1596,27 @@ mod tests {
             Some(Resumption::Ticket),
             Some(Resumption::Psk),
         ];
-        for sni in 0..max_sni + 20 {
-            let sni = format!("site{sni}.example");
+        let snis = (0..max_sni + 20).map(|i| Some(format!("site{i}.example")));
+        for sni in snis.chain([None]) {
             for _ in 0..2 {
                 for kind in [Kind::Full, Kind::Resumed] {
                     for offered in offers {
                         if kind == Kind::Resumed && offered.is_none() {
                             continue; // a resumed session was offered
                         }
-                        m.count(&Record {
-                            sni: Some(sni.clone()),
-                            offered,
-                            resumption: offered,
-                            ..Record::fixture(kind)
-                        });
+                        for tls_group in group_values() {
+                            m.count(&Record {
+                                sni: sni.clone(),
+                                offered,
+                                resumption: offered,
+                                tls_group,
+                                ..Record::fixture(kind)
+                            });
+                        }
                     }
                 }
             }
         }
-        m.count(&Record::fixture(Kind::Full)); // SNI "none"
         for kind in Kind::ALL {
             for version in versions.iter().map(|v| Some(*v)).chain([None]) {
                 for cipher in ciphers
@@ -1273,6 +1633,7 @@ mod tests {
                             tls_version: version,
                             cipher: cipher.clone(),
                             app_protocol: app,
+                            resumption: (kind == Kind::Resumed).then_some(Resumption::Ticket),
                             ..Record::fixture(kind)
                         });
                     }
@@ -1288,16 +1649,47 @@ mod tests {
                 });
             }
         }
+        // every TLS kind's stages in every group; key exchanges, retries and fingerprints
+        for kind in CLIENT_KINDS {
+            for tls_group in group_values() {
+                for pq_offered in [Some(true), Some(false), None] {
+                    m.count(&Record {
+                        tls_group: tls_group.clone(),
+                        pq_offered,
+                        resumption: (kind == Kind::Resumed).then_some(Resumption::Ticket),
+                        ..Record::fixture(kind)
+                    });
+                }
+            }
+            for ja4 in 0..max_ja4 + 20 {
+                for _ in 0..2 {
+                    m.count(&Record {
+                        ja4: Some(format!("t13d1516h2_{ja4:012x}_{ja4:012x}")),
+                        resumption: (kind == Kind::Resumed).then_some(Resumption::Ticket),
+                        ..Record::fixture(kind)
+                    });
+                }
+            }
+        }
+        for cause in HRR_CAUSES {
+            m.count(&Record {
+                hrr_cause: Some(cause),
+                ..Record::fixture(Kind::Full)
+            });
+        }
         let n = server_series(&exposition(&reg));
-        let budget = series_budget(versions.len(), ciphers.len(), max_sni);
-        assert!(n <= budget, "{n} series over the budget {budget}");
-        // the fixture reaches every bound but SNI "none"'s resumptions
-        assert!(
-            n + OFFERED.len() * 2 >= budget,
-            "{n} series: the budget {budget} is loose"
+        let budget = series_budget(
+            versions.len(),
+            ciphers.len(),
+            groups.len(),
+            max_sni,
+            max_ja4,
         );
+        assert!(n <= budget, "{n} series over the budget {budget}");
+        // the fixture reaches every bound
+        assert_eq!(n, budget, "the budget {budget} is loose");
         assert_eq!(
-            budget, 2_808,
+            budget, 7_863,
             "docs/metrics.md states this figure: update it too"
         );
     }
@@ -1305,7 +1697,7 @@ mod tests {
     #[test]
     fn exposition_names_follow_the_conventions() {
         let mut reg = Registry::with_prefix("hstrace");
-        let mut m = Metrics::new(&mut reg, 50, Duration::from_secs(600));
+        let mut m = Metrics::new(&mut reg, 50, 50, Duration::from_secs(600));
         m.health(&Health::default());
         m.count(&Record {
             failure: Some("alert"),
@@ -1325,8 +1717,8 @@ mod tests {
             "# TYPE hstrace_stage_duration_seconds histogram",
             "# TYPE hstrace_handshake_duration_seconds histogram",
             "# TYPE hstrace_stage_cpu_seconds counter",
-            &format!("hstrace_stage_cpu_seconds_total{{{server},stage=\"response\",kind=\"plain\"}} 0.00001"),
-            &format!("hstrace_stage_duration_seconds_bucket{{le=\"0.00002\",{server},stage=\"response\",stage_class=\"service\",kind=\"plain\"}} 1"),
+            &format!("hstrace_stage_cpu_seconds_total{{{server},stage=\"response\",kind=\"plain\",tls_group=\"none\"}} 0.00001"),
+            &format!("hstrace_stage_duration_seconds_bucket{{le=\"0.00002\",{server},stage=\"response\",stage_class=\"service\",kind=\"plain\",tls_group=\"none\"}} 1"),
             &format!("hstrace_handshake_duration_seconds_count{{{server},kind=\"full\",tls_protocol_version=\"1.3\"}} 1"),
             &format!("hstrace_connections_total{{{server},kind=\"plain\",network_protocol_name=\"none\",tls_protocol_version=\"1.3\",tls_cipher=\"TLS_AES_128_GCM_SHA256\"}} 1"),
             &format!("hstrace_failures_total{{{server},error_type=\"alert\",stage=\"server_flight_1\"}} 1"),

@@ -390,10 +390,11 @@ pub fn attach_kernel_probes(bpf: &mut Ebpf, btf: &Btf, avoid: &[String]) -> Resu
             errors: Vec::new(),
         };
         for alt in group.alternatives {
-            if let Some(p) = alt
-                .iter()
-                .find(|p| avoid.iter().any(|a| a == p.hook.name() || a == p.hook.family()))
-            {
+            if let Some(p) = alt.iter().find(|p| {
+                avoid
+                    .iter()
+                    .any(|a| a == p.hook.name() || a == p.hook.family())
+            }) {
                 choice.errors.push(format!(
                     "{} ({}) avoided (--avoid-hook)",
                     p.hook.name(),
@@ -443,13 +444,15 @@ pub fn attach_kernel_probes(bpf: &mut Ebpf, btf: &Btf, avoid: &[String]) -> Resu
 /// at the end of its log (the whole log is printed with `-vv`), never the log itself.
 pub fn refusal(probe: &Probe, e: &anyhow::Error) -> String {
     use aya::programs::ProgramError;
-    let refused = e.chain().find_map(|c| match c.downcast_ref::<ProgramError>() {
-        Some(ProgramError::LoadError {
-            io_error,
-            verifier_log,
-        }) => Some((io_error.to_string(), verifier_log.to_string())),
-        _ => None,
-    });
+    let refused = e
+        .chain()
+        .find_map(|c| match c.downcast_ref::<ProgramError>() {
+            Some(ProgramError::LoadError {
+                io_error,
+                verifier_log,
+            }) => Some((io_error.to_string(), verifier_log.to_string())),
+            _ => None,
+        });
     let Some((io_error, log)) = refused else {
         return format!("{e:#}");
     };

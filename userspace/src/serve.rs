@@ -45,7 +45,9 @@ pub struct ServeOptions {
     pub window: Duration,
     /// SNI label values kept (the rest are `other`), re-ranked every `label_window`
     pub max_sni: usize,
-    /// SNI names and containers without connections in it lose their series
+    /// JA4 label values kept (the rest are `other`), re-ranked every `label_window`
+    pub max_ja4: usize,
+    /// SNI names, JA4 fingerprints and containers without connections in it lose their series
     pub label_window: Duration,
     /// failed handshakes kept for /api/v1/failures
     pub recent_failures: usize,
@@ -62,6 +64,7 @@ impl Default for ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 9725)),
             window: Duration::from_secs(60),
             max_sni: 50,
+            max_ja4: 50,
             label_window: Duration::from_secs(600),
             recent_failures: 100,
             failures_peer: PeerDetail::default(),
@@ -86,7 +89,7 @@ pub struct Daemon {
 impl Daemon {
     pub fn new(opts: &ServeOptions) -> Arc<Daemon> {
         let mut registry = Registry::with_prefix("hstrace");
-        let metrics = Metrics::new(&mut registry, opts.max_sni, opts.label_window);
+        let metrics = Metrics::new(&mut registry, opts.max_sni, opts.max_ja4, opts.label_window);
         registry.register_collector(Box::new(self_cost::BpfCollector));
         let mut process = Registry::default();
         process.register_collector(Box::new(self_cost::ProcessCollector));

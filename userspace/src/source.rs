@@ -191,9 +191,16 @@ impl Source {
         let features = features::probe()?;
         let build = opts.bpf_build.unwrap_or(features.build());
         match &features.missing[..] {
-            [] => log::info!("BPF build: {} (the kernel has every feature it uses)", build.name()),
+            [] => log::info!(
+                "BPF build: {} (the kernel has every feature it uses)",
+                build.name()
+            ),
             missing => {
-                log::info!("BPF build: {} (the kernel lacks {})", build.name(), names(missing));
+                log::info!(
+                    "BPF build: {} (the kernel lacks {})",
+                    build.name(),
+                    names(missing)
+                );
                 for f in missing {
                     log::info!("kernel lacks {f} (since {}): {}", f.since(), f.limit());
                 }
@@ -524,12 +531,18 @@ impl Source {
         if newborn {
             // (None is not what it runs at the next rescan, which then looks again)
             self.warned.insert(pid, None);
-            log::debug!("pid {pid} ({name}), just forked: no libssl yet: {}", errors.join("; "));
+            log::debug!(
+                "pid {pid} ({name}), just forked: no libssl yet: {}",
+                errors.join("; ")
+            );
             return false;
         }
         self.warned.insert(pid, exe.clone());
         self.uprobe_attach_failures += 1;
-        let shown = exe.as_deref().map(|e| e.display().to_string()).unwrap_or_default();
+        let shown = exe
+            .as_deref()
+            .map(|e| e.display().to_string())
+            .unwrap_or_default();
         if self.warned_exes.insert(exe) {
             log::warn!(
                 "pid {pid} ({name}) has no libssl with SSL_do_handshake: tracing it from the wire only, as with --no-uprobes (said once for {shown})"

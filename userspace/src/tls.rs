@@ -627,37 +627,43 @@ pub fn cipher_name(id: u16) -> Option<&'static str> {
         .map(|(_, name)| *name)
 }
 
-/// IANA name of a key-exchange group (the TLS Supported Groups registry).
+/// The key-exchange groups hstrace names (the TLS Supported Groups registry): every
+/// other code point is printed as its number.
+pub const GROUPS: [(u16, &str); 26] = [
+    (22, "secp256k1"),
+    (23, "secp256r1"),
+    (24, "secp384r1"),
+    (25, "secp521r1"),
+    (26, "brainpoolP256r1"),
+    (27, "brainpoolP384r1"),
+    (28, "brainpoolP512r1"),
+    (29, "x25519"),
+    (30, "x448"),
+    (31, "brainpoolP256r1tls13"),
+    (32, "brainpoolP384r1tls13"),
+    (33, "brainpoolP512r1tls13"),
+    (41, "curveSM2"),
+    (0x0100, "ffdhe2048"),
+    (0x0101, "ffdhe3072"),
+    (0x0102, "ffdhe4096"),
+    (0x0103, "ffdhe6144"),
+    (0x0104, "ffdhe8192"),
+    (0x0200, "MLKEM512"),
+    (0x0201, "MLKEM768"),
+    (0x0202, "MLKEM1024"),
+    (0x11EB, "SecP256r1MLKEM768"),
+    (0x11EC, "X25519MLKEM768"),
+    (0x11ED, "SecP384r1MLKEM1024"),
+    (0x6399, "X25519Kyber768Draft00"),
+    (0x639A, "SecP256r1Kyber768Draft00"),
+];
+
+/// IANA name of a key-exchange group, if `GROUPS` has it.
 pub fn group_name(id: u16) -> Option<&'static str> {
-    Some(match id {
-        22 => "secp256k1",
-        23 => "secp256r1",
-        24 => "secp384r1",
-        25 => "secp521r1",
-        26 => "brainpoolP256r1",
-        27 => "brainpoolP384r1",
-        28 => "brainpoolP512r1",
-        29 => "x25519",
-        30 => "x448",
-        31 => "brainpoolP256r1tls13",
-        32 => "brainpoolP384r1tls13",
-        33 => "brainpoolP512r1tls13",
-        41 => "curveSM2",
-        0x0100 => "ffdhe2048",
-        0x0101 => "ffdhe3072",
-        0x0102 => "ffdhe4096",
-        0x0103 => "ffdhe6144",
-        0x0104 => "ffdhe8192",
-        0x0200 => "MLKEM512",
-        0x0201 => "MLKEM768",
-        0x0202 => "MLKEM1024",
-        0x11EB => "SecP256r1MLKEM768",
-        0x11EC => "X25519MLKEM768",
-        0x11ED => "SecP384r1MLKEM1024",
-        0x6399 => "X25519Kyber768Draft00",
-        0x639A => "SecP256r1Kyber768Draft00",
-        _ => return None,
-    })
+    GROUPS
+        .iter()
+        .find(|(code, _)| *code == id)
+        .map(|(_, name)| *name)
 }
 
 /// A group's IANA name, or its code as "0x11EE" when the name is unknown.

@@ -111,7 +111,10 @@ fn every_program_variant_verifies() {
                                 &logs,
                                 build,
                                 probe.program,
-                                &format!("verified ({:?}); instructions verified: {insns:?}\n", probe.hook),
+                                &format!(
+                                    "verified ({:?}); instructions verified: {insns:?}\n",
+                                    probe.hook
+                                ),
                             );
                         }
                         Err(e) => {
@@ -157,11 +160,18 @@ fn every_program_variant_verifies() {
                 Err(e) => {
                     let msg = format!("{e:#}");
                     keep_log(&logs, build, name, &msg);
-                    failures.push(format!("{} build, {name}: …{}", build.name(), tail(&msg, 2000)));
+                    failures.push(format!(
+                        "{} build, {name}: …{}",
+                        build.name(),
+                        tail(&msg, 2000)
+                    ));
                 }
             }
         }
-        summary.push(format!("{} build: groups verified {groups_ok:?}", build.name()));
+        summary.push(format!(
+            "{} build: groups verified {groups_ok:?}",
+            build.name()
+        ));
     }
     absent.sort();
     absent.dedup();
@@ -193,6 +203,10 @@ fn every_program_in_the_object_is_in_the_probe_table() {
             .map(|(name, _)| name)
             .filter(|name| !named.contains(name))
             .collect();
-        assert!(stray.is_empty(), "{} build: programs no probe names: {stray:?}", build.name());
+        assert!(
+            stray.is_empty(),
+            "{} build: programs no probe names: {stray:?}",
+            build.name()
+        );
     }
 }

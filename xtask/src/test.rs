@@ -83,7 +83,10 @@ pub fn test(extra: &[String]) -> Result<()> {
         bail!("cargo test failed ({status})");
     }
     if vm.failed > 0 {
-        bail!("{} failures in the kernels' VMs: see target/vm/results.json", vm.failed);
+        bail!(
+            "{} failures in the kernels' VMs: see target/vm/results.json",
+            vm.failed
+        );
     }
     Ok(())
 }

@@ -349,7 +349,8 @@ fn without_cold_start(why: Option<crate::params::v1::ColdStartAbsent>) -> String
 
 /// What forecasting without the cold start cost in the reduced validation (docs/model.md
 /// says how it was measured).
-const WITHOUT_COLD_START_COST: &str = "in the reduced validation it made the forecast response time 2-10 % longer at 12 to 40 users";
+const WITHOUT_COLD_START_COST: &str =
+    "in the reduced validation it made the forecast response time 2-10 % longer at 12 to 40 users";
 
 pub fn run(opts: ModelOptions) -> Result<()> {
     if opts.measured.is_some() && opts.plot.is_none() {
@@ -393,7 +394,10 @@ pub fn run(opts: ModelOptions) -> Result<()> {
         knobs.take_cold_start(measured, ColdStartFrom::Measured);
     } else if !knobs.cold_start_given && knobs.discipline == Discipline::EventLoopSim {
         match (&server.cold_start, server.from_prometheus) {
-            (Some(c), _) => match c.check().and_then(|_| knobs::cold_start_rates(&server).map(drop)) {
+            (Some(c), _) => match c
+                .check()
+                .and_then(|_| knobs::cold_start_rates(&server).map(drop))
+            {
                 Ok(()) => {
                     eprintln!("hstrace: the cold start the parameters hold: {}", c.words());
                     knobs.take_cold_start(c.clone(), ColdStartFrom::Parameters);

@@ -459,15 +459,15 @@ pub fn refusal(probe: &Probe, e: &anyhow::Error) -> String {
     // the verifier's last words before its statistics
     let reason = log
         .lines()
+        .rev()
         .map(str::trim)
-        .filter(|l| {
+        .find(|l| {
             !l.is_empty()
                 && !l.starts_with("verification time")
                 && !l.starts_with("stack depth")
                 && !l.starts_with("processed ")
                 && !l.starts_with(':')
         })
-        .last()
         .unwrap_or("no reason given");
     format!(
         "{} ({} {}) refused by the kernel's verifier ({io_error}): {reason}",

@@ -12,9 +12,10 @@ use std::{
 
 use hstrace_tests::{
     assert::without_rates,
+    chromium,
     clients::{curl, drive_mix, s_client, s_time},
     daemon::{Daemon, Scrape},
-    hstrace::{hstrace_bin, hstrace_output, hstrace_run},
+    hstrace::{hstrace_bin, hstrace_output, hstrace_run, Hstrace},
     prometheus,
     servers::Nginx,
     util::workspace,
@@ -458,7 +459,7 @@ fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
             }
         }
     }
-    assert_eq!(recorded.len(), 8, "{recorded:?}");
+    assert_eq!(recorded.len(), 13, "{recorded:?}");
     for name in &recorded {
         let seen: BTreeSet<String> = per_instance(&format!("count by (instance) ({name})"))
             .into_keys()
@@ -1230,4 +1231,119 @@ fn serve_says_when_its_pid_has_exited() {
         err.contains(&format!("pid {pid} exited")) && err.contains("serving on"),
         "{err}"
     );
+}
+
+/// The key-exchange metrics against the records of a `trace` run beside the daemon, on
+/// an nginx that takes X25519 only: Chromium (offers a post-quantum hybrid and gets
+/// X25519), s_client in TLS 1.3 (twice: one fingerprint), s_client whose key share is
+/// P-256 (a HelloRetryRequest), s_client in TLS 1.2 and curl. Every key-exchange, retry
+/// and fingerprint count the daemon exposes is the one its connections' records give.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn serve_counts_key_exchanges_retries_and_fingerprints_as_the_records_say() {
+    let nginx = Nginx::start_with("serve-kx", 1, 2048, "ssl_ecdh_curve X25519;");
+    let port = nginx.port.to_string();
+    let daemon = Daemon::start(&["--port", &port]);
+    let tracer = Hstrace::start(&["--port", &port]);
+    let url = format!("https://127.0.0.1:{port}/");
+    chromium::dump_dom_with(&url, &["--ignore-certificate-errors".to_owned()]);
+    for _ in 0..2 {
+        assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
+    }
+    let retry = s_client(nginx.port, &["-tls1_3", "-groups", "P-256:X25519"]);
+    assert!(retry.contains("New, TLS"), "{retry}");
+    assert!(s_client(nginx.port, &["-tls1_2"]).contains("New, TLS"));
+    curl(&["--tlsv1.3"], std::slice::from_ref(&url));
+    let out = tracer.stop();
+    let records: Vec<&Value> = out
+        .records
+        .iter()
+        .filter(|r| r["record"] == "connection")
+        .collect();
+    // what the records say, in the daemon's label values
+    let group = |r: &Value| match r["tls_group"].as_str() {
+        Some(g) if g.starts_with("0x") => "other".to_owned(),
+        Some(g) => g.to_owned(),
+        None => "unknown".to_owned(),
+    };
+    let pq = |r: &Value| match r["pq_offered"].as_bool() {
+        Some(b) => b.to_string(),
+        None => "unknown".to_owned(),
+    };
+    let mut exchanges: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+    let mut retries: BTreeMap<String, u64> = BTreeMap::new();
+    let mut clients: BTreeMap<String, u64> = BTreeMap::new();
+    for r in &records {
+        let kind = r["kind"].as_str().unwrap().to_owned();
+        if kind == "full" || kind == "resumed" {
+            *exchanges
+                .entry((kind.clone(), group(r), pq(r)))
+                .or_default() += 1;
+        }
+        if let Some(cause) = r["hrr_cause"].as_str() {
+            *retries.entry(cause.to_owned()).or_default() += 1;
+        }
+        if kind != "plain" {
+            let ja4 = r["ja4"].as_str().unwrap_or("none").to_owned();
+            *clients.entry(ja4).or_default() += 1;
+        }
+    }
+    assert!(
+        exchanges.contains_key(&("full".into(), "x25519".into(), "true".into())),
+        "Chromium offered a hybrid and got X25519: {records:?}"
+    );
+    assert_eq!(retries.get("no_acceptable_share"), Some(&1), "{records:?}");
+    let tls = records.iter().filter(|r| r["kind"] != "plain").count() as f64;
+    let m = {
+        let mut m = daemon.scrape();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while m.sum("hstrace_tls_clients_total", &[]) < tls && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(200));
+            m = daemon.scrape();
+        }
+        m
+    };
+    let s = [("server_port", port.as_str())];
+    for ((kind, group, pq), n) in &exchanges {
+        let with = [
+            s[0],
+            ("kind", kind.as_str()),
+            ("tls_group", group.as_str()),
+            ("post_quantum_offered", pq.as_str()),
+        ];
+        assert_eq!(
+            m.sum("hstrace_tls_key_exchanges_total", &with),
+            *n as f64,
+            "{with:?}:\n{}",
+            m.text
+        );
+    }
+    assert_eq!(
+        m.sum("hstrace_tls_key_exchanges_total", &s),
+        exchanges.values().sum::<u64>() as f64
+    );
+    for (cause, n) in &retries {
+        let with = [s[0], ("cause", cause.as_str())];
+        assert_eq!(m.sum("hstrace_tls_hello_retries_total", &with), *n as f64);
+    }
+    // a fingerprint has a series from its second connection on; its first counts as other
+    assert_eq!(m.sum("hstrace_tls_clients_total", &s), tls, "{}", m.text);
+    for (ja4, n) in &clients {
+        let own = m.sum(
+            "hstrace_tls_clients_total",
+            &[s[0], ("tls_client_ja4", ja4)],
+        );
+        let want = if ja4 == "none" { *n } else { n - 1 };
+        assert_eq!(own, want as f64, "{ja4}: {}", m.text);
+    }
+    // the stage series carry the group too: the retry's stage is X25519's
+    assert!(
+        m.sum(
+            "hstrace_stage_duration_seconds_count",
+            &[s[0], ("stage", "hello_retry"), ("tls_group", "x25519")]
+        ) >= 1.0,
+        "{}",
+        m.text
+    );
+    daemon.stop();
 }

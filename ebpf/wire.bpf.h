@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR MIT */
 /*
  * The TLS record stream, as the server reads and writes it. Only record headers
- * (type, version, length), the 4-byte headers of plaintext handshake messages and the two
- * bytes of plaintext alerts are read, wherever the reads cut them (a message may span
+ * (type, version, length), the 4-byte headers of plaintext handshake messages, the two
+ * bytes of plaintext alerts and the first 3 body bytes of a ServerKeyExchange (its ECDHE
+ * group) are read, wherever the reads cut them (a message may span
  * records, a record may span reads); a ClientHello or ServerHello is copied out (up to
  * HS_HELLO_CAP) for userspace to parse: whole when it came in one read, else in pieces.
  * Nothing past ChangeCipherSpec, and no application data, is read.
@@ -344,6 +345,11 @@ HS_FUNC int walk_message(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 ava
 	st->msg_left = mlen;
 	st->msg_len = mlen + 4;
 	st->hello_left = 0;
+	/* TLS 1.2's ServerKeyExchange: its first 3 body bytes name an ECDHE group, read when
+	 * the header and they are in this buffer (a server writes its flight at once) */
+	if (type == HT_SERVER_KEY_EXCHANGE && dir == HS_DIR_OUT && have == 0 && mlen >= 3 &&
+	    avail - need >= 3)
+		bpf_probe_read_user(c->r.ske_head, 3, (const void *)(at + need));
 	if ((type == HT_CLIENT_HELLO && dir == HS_DIR_IN) ||
 	    (type == HT_SERVER_HELLO && dir == HS_DIR_OUT)) {
 		take = avail - need; /* the body bytes in this buffer */

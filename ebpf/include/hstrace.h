@@ -145,6 +145,7 @@
 #define HT_CLIENT_HELLO 1
 #define HT_SERVER_HELLO 2
 #define HT_CERTIFICATE 11
+#define HT_SERVER_KEY_EXCHANGE 12
 
 /* A HelloRetryRequest's ServerHello.random, SHA-256("HelloRetryRequest") (RFC 8446 4.1.3),
  * as four little-endian 64-bit words: bytes cf 21 ad 74 e5 9a 61 11 ... 33 9c. */
@@ -292,7 +293,11 @@ struct hs_conn {
 	__u8 pre_proto;   /* HS_PROTO_* */
 	__u8 pre_state;   /* HS_PRE_* */
 	__u8 pre_flights; /* flights of the preamble seen */
-	__u8 pad2[5];
+	__u8 ske_head[3]; /* TLS 1.2: the first 3 body bytes of the ServerKeyExchange the
+			   * server wrote, when its header and they came in one write: an
+			   * ECDHE one's curve_type (3: named_curve) and named group; zero
+			   * when not read */
+	__u8 pad2[2];
 };
 
 /* At the end of every connection, after its hs_conn record (unless that record carried

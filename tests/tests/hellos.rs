@@ -361,3 +361,64 @@ fn key_exchange_and_fingerprints_of_three_clients() {
     );
     assert_accounted(&out.health, true);
 }
+
+/// TLS 1.2's key exchange, each checked against s_client's own "Server Temp Key" line:
+/// ECDHE's named group read from the ServerKeyExchange (X25519, P-256, P-384), DHE as
+/// `ffdhe` (nginx with RFC 7919's ffdhe2048 parameters), RSA key transport as `rsa` (no
+/// ServerKeyExchange, no temporary key), in both probe modes.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn tls12_key_exchanges_are_named_as_the_client_saw_them() {
+    let dir = hstrace_tests::util::work_dir("tls12-kx-dh");
+    let dh = dir.join("ffdhe2048.pem");
+    let made = std::process::Command::new("openssl")
+        .args(["genpkey", "-genparam", "-algorithm", "DH", "-pkeyopt"])
+        .args(["group:ffdhe2048", "-out"])
+        .arg(&dh)
+        .status()
+        .unwrap();
+    assert!(made.success(), "openssl genpkey -genparam");
+    let nginx = Nginx::start_with(
+        "tls12-kx",
+        1,
+        2048,
+        &format!("ssl_dhparam {};", dh.display()),
+    );
+    let master = nginx.master_pid().to_string();
+    // (s_client's arguments, its "Server Temp Key" line's start, the record's group)
+    let cases: [(&[&str], Option<&str>, &str); 5] = [
+        (&["-groups", "X25519"], Some("X25519"), "x25519"),
+        (&["-groups", "P-256"], Some("ECDH, prime256v1"), "secp256r1"),
+        (&["-groups", "P-384"], Some("ECDH, secp384r1"), "secp384r1"),
+        (&["-cipher", "DHE-RSA-AES128-GCM-SHA256"], Some("DH, 2048 bits"), "ffdhe"),
+        (&["-cipher", "AES128-GCM-SHA256"], None, "rsa"),
+    ];
+    for mode in ["handshake", "none"] {
+        let tracer = Hstrace::start(&["--pid", &master, "--uprobes", mode]);
+        for (args, _, _) in &cases {
+            let out = s_client(nginx.port, &[&["-tls1_2"][..], args].concat());
+            assert!(out.contains("New, TLS"), "{args:?}: {out}");
+            let temp = out
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("Server Temp Key: "))
+                .map(str::to_owned);
+            let want = cases.iter().find(|c| c.0 == *args).unwrap().1;
+            match want {
+                Some(w) => assert!(
+                    temp.as_deref().is_some_and(|t| t.starts_with(w)),
+                    "{args:?}: s_client says {temp:?}"
+                ),
+                None => assert_eq!(temp, None, "{args:?}"),
+            }
+        }
+        let out = tracer.stop();
+        assert_eq!(out.records.len(), cases.len(), "{}", out.stderr);
+        for (r, (args, _, group)) in out.records.iter().zip(&cases) {
+            let what = format!("{mode} {args:?}: {r}");
+            assert_eq!(r["kind"], "full", "{what}");
+            assert_eq!(r["tls_version"], "1.2", "{what}");
+            assert_eq!(r["tls_group"], *group, "{what}");
+        }
+        assert_accounted(&out.health, true);
+    }
+}

@@ -290,7 +290,10 @@ pub struct Conn {
     pub pre_proto: u8,
     pub pre_state: u8,
     pub pre_flights: u8,
-    pub pad2: [u8; 5],
+    /// TLS 1.2: the first 3 body bytes of the server's ServerKeyExchange (an ECDHE one's
+    /// curve_type, 3 for named_curve, and its named group), zero when not read
+    pub ske_head: [u8; 3],
+    pub pad2: [u8; 2],
 }
 
 // SAFETY: plain old data, every bit pattern valid, layout fixed by repr(C).

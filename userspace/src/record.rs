@@ -316,14 +316,16 @@ pub struct Hellos {
 }
 
 /// The key exchange's group: TLS 1.3's from the ServerHello's key share (a HelloRetryRequest
-/// names the group the share then came in); "none" when a resumption exchanged no key
+/// names the group the share then came in); TLS 1.2's from the suite and the
+/// ServerKeyExchange (`tls12_key_exchange`); "none" when a resumption exchanged no key
 /// (TLS 1.3 psk_ke: a pre_shared_key and no key share; TLS 1.2's abbreviated handshake);
-/// None otherwise (TLS 1.2's ServerKeyExchange is not read).
+/// None when not seen.
 fn key_exchange_group(
     sh: Option<&ServerHello>,
     retry: Option<&ServerHello>,
     version: Option<u16>,
     resumed: bool,
+    ske_head: [u8; 3],
 ) -> Option<Cow<'static, str>> {
     let real = sh.filter(|s| !s.hello_retry_request);
     if let Some(g) = real.and_then(|s| s.key_share_group) {
@@ -333,7 +335,26 @@ fn key_exchange_group(
         Some(0x0304) if real.is_some_and(|s| s.psk && !s.truncated) => Some("none".into()),
         Some(0x0304) => retry.and_then(|r| r.key_share_group).map(tls::group_label),
         Some(_) if resumed => Some("none".into()),
-        _ => None,
+        Some(_) => tls12_key_exchange(real?.cipher, ske_head),
+        None => None,
+    }
+}
+
+/// A TLS 1.2 (or older) full handshake's key exchange, from the suite the ServerHello
+/// chose: ECDHE's named group from the ServerKeyExchange's first bytes (curve_type 3,
+/// named_curve, then the group; None when they were not read), `ffdhe` for DHE (TLS 1.2
+/// names no group for it), `rsa` for RSA key transport; None for any other suite.
+fn tls12_key_exchange(cipher: u16, ske_head: [u8; 3]) -> Option<Cow<'static, str>> {
+    let suite = tls::cipher_name(cipher)?;
+    if suite.starts_with("TLS_ECDHE_") {
+        let [curve_type, hi, lo] = ske_head;
+        (curve_type == 3).then(|| tls::group_label(u16::from_be_bytes([hi, lo])))
+    } else if suite.starts_with("TLS_DHE_") {
+        Some("ffdhe".into())
+    } else if suite.starts_with("TLS_RSA_") {
+        Some("rsa".into())
+    } else {
+        None
     }
 }
 
@@ -433,7 +454,7 @@ pub fn build(c: &Conn, hellos: Hellos, clock: &Clock, plain_port: bool) -> Recor
         (None, true) => "cookie",
         (None, false) => "other",
     });
-    let tls_group = key_exchange_group(sh.as_ref(), retry, version, resumed);
+    let tls_group = key_exchange_group(sh.as_ref(), retry, version, resumed, c.ske_head);
     // ALPN: the ServerHello has it in TLS 1.2; in 1.3 it is in the encrypted
     // EncryptedExtensions, so report the client's offer when it was a single protocol
     // (the hellos' strings are moved into the record, not copied)
@@ -526,6 +547,37 @@ mod tests {
     use super::*;
 
     use crate::abi::test_conn as conn;
+
+    #[test]
+    fn tls12_key_exchange_from_the_suite_and_the_server_key_exchange() {
+        // ECDHE: curve_type 3 (named_curve), then the group
+        assert_eq!(
+            tls12_key_exchange(0xC02F, [3, 0, 29]).as_deref(),
+            Some("x25519")
+        );
+        assert_eq!(
+            tls12_key_exchange(0xC02C, [3, 0, 24]).as_deref(),
+            Some("secp384r1")
+        );
+        assert_eq!(
+            tls12_key_exchange(0xC02F, [3, 0x11, 0xEE]).as_deref(),
+            Some("0x11EE")
+        );
+        // not read, or an explicit curve: unknown
+        assert_eq!(tls12_key_exchange(0xC02F, [0, 0, 0]), None);
+        assert_eq!(tls12_key_exchange(0xC02F, [1, 0, 29]), None);
+        // DHE and RSA key transport, whatever the bytes
+        assert_eq!(
+            tls12_key_exchange(0x009E, [1, 0, 0]).as_deref(),
+            Some("ffdhe")
+        );
+        assert_eq!(
+            tls12_key_exchange(0x009C, [0, 0, 0]).as_deref(),
+            Some("rsa")
+        );
+        // a suite without a name says nothing
+        assert_eq!(tls12_key_exchange(0xFFFE, [3, 0, 29]), None);
+    }
 
     #[test]
     fn failed_connection_names_its_stage() {

@@ -38,6 +38,7 @@
 #define REC_HANDSHAKE 22
 #define REC_APPDATA 23
 #define REC_HEARTBEAT 24
+#define HT_SERVER_KEY_EXCHANGE 12 /* (its first bytes name TLS 1.2's ECDHE group) */
 #define REC_SSLV2_HELLO 0 /* not a TLS record type: the body of an SSLv2-format ClientHello */
 
 /* A TLS 1.3 alert (close_notify) as an encrypted record: 2 bytes, content type, 16-byte

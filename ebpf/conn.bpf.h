@@ -57,6 +57,7 @@
 #define EAGAIN 11
 #define EPIPE 32
 #define ECONNRESET 104
+#define EEXIST 17
 
 /* Settings, written by userspace before load (EbpfLoader::set_global). */
 const volatile __u8 targ_all = 0;     /* trace every process that accepts (no selector, or

@@ -43,6 +43,15 @@ static __always_inline int accept_traced(__u32 tgid)
 	return targ_all || tgid_traced(tgid);
 }
 
+/* `old`, the entry on a socket a new connection now has, was an accepted connection's:
+ * the socket was freed and reused without its end being seen. Its record (unless sent)
+ * and its close line will not come: counted as lost, not overwritten silently. */
+static __always_inline void end_missed(const struct hs_conn_state *old)
+{
+	if (old && old->r.t_accept)
+		count(old->r.t_end ? HS_C_CLOSE_MISSED : HS_C_END_MISSED);
+}
+
 /* A connection's entry as the handshake's last ACK left it (in the accept queue, no
  * process yet); or, for a socket whose handshake was not seen (established before hstrace
  * attached, or the table was full then), one built now from the socket. NULL: not a
@@ -52,10 +61,9 @@ static __always_inline struct hs_conn_state *queued_conn(struct sock *sk, __u64 
 	struct hs_conn_state *c = bpf_map_lookup_elem(&conns, &skey);
 	struct conn_addrs a = {};
 
-	/* (an accepted connection's entry on this socket is one whose end was missed: the
-	 * socket's memory is a new connection's now) */
 	if (c && !c->r.t_accept)
 		return c;
+	end_missed(c);
 	/* (by helper reads: this socket pointer is not BTF-typed; a socket reset in the
 	 * accept queue has released its port) */
 	a.sport = BPF_CORE_READ(sk, __sk_common.skc_num);
@@ -219,6 +227,7 @@ static __always_inline void on_established(const struct sock *sk, struct conn_ad
 {
 	__u64 skey = (__u64)sk;
 	struct hs_conn_state *c;
+	long err;
 
 	/* other servers' connections are not waited for */
 	if (!port_selected(fresh->sport))
@@ -232,8 +241,14 @@ static __always_inline void on_established(const struct sock *sk, struct conn_ad
 		return;
 	c->r.flags = HS_F_EST_SEEN;
 	c->r.t_est = bpf_ktime_get_ns();
+	/* a socket whose last connection's end was missed: counted, then replaced */
+	err = bpf_map_update_elem(&conns, &skey, c, BPF_NOEXIST);
+	if (err == -EEXIST) {
+		end_missed(bpf_map_lookup_elem(&conns, &skey));
+		err = bpf_map_update_elem(&conns, &skey, c, BPF_ANY);
+	}
 	/* a full table: accept builds the entry, without t_est, if there is room then */
-	if (bpf_map_update_elem(&conns, &skey, c, BPF_ANY))
+	if (err)
 		count(HS_C_EST_FULL);
 }
 

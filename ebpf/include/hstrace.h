@@ -145,7 +145,6 @@
 #define HT_CLIENT_HELLO 1
 #define HT_SERVER_HELLO 2
 #define HT_CERTIFICATE 11
-#define HT_SERVER_KEY_EXCHANGE 12
 
 /* A HelloRetryRequest's ServerHello.random, SHA-256("HelloRetryRequest") (RFC 8446 4.1.3),
  * as four little-endian 64-bit words: bytes cf 21 ad 74 e5 9a 61 11 ... 33 9c. */
@@ -423,6 +422,11 @@ _Static_assert(sizeof(struct ssl_key) == 16, "ssl_key layout changed: update abi
 			       * `conns` was full: their accept_queue is not measured. (The
 			       * name is from est_socks, the table they had before `conns`
 			       * took them; kept, as scripts may read it.) */
-#define HS_C_MAX 13
+#define HS_C_END_MISSED 13    /* "ended_unseen": accepted connections whose socket became a new
+			       * connection's before their end was seen: their record and
+			       * close line are lost */
+#define HS_C_CLOSE_MISSED 14  /* "closed_unseen": the same, after their record was sent: their
+			       * close line is lost */
+#define HS_C_MAX 15
 
 #endif

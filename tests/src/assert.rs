@@ -73,6 +73,7 @@ pub fn assert_accounted(h: &Value, closed: bool) {
             + n(&["lost", "ring_buffer_full"])
             + n(&["lost", "state_evicted"])
             + n(&["lost", "table_full"])
+            + n(&["lost", "end_missed"])
             + n(&["accepted_without_socket"]),
         "accepted = reported + in progress + lost: {h}"
     );
@@ -81,8 +82,16 @@ pub fn assert_accounted(h: &Value, closed: bool) {
         n(&["closes"])
             + n(&["open"])
             + n(&["lost", "close_ring_buffer_full"])
-            + n(&["lost", "close_evicted"]),
+            + n(&["lost", "close_evicted"])
+            + n(&["lost", "end_missed"])
+            + n(&["lost", "close_missed"]),
         "tracked = close lines + open + lost: {h}"
+    );
+    // accounted for, but never right: a connection whose end no hook saw
+    assert_eq!(
+        n(&["lost", "end_missed"]) + n(&["lost", "close_missed"]),
+        0,
+        "connections ended unseen (their sockets reused before a close hook fired): {h}"
     );
     if closed {
         assert_eq!(n(&["open"]), 0, "{h}");

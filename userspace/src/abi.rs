@@ -346,7 +346,9 @@ pub const C_ACCEPTED: u32 = 9;
 pub const C_LISTENS: u32 = 10;
 pub const C_LATE_ARRIVAL: u32 = 11;
 pub const C_EST_FULL: u32 = 12;
-pub const C_MAX: usize = 13;
+pub const C_END_MISSED: u32 = 13;
+pub const C_CLOSE_MISSED: u32 = 14;
+pub const C_MAX: usize = 15;
 
 /// Each counter with the name it is logged under, as the header names it.
 pub const COUNTERS: [(u32, &str); C_MAX] = [
@@ -363,6 +365,8 @@ pub const COUNTERS: [(u32, &str); C_MAX] = [
     (C_LISTENS, "listens_seen"),
     (C_LATE_ARRIVAL, "arrivals_after_read"),
     (C_EST_FULL, "established_while_est_table_full"),
+    (C_END_MISSED, "ended_unseen"),
+    (C_CLOSE_MISSED, "closed_unseen"),
 ];
 
 /// One direction of a connection's TLS record stream (`struct hs_stream`).
@@ -691,7 +695,7 @@ mod tests {
             PRE_FLIGHTS_MAX, PRE_BYTES_MAX,
             C_CONNS, C_RECORDS, C_RECORDS_DROPPED, C_HELLOS_DROPPED, C_DESYNC,
             C_TABLE_FULL, C_NO_SOCK, C_CLOSES_DROPPED, C_IO_SLOT_TAKEN, C_ACCEPTED,
-            C_LISTENS, C_LATE_ARRIVAL, C_EST_FULL, C_MAX,
+            C_LISTENS, C_LATE_ARRIVAL, C_EST_FULL, C_END_MISSED, C_CLOSE_MISSED, C_MAX,
         )
         .into_iter()
         .collect();

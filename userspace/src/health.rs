@@ -42,6 +42,11 @@ pub struct Health {
     pub state_evicted: u64,
     /// connections evicted from the full table: their close lines will not come
     pub closes_evicted: u64,
+    /// accepted connections whose socket became a new connection's before their end was
+    /// seen: their records and close lines are lost
+    pub end_missed: u64,
+    /// the same, after their records were sent: their close lines are lost
+    pub close_missed: u64,
     /// entries left in each per-connection table (counted at exit; empty before)
     pub table_entries: Vec<(&'static str, u64)>,
     /// reads/writes missed because another thread held the same in-flight slot
@@ -81,7 +86,7 @@ impl Health {
 
     /// Every way a connection record could have been missed, as (cause, count): the
     /// names are `hstrace_lost_total`'s `cause` label values.
-    pub fn losses(&self) -> [(&'static str, u64); 9] {
+    pub fn losses(&self) -> [(&'static str, u64); 11] {
         [
             ("ring_buffer_full", self.records_lost),
             ("hello_ring_buffer_full", self.hellos_lost),
@@ -92,6 +97,8 @@ impl Health {
             ("io_slot_taken", self.io_slot_taken),
             ("hello_without_record", self.hellos_unmatched),
             ("hello_pieces_over_budget", self.hello_pieces_dropped),
+            ("end_missed", self.end_missed),
+            ("close_missed", self.close_missed),
         ]
     }
 
@@ -105,6 +112,7 @@ impl Health {
                 + self.records_lost
                 + self.state_evicted
                 + self.table_full
+                + self.end_missed
                 + self.accepted_without_socket) as i64
     }
 
@@ -112,7 +120,12 @@ impl Health {
     /// to come (open), or lost with a counted cause.
     pub fn closes_unaccounted(&self) -> i64 {
         self.tracked as i64
-            - (self.closes + self.open + self.closes_lost + self.closes_evicted) as i64
+            - (self.closes
+                + self.open
+                + self.closes_lost
+                + self.closes_evicted
+                + self.end_missed
+                + self.close_missed) as i64
     }
 
     /// The exit totals, as lines for stderr.
@@ -145,6 +158,14 @@ impl Health {
             s.push_str(
                 "hstrace: more live connections than --max-conns: raise it to trace them all\n",
             );
+        }
+        if self.end_missed + self.close_missed > 0 {
+            s.push_str(&format!(
+                "hstrace: {} connections ended unseen (their sockets became new connections before hstrace saw them close): {} records and {} close lines lost; this is a gap in hstrace's hooks on this kernel, please report it with `hstrace trace -v`'s probe lines\n",
+                self.end_missed + self.close_missed,
+                self.end_missed,
+                self.end_missed + self.close_missed
+            ));
         }
         if self.accept_queue_unmeasured > 0 {
             s.push_str(&format!(

@@ -647,6 +647,8 @@ impl Source {
             closes_lost: self.counter(abi::C_CLOSES_DROPPED),
             state_evicted: self.evicted.unreported,
             closes_evicted: self.evicted.closes,
+            end_missed: self.counter(abi::C_END_MISSED),
+            close_missed: self.counter(abi::C_CLOSE_MISSED),
             table_entries: self.table_entries.clone(),
             io_slot_taken: self.counter(abi::C_IO_SLOT_TAKEN),
             record_stream_desync: self.counter(abi::C_DESYNC),

@@ -3,7 +3,7 @@
 //! code for a think time (asleep, or running other work): the caches, the TLB and the branch
 //! history it left are gone, and the stage pays to refill them; under load the same stage
 //! ran a few milliseconds before and runs warm. The model takes that part of the window's
-//! stages out and adds it back by how long each visit had been away (`model::knobs::warm`).
+//! stages out and adds it back by how long each visit had been away (`model::warm::warm`).
 //!
 //! How much a cold start costs depends on how much code and data the work touches, so two
 //! works are timed: a TLS record's (SHA-256 and AES-128-GCM over `WORK_BYTES`), what every

@@ -3,8 +3,14 @@
 //! analysis for any number of users and what-if knobs.
 //!
 //! - `input`: the parameters (a `hstrace.parameters/v1` file, a daemon, Prometheus)
-//! - `knobs`: the what-if knobs and the network they make
-//! - `keys`: `--key-change`'s keys, and what a signature costs (`openssl speed`)
+//! - `args`: the option values (users, times, curves, fractions), each bad one refused
+//! - `knobs`: the what-if knobs as given, and where each came from
+//! - `keys`: `--key-change`'s keys, what a signature costs (`openssl speed`), and the
+//!   signing stage with the new key
+//! - `demand`: each class's service and delay demand, its visits, and the class mix
+//! - `route`: each class's route through server and client, for the simulation
+//! - `warm`: the cold start the window's visits held, taken out at the window's rates
+//! - `whatif`: the network for one curve, the knobs applied to the measured parameters
 //! - `pick`: the discipline and servers from the measured architecture, unless given
 //! - `network`: the network every solver solves, its solution, the bounds and N*
 //! - `mva`: exact MVA (processor sharing, one processor or c) and the event-loop
@@ -25,6 +31,8 @@
 //! service stages carry time the thread spent on other connections. Queue stages are never
 //! an input: queueing is what the model predicts.
 
+pub mod args;
+pub mod demand;
 pub mod input;
 pub mod keys;
 pub mod knobs;
@@ -33,7 +41,10 @@ pub mod network;
 pub mod pick;
 pub mod plot;
 pub mod report;
+pub mod route;
 pub mod sim;
+pub mod warm;
+pub mod whatif;
 
 #[cfg(test)]
 mod ctmc;
@@ -111,20 +122,20 @@ pub fn build(
     secure_fractions: &[f64],
     users: Option<&[u32]>,
 ) -> Result<Report> {
-    let base = knobs::network(server, knobs, None)?;
+    let base = whatif::network(server, knobs, None)?;
     let nets = if secure_fractions.is_empty() {
         vec![(None, base.clone())]
     } else {
         secure_fractions
             .iter()
-            .map(|&p| Ok((Some(p), knobs::network(server, knobs, Some(p))?)))
+            .map(|&p| Ok((Some(p), whatif::network(server, knobs, Some(p))?)))
             .collect::<Result<Vec<_>>>()?
     };
     let mut users: Vec<u32> = match users {
         Some(u) => u.to_vec(),
         None => {
             let n_star = nets.iter().map(|(_, n)| n.n_star()).fold(1.0, f64::max);
-            let top = (2.0 * n_star).ceil().min(f64::from(knobs::MAX_USERS)) as u32;
+            let top = (2.0 * n_star).ceil().min(f64::from(args::MAX_USERS)) as u32;
             let step = ((f64::from(top) / DEFAULT_STEPS).ceil() as u32).max(1);
             let mut u: Vec<u32> = (1..=top).step_by(step as usize).collect();
             if u.last() != Some(&top) {
@@ -167,7 +178,7 @@ pub fn build(
         key_change_s: knobs
             .key_change
             .as_ref()
-            .map(|k| knobs::key_changed_s(server, k))
+            .map(|k| keys::key_changed_s(server, k))
             .transpose()?,
         measured: server.classes.each_ref().map(|c| c.measured()),
         base,
@@ -287,7 +298,7 @@ fn idle_queue(server: &ServerInput, k: &Knobs) -> Option<f64> {
     let low_load = busy_per_process(server).is_some_and(|b| b <= LOW_LOAD);
     let (mut sum, mut n) = (0.0, 0.0);
     for c in &server.classes {
-        for step in knobs::route(c, k) {
+        for step in route::route(c, k) {
             let network::Step::Visit { queue: Some(q), .. } = step else {
                 continue;
             };
@@ -317,7 +328,7 @@ fn measured_sleeps(server: &ServerInput, k: &Knobs) -> f64 {
         .classes
         .iter()
         .map(|c| {
-            let steps = knobs::route(c, k);
+            let steps = route::route(c, k);
             c.share
                 * steps
                     .iter()
@@ -377,7 +388,7 @@ pub fn run(opts: ModelOptions) -> Result<()> {
     }
     if let Some((from, to)) = opts.key_change {
         // a server with nothing to change is told before openssl runs for seconds
-        knobs::signing_stage_s(&server)?;
+        keys::signing_stage_s(&server)?;
         knobs.key_change = Some(keys::key_change(from, to, &opts.sign_costs)?);
     }
     let given_other = knobs.other_cpus.is_some();
@@ -387,13 +398,13 @@ pub fn run(opts: ModelOptions) -> Result<()> {
         if knobs.discipline != Discipline::EventLoopSim {
             bail!("{}", knobs::NOT_SIMULATED);
         }
-        knobs::cold_start_rates(&server)?;
+        warm::cold_start_rates(&server)?;
         let measured = crate::cold_start::measure()?;
         eprintln!("hstrace: --cold-start measure: {}", measured.words());
         knobs.take_cold_start(measured, ColdStartFrom::Measured);
     } else if !knobs.cold_start_given && knobs.discipline == Discipline::EventLoopSim {
         match (&server.cold_start, server.from_prometheus) {
-            (Some(c), _) => match c.check().and_then(|_| knobs::cold_start_rates(&server).map(drop)) {
+            (Some(c), _) => match c.check().and_then(|_| warm::cold_start_rates(&server).map(drop)) {
                 Ok(()) => {
                     eprintln!("hstrace: the cold start the parameters hold: {}", c.words());
                     knobs.take_cold_start(c.clone(), ColdStartFrom::Parameters);
@@ -464,7 +475,12 @@ mod tests {
             ("mva.rs", include_str!("mva.rs")),
             ("sim.rs", include_str!("sim.rs")),
             ("ctmc.rs", include_str!("ctmc.rs")),
+            ("args.rs", include_str!("args.rs")),
             ("knobs.rs", include_str!("knobs.rs")),
+            ("demand.rs", include_str!("demand.rs")),
+            ("route.rs", include_str!("route.rs")),
+            ("warm.rs", include_str!("warm.rs")),
+            ("whatif.rs", include_str!("whatif.rs")),
             ("keys.rs", include_str!("keys.rs")),
             ("pick.rs", include_str!("pick.rs")),
             ("input.rs", include_str!("input.rs")),
@@ -597,8 +613,8 @@ mod tests {
         // processor sharing: all of it, every request's demand
         let ps = effective_knobs(&Knobs::default(), &server);
         assert_eq!(ps.overhead_s, 4e-4);
-        let stages = knobs::network(&server, &Knobs::default(), None).unwrap();
-        let with = knobs::network(&server, &ps, None).unwrap();
+        let stages = whatif::network(&server, &Knobs::default(), None).unwrap();
+        let with = whatif::network(&server, &ps, None).unwrap();
         for c in 0..3 {
             let measured = server.classes[c].measured();
             let added = with.service_s[c] - stages.service_s[c];
@@ -632,14 +648,14 @@ mod tests {
             cold_start_given: true,
             ..effective_knobs(&sim, &rated)
         };
-        let net = knobs::network(&rated, &cold, None).unwrap();
+        let net = whatif::network(&rated, &cold, None).unwrap();
         assert!((net.overhead_cold.paid_s - 1e-4).abs() < 1e-15, "{net:?}");
         assert!((net.warm_overhead_s() - 3e-4).abs() < 1e-15);
         let given = Knobs {
             overhead_given: true,
             ..cold
         };
-        let net = knobs::network(&rated, &given, None).unwrap();
+        let net = whatif::network(&rated, &given, None).unwrap();
         assert_eq!(net.overhead_cold, network::OverheadCold::default());
         assert_eq!(net.warm_overhead_s(), 4e-4);
         // two ports of one server: each connection pays its own port's
@@ -877,8 +893,8 @@ mod tests {
         assert_eq!((k.other_cpus, k.cpus_left), (Some(0.5), Some(1.5)));
         assert_eq!(k.cpu_share(), 0.75);
         // a demand takes 1 / 0.75 as long
-        let net = knobs::network(&server, &k, None).unwrap();
-        let whole = knobs::network(&server, &ps, None).unwrap();
+        let net = whatif::network(&server, &k, None).unwrap();
+        let whole = whatif::network(&server, &ps, None).unwrap();
         assert!((net.service_s[0] * 0.75 - whole.service_s[0]).abs() < 1e-12);
         assert_eq!(net.cpus_left, None);
         // given: wins, and the floor
@@ -914,7 +930,7 @@ mod tests {
         let k = effective_knobs(&sim, &server);
         assert_eq!(k.cpu_share(), 1.0);
         assert_eq!(
-            knobs::network(&server, &k, None).unwrap().cpus_left,
+            whatif::network(&server, &k, None).unwrap().cpus_left,
             Some(1.5)
         );
     }

@@ -732,7 +732,9 @@ pub fn run(cli: Cli) -> Result<()> {
                     Some(s) => keys::parse_sign_costs(&s)?,
                     None => Vec::new(),
                 },
-                measure_cold_start,
+                // the measurement is the tracer's (libcrypto on a pinned thread), not the model's
+                measure_cold_start: measure_cold_start
+                    .then_some(crate::cold_start::measure as fn() -> _),
                 format: match format {
                     ModelFormatArg::Text => ModelFormat::Text,
                     ModelFormatArg::Json => ModelFormat::Json,

@@ -173,7 +173,7 @@ pub fn pick(knobs: &Knobs, server: &ServerInput) -> Knobs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{model::input::seed_parameters as seed, params::v1::Architecture};
+    use crate::{input::seed_parameters as seed, params::v1::Architecture};
     use ArchitectureKind::{EventLoop as Loop, ProcessPerConnection, Threads, Unknown};
     use Discipline::{EventLoop, EventLoopSim, ProcessorSharing};
 

@@ -2,6 +2,17 @@
 //! Kou, §3.2), fed with the stage means hstrace measured, solved exactly by mean value
 //! analysis for any number of users and what-if knobs.
 //!
+//! A crate of its own, with no BPF, no async runtime and no root: `hstrace` (the tracer)
+//! uses it as `hstrace::model`, and the validation's load generator takes its random
+//! numbers. What the tracer writes and the model reads lives here too, so the model needs
+//! nothing of the tracer:
+//! - `params`: `hstrace.parameters/v1`, the contract (`params::v1`)
+//! - `stage`: the stages', kinds' and request classes' names and classes
+//! - `cold_start`: the cold start's figures (the tracer measures them)
+//! - `ordered`: a JSON object that keeps its keys' order (the stages, in wire order)
+//! - `http_client`: GET from a daemon or a Prometheus
+//!
+//! The model:
 //! - `input`: the parameters (a `hstrace.parameters/v1` file, a daemon, Prometheus)
 //! - `args`: the option values (users, times, curves, fractions), each bad one refused
 //! - `knobs`: the what-if knobs as given, and where each came from
@@ -32,17 +43,22 @@
 //! an input: queueing is what the model predicts.
 
 pub mod args;
+pub mod cold_start;
 pub mod demand;
+pub mod http_client;
 pub mod input;
 pub mod keys;
 pub mod knobs;
 pub mod mva;
 pub mod network;
+pub mod ordered;
+pub mod params;
 pub mod pick;
 pub mod plot;
 pub mod report;
 pub mod route;
 pub mod sim;
+pub mod stage;
 pub mod warm;
 pub mod whatif;
 
@@ -107,8 +123,9 @@ pub struct ModelOptions {
     pub key_change: Option<(Key, Key)>,
     /// `--sign-cost`: each key's CPU per signature, instead of measuring it
     pub sign_costs: Vec<(Key, f64)>,
-    /// `--cold-start measure`: measure the cold start on this host (`cold::measure`)
-    pub measure_cold_start: bool,
+    /// `--cold-start measure`: how to measure the cold start on this host (the tracer's
+    /// `cold_start::measure`, libcrypto timed on a CPU: not the model's to do)
+    pub measure_cold_start: Option<fn() -> Result<cold_start::ColdStart>>,
     pub format: ModelFormat,
     pub plot: Option<PathBuf>,
     pub measured: Option<PathBuf>,
@@ -360,7 +377,8 @@ fn without_cold_start(why: Option<crate::params::v1::ColdStartAbsent>) -> String
 
 /// What forecasting without the cold start cost in the reduced validation (docs/model.md
 /// says how it was measured).
-const WITHOUT_COLD_START_COST: &str = "in the reduced validation it made the forecast response time 2-10 % longer at 12 to 40 users";
+const WITHOUT_COLD_START_COST: &str =
+    "in the reduced validation it made the forecast response time 2-10 % longer at 12 to 40 users";
 
 pub fn run(opts: ModelOptions) -> Result<()> {
     if opts.measured.is_some() && opts.plot.is_none() {
@@ -393,18 +411,21 @@ pub fn run(opts: ModelOptions) -> Result<()> {
     }
     let given_other = knobs.other_cpus.is_some();
     let mut knobs = effective_knobs(&pick::pick(&knobs, &server), &server);
-    if opts.measure_cold_start {
+    if let Some(measure) = opts.measure_cold_start {
         // refused before seconds of measuring, as network() would after them
         if knobs.discipline != Discipline::EventLoopSim {
             bail!("{}", knobs::NOT_SIMULATED);
         }
         warm::cold_start_rates(&server)?;
-        let measured = crate::cold_start::measure()?;
+        let measured = measure()?;
         eprintln!("hstrace: --cold-start measure: {}", measured.words());
         knobs.take_cold_start(measured, ColdStartFrom::Measured);
     } else if !knobs.cold_start_given && knobs.discipline == Discipline::EventLoopSim {
         match (&server.cold_start, server.from_prometheus) {
-            (Some(c), _) => match c.check().and_then(|_| warm::cold_start_rates(&server).map(drop)) {
+            (Some(c), _) => match c
+                .check()
+                .and_then(|_| warm::cold_start_rates(&server).map(drop))
+            {
                 Ok(()) => {
                     eprintln!("hstrace: the cold start the parameters hold: {}", c.words());
                     knobs.take_cold_start(c.clone(), ColdStartFrom::Parameters);
@@ -462,98 +483,112 @@ pub fn run(opts: ModelOptions) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::input::seed_parameters as seed;
+    use crate::input::seed_parameters as seed;
     use serde_json::Value;
 
-    /// The model is arithmetic on the parameters: no BPF, nothing of the tracer; the
-    /// solvers share `network` and none imports another.
+    /// The model is arithmetic on the parameters: its crate needs no BPF, no async runtime
+    /// and nothing of the tracer; its modules import each other one way (no circle), and
+    /// the solvers share `network` and none imports another.
     #[test]
-    fn the_model_stands_apart_and_its_solvers_do_not_import_each_other() {
+    fn the_model_stands_apart_and_its_modules_import_one_way() {
+        let manifest = include_str!("../Cargo.toml");
+        let deps = manifest.split("[dependencies]").nth(1).unwrap();
+        for name in ["aya", "tokio", "hstrace ", "hstrace=", "libbpf"] {
+            assert!(
+                !deps.lines().any(|l| l.starts_with(name)),
+                "the model crate depends on {name}"
+            );
+        }
         let files = [
-            ("mod.rs", include_str!("mod.rs")),
-            ("network.rs", include_str!("network.rs")),
-            ("mva.rs", include_str!("mva.rs")),
-            ("sim.rs", include_str!("sim.rs")),
-            ("ctmc.rs", include_str!("ctmc.rs")),
-            ("args.rs", include_str!("args.rs")),
-            ("knobs.rs", include_str!("knobs.rs")),
-            ("demand.rs", include_str!("demand.rs")),
-            ("route.rs", include_str!("route.rs")),
-            ("warm.rs", include_str!("warm.rs")),
-            ("whatif.rs", include_str!("whatif.rs")),
-            ("keys.rs", include_str!("keys.rs")),
-            ("pick.rs", include_str!("pick.rs")),
-            ("input.rs", include_str!("input.rs")),
-            ("report.rs", include_str!("report.rs")),
-            ("plot.rs", include_str!("plot.rs")),
-        ];
-        // what the model may use of the rest of the crate
-        let allowed = [
-            "crate::stage",
-            "crate::params",
-            "crate::http_client",
-            "crate::model",
-            // (a thread timing libcrypto, by the clock and the CPUs it may run on: no BPF)
-            "crate::cold_start",
-        ];
-        for (name, text) in files {
-            let code = text.split("#[cfg(test)]").next().unwrap();
-            for (at, _) in code.match_indices("crate::") {
-                let path: String = code[at..]
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-                    .collect();
-                if path == "crate::" {
-                    // `use crate::{a::{..}, b}`: the top-level names in the braces
-                    let mut depth = 0;
-                    let mut heads = vec![String::new()];
-                    for c in code[at + "crate::{".len()..].chars() {
-                        match c {
-                            '{' => depth += 1,
-                            '}' if depth == 0 => break,
-                            '}' => depth -= 1,
-                            ',' if depth == 0 => heads.push(String::new()),
-                            c if depth == 0 => heads.last_mut().unwrap().push(c),
-                            _ => {}
-                        }
-                    }
-                    for head in heads.iter().map(|h| h.trim()).filter(|h| !h.is_empty()) {
-                        let head = head.split("::").next().unwrap();
-                        assert!(
-                            allowed.contains(&format!("crate::{head}").as_str()),
-                            "{name} uses crate::{head}"
-                        );
-                    }
-                    continue;
-                }
-                assert!(
-                    allowed.iter().any(|a| path.starts_with(a)),
-                    "{name} uses {path}"
-                );
-            }
-            assert!(!code.contains("aya"), "{name} mentions aya");
-        }
-        for (name, text) in [
-            ("cold_start.rs", include_str!("../cold_start.rs")),
-            ("clock.rs", include_str!("../clock.rs")),
-            ("host_cpu.rs", include_str!("../host_cpu.rs")),
-        ] {
-            assert!(!text.contains("aya"), "{name} mentions aya");
-        }
-        let imports = |text: &str, other: &str| {
-            let code = text.split("#[cfg(test)]").next().unwrap();
-            code.contains(&format!("super::{other}")) || code.contains(&format!("model::{other}"))
-        };
-        for (solver, text) in [
+            ("lib", include_str!("lib.rs")),
+            ("stage", include_str!("stage.rs")),
+            ("params", include_str!("params.rs")),
+            ("cold_start", include_str!("cold_start.rs")),
+            ("ordered", include_str!("ordered.rs")),
+            ("http_client", include_str!("http_client.rs")),
+            ("input", include_str!("input.rs")),
+            ("args", include_str!("args.rs")),
+            ("keys", include_str!("keys.rs")),
+            ("knobs", include_str!("knobs.rs")),
+            ("pick", include_str!("pick.rs")),
+            ("demand", include_str!("demand.rs")),
+            ("route", include_str!("route.rs")),
+            ("warm", include_str!("warm.rs")),
+            ("whatif", include_str!("whatif.rs")),
+            ("network", include_str!("network.rs")),
             ("mva", include_str!("mva.rs")),
             ("sim", include_str!("sim.rs")),
             ("ctmc", include_str!("ctmc.rs")),
-            ("network", include_str!("network.rs")),
-        ] {
-            for other in ["mva", "sim", "ctmc"] {
-                if other != solver {
-                    assert!(!imports(text, other), "{solver} imports {other}");
+            ("report", include_str!("report.rs")),
+            ("plot", include_str!("plot.rs")),
+        ];
+        let names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
+        // the modules each file's own code (not its tests) names after `super::`/`crate::`,
+        // `use crate::{a::{..}, b}` giving a and b
+        let imports = |text: &str| -> std::collections::BTreeSet<String> {
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            let mut out = std::collections::BTreeSet::new();
+            for prefix in ["super::", "crate::"] {
+                for (at, _) in code.match_indices(prefix) {
+                    let rest = &code[at + prefix.len()..];
+                    let mut heads = vec![String::new()];
+                    if let Some(inner) = rest.strip_prefix('{') {
+                        let mut depth = 0;
+                        for c in inner.chars() {
+                            match c {
+                                '{' => depth += 1,
+                                '}' if depth == 0 => break,
+                                '}' => depth -= 1,
+                                ',' if depth == 0 => heads.push(String::new()),
+                                c if depth == 0 => heads.last_mut().unwrap().push(c),
+                                _ => {}
+                            }
+                        }
+                    } else {
+                        heads[0] = rest.to_owned();
+                    }
+                    for head in heads {
+                        let head: String = head
+                            .trim()
+                            .chars()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_')
+                            .collect();
+                        if names.contains(&head.as_str()) {
+                            out.insert(head);
+                        }
+                    }
                 }
+            }
+            out
+        };
+        let graph: Vec<(&str, std::collections::BTreeSet<String>)> =
+            files.iter().map(|(n, t)| (*n, imports(t))).collect();
+        for (name, text) in files {
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            assert!(!code.contains("aya"), "{name}.rs mentions aya");
+        }
+        // no circle: take away, again and again, the modules that import none left
+        let mut left: Vec<&(&str, std::collections::BTreeSet<String>)> =
+            graph.iter().filter(|(n, _)| *n != "lib").collect();
+        while !left.is_empty() {
+            let names_left: Vec<&str> = left.iter().map(|(n, _)| *n).collect();
+            let before = left.len();
+            left.retain(|(n, deps)| {
+                deps.iter()
+                    .any(|d| d != n && names_left.contains(&d.as_str()))
+            });
+            assert!(
+                left.len() < before,
+                "the model's modules import each other in a circle among {names_left:?}"
+            );
+        }
+        for solver in ["mva", "sim", "ctmc", "network"] {
+            let deps = &graph.iter().find(|(n, _)| *n == solver).unwrap().1;
+            for other in ["mva", "sim", "ctmc"] {
+                assert!(
+                    other == solver || !deps.contains(other),
+                    "{solver} imports {other}"
+                );
             }
         }
     }
@@ -562,7 +597,7 @@ mod tests {
     /// stages; --overhead wins; the event-loop approximation stays the stages alone.
     #[test]
     fn the_simulation_takes_the_measured_cpu_outside_the_stages() {
-        let text = include_str!("../../../examples/seed002-parameters.json").replacen(
+        let text = include_str!("../../examples/seed002-parameters.json").replacen(
             "\"server\": \"seed002:443\",",
             "\"server\": \"seed002:443\", \"cpu\": {\"outside_stages_s\": 0.0004},",
             1,

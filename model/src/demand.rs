@@ -166,7 +166,7 @@ const MIX_ROUNDING: f64 = 1e-9;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::input::seed_parameters as seed;
+    use crate::input::seed_parameters as seed;
 
     #[test]
     fn visits_from_the_queue_stages() {

@@ -101,11 +101,9 @@ mod tests {
 
     use super::*;
     use crate::{
-        model::{
-            input::seed_parameters as seed,
-            keys::{key_changed_s, signing_stage_s, KeyChange},
-            network::{IdleCurve, Step},
-        },
+        input::seed_parameters as seed,
+        keys::{key_changed_s, signing_stage_s, KeyChange},
+        network::{IdleCurve, Step},
         stage::RequestClass,
     };
 
@@ -156,11 +154,11 @@ mod tests {
     /// flight, and nothing else, in every discipline's network; never below zero.
     #[test]
     fn key_change_adds_the_signatures_difference_to_full_handshakes_first_flight_only() {
-        use crate::model::{
+        use crate::{
             input,
             keys::{CostSource, Key},
         };
-        let text = include_str!("../../../examples/parameters.json");
+        let text = include_str!("../../examples/parameters.json");
         let servers = input::parse_parameters(text, "t").unwrap();
         let s = input::pick(servers.clone(), Some("nginx:28443,nginx:28080"), "t").unwrap();
         let with = |from_sign_s: f64, to_sign_s: f64, base: &Knobs| Knobs {

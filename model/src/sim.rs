@@ -848,7 +848,7 @@ pub fn solve_at(net: &Network, users: &[u32]) -> Vec<Solution> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{network::Discipline, solve_at};
+    use crate::{network::Discipline, solve_at};
 
     fn visit(queue: &str, ms: f64) -> Step {
         Step::Visit {

@@ -104,7 +104,7 @@ pub fn route(class: &ClassInput, knobs: &Knobs) -> Vec<Step> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::input::seed_parameters as seed;
+    use crate::input::seed_parameters as seed;
 
     #[test]
     fn routes_from_the_stage_table() {

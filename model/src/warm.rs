@@ -149,7 +149,7 @@ pub fn cold_start_rates(server: &ServerInput) -> Result<[f64; 3]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::network::{Discipline, IdleCurve, Network};
+    use crate::network::{Discipline, IdleCurve, Network};
 
     /// With a cold start and the window's rates, each visit that served something is its
     /// warm part (never below 0) and cold (the share of the cold start it held), the cold

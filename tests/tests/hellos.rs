@@ -390,7 +390,11 @@ fn tls12_key_exchanges_are_named_as_the_client_saw_them() {
         (&["-groups", "X25519"], Some("X25519"), "x25519"),
         (&["-groups", "P-256"], Some("ECDH, prime256v1"), "secp256r1"),
         (&["-groups", "P-384"], Some("ECDH, secp384r1"), "secp384r1"),
-        (&["-cipher", "DHE-RSA-AES128-GCM-SHA256"], Some("DH, 2048 bits"), "ffdhe"),
+        (
+            &["-cipher", "DHE-RSA-AES128-GCM-SHA256"],
+            Some("DH, 2048 bits"),
+            "ffdhe",
+        ),
         (&["-cipher", "AES128-GCM-SHA256"], None, "rsa"),
     ];
     for mode in ["handshake", "none"] {

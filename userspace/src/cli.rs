@@ -6,7 +6,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use crate::{
     export::{self, ExportFormat},
-    model::{self, keys, knobs, network::Discipline, ModelFormat, ModelOptions},
+    model::{self, args, keys, knobs, network::Discipline, ModelFormat, ModelOptions},
     print::Format,
     probes::Uprobes,
     report,
@@ -680,20 +680,20 @@ pub fn run(cli: Cli) -> Result<()> {
                 );
             }
             let mut knobs = knobs::Knobs {
-                think_s: knobs::parse_seconds("--think-time", &think_time)?,
+                think_s: args::parse_seconds("--think-time", &think_time)?,
                 servers: servers.map_or(1, |s| s as u32),
                 servers_given: servers.is_some(),
                 hit_ratio: hit_ratio
-                    .map(|r| knobs::check_fraction("--hit-ratio", r))
+                    .map(|r| args::check_fraction("--hit-ratio", r))
                     .transpose()?,
-                cpu_speedup: knobs::check_factor("--cpu-speedup", cpu_speedup)?,
+                cpu_speedup: args::check_factor("--cpu-speedup", cpu_speedup)?,
                 other_cpus: other_cpus
-                    .map(|o| knobs::check_cpus("--other-cpus", o))
+                    .map(|o| args::check_cpus("--other-cpus", o))
                     .transpose()?,
                 cpus_left: None,
                 scale_stages: scale_stage
                     .iter()
-                    .map(|s| knobs::parse_scale(s))
+                    .map(|s| args::parse_scale(s))
                     .collect::<Result<_>>()?,
                 discipline: match discipline {
                     None | Some(DisciplineArg::ProcessorSharing) => Discipline::ProcessorSharing,
@@ -706,15 +706,15 @@ pub fn run(cli: Cli) -> Result<()> {
                 seed: u64::from(seed),
                 overhead_s: overhead
                     .as_deref()
-                    .map(|o| knobs::parse_seconds("--overhead", o))
+                    .map(|o| args::parse_seconds("--overhead", o))
                     .transpose()?
                     .unwrap_or(0.0),
                 overhead_given: overhead.is_some(),
-                wakeup: knobs::parse_idle_curve("--wakeup", wakeup.as_deref().unwrap_or("0"))?,
+                wakeup: args::parse_idle_curve("--wakeup", wakeup.as_deref().unwrap_or("0"))?,
                 wakeup_given: wakeup.is_some(),
                 sleep_cpu_s: sleep_cpu
                     .as_deref()
-                    .map(|o| knobs::parse_seconds("--sleep-cpu", o))
+                    .map(|o| args::parse_seconds("--sleep-cpu", o))
                     .transpose()?
                     .unwrap_or(0.0),
                 sleep_cpu_given: sleep_cpu.is_some(),
@@ -731,9 +731,9 @@ pub fn run(cli: Cli) -> Result<()> {
             model::run(ModelOptions {
                 source,
                 server,
-                users: users.map(|u| knobs::parse_users(&u)).transpose()?,
+                users: users.map(|u| args::parse_users(&u)).transpose()?,
                 secure_fractions: match secure_fraction {
-                    Some(p) => knobs::parse_fractions("--secure-fraction", &p)?,
+                    Some(p) => args::parse_fractions("--secure-fraction", &p)?,
                     None => Vec::new(),
                 },
                 knobs,
@@ -742,7 +742,9 @@ pub fn run(cli: Cli) -> Result<()> {
                     Some(s) => keys::parse_sign_costs(&s)?,
                     None => Vec::new(),
                 },
-                measure_cold_start,
+                // the measurement is the tracer's (libcrypto on a pinned thread), not the model's
+                measure_cold_start: measure_cold_start
+                    .then_some(crate::cold_start::measure as fn() -> _),
                 format: match format {
                     ModelFormatArg::Text => ModelFormat::Text,
                     ModelFormatArg::Json => ModelFormat::Json,

@@ -22,7 +22,7 @@
 //! What a record is:
 //! - `tls`: ClientHello / ServerHello parsing, the key-exchange groups' names
 //! - `ja4`: the client's JA4 fingerprint, from its parsed ClientHello
-//! - `stage`: the stage model as types, and the arithmetic that cuts a timeline into stages
+//! - `stage`: the arithmetic that cuts a timeline into stages (the names: the model crate's)
 //! - `record`: one connection classified (version, cipher, kind, resumption, failure)
 //! - `clock`: the kernel's clock and RFC 3339 times
 //!
@@ -30,6 +30,7 @@
 //! - `lines`: the `trace` JSON lines (written by `print`, by hand, held to the types)
 //! - `params::v1`: `hstrace.parameters/v1` (written by `params::Estimator`, read by `model`)
 //! - `ordered`: a JSON object that keeps its keys' order (the stages, in wire order)
+//!   (both the model crate's, which reads the one and needs nothing of the tracer)
 //!
 //! The sinks and commands:
 //! - `print` + `json`: the JSON and text lines (`trace`'s printer)
@@ -45,7 +46,7 @@
 //!   state); `cli`: the command line that wires them
 //! - `signal`: when a command stops; `http_client`: GET from a daemon or a Prometheus
 //! - `model`: the queueing model of a secure web server (Lin, Wong, Kou), solved from the
-//!   parameters (`hstrace model`)
+//!   parameters (`hstrace model`): the `hstrace-model` crate (model/), no BPF
 
 pub mod abi;
 pub mod assemble;
@@ -58,13 +59,10 @@ pub mod failures;
 pub mod features;
 pub mod health;
 pub mod host_cpu;
-pub mod http_client;
 pub mod ja4;
 pub mod json;
 pub mod lines;
 pub mod metrics;
-pub mod model;
-pub mod ordered;
 pub mod params;
 pub mod preflight;
 pub mod print;
@@ -85,6 +83,10 @@ pub mod tls;
 pub mod trace;
 pub mod web_config;
 pub mod web_guard;
+
+// the model's crate, and what it shares with the tracer, under their old paths
+pub use hstrace_model as model;
+pub use hstrace_model::{http_client, ordered};
 
 /// The compiled BPF object (built from ../ebpf by build.rs): the default build.
 pub static BPF_OBJECT: &[u8] =

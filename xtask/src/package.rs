@@ -397,6 +397,8 @@ fn linked_crates() -> Result<String> {
         }
     }
     seen.remove(start);
+    // the workspace's own crates (hstrace-model) are hstrace's source, under its own paragraph
+    seen.retain(|id| !packages[id]["source"].is_null());
     let mut lines: Vec<String> = seen
         .iter()
         .map(|id| {

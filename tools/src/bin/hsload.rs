@@ -27,7 +27,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hstrace::model::sim::{Dist, Rng};
+use hstrace_model::sim::{Dist, Rng};
 use openssl::ssl::{
     Ssl, SslContext, SslContextBuilder, SslMethod, SslOptions, SslSession, SslVerifyMode,
     SslVersion,

@@ -9,7 +9,7 @@
 pub mod architecture;
 mod estimator;
 pub mod format;
-pub mod v1;
+pub use hstrace_model::params::v1;
 
 pub use estimator::{Estimator, Sample, MAX_SERVERS};
 pub use v1::Parameters;

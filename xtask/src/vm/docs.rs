@@ -429,6 +429,7 @@ fn last_run(run: &Run) -> Result<String> {
             "--",
             "ebpf",
             "userspace",
+            "model",
             "tests",
             "xtask",
         ])

@@ -651,7 +651,7 @@ fn prom_server(base: &str, server: String, w: &str) -> Result<ServerInput> {
 /// Sun Ultra 10, SSLeay 0.6.6b SSLv2, RSA-512, RC4, a 1 KB page); the tests' fixture.
 #[cfg(test)]
 pub fn seed_parameters() -> ServerInput {
-    let text = include_str!("../../../examples/seed002-parameters.json");
+    let text = include_str!("../../examples/seed002-parameters.json");
     pick(parse_parameters(text, "seed").unwrap(), None, "seed").unwrap()
 }
 
@@ -661,7 +661,7 @@ mod tests {
 
     #[test]
     fn reads_what_the_daemon_writes() {
-        let text = include_str!("../../../examples/parameters.json");
+        let text = include_str!("../../examples/parameters.json");
         let servers = parse_parameters(text, "examples/parameters.json").unwrap();
         // by default, the server with the most connections: the TLS one
         let tls = pick(servers.clone(), None, "x").unwrap();
@@ -679,7 +679,7 @@ mod tests {
 
     #[test]
     fn two_ports_of_one_server_merge_by_connections() {
-        let text = include_str!("../../../examples/parameters.json");
+        let text = include_str!("../../examples/parameters.json");
         let servers = parse_parameters(text, "f").unwrap();
         let both = pick(servers.clone(), Some("nginx:28443, nginx:28080"), "f").unwrap();
         assert_eq!(both.server, "nginx:28443,nginx:28080");
@@ -737,7 +737,7 @@ mod tests {
 
     #[test]
     fn reads_the_seed_file() {
-        let text = include_str!("../../../examples/seed002-parameters.json");
+        let text = include_str!("../../examples/seed002-parameters.json");
         let s = pick(parse_parameters(text, "seed").unwrap(), None, "seed").unwrap();
         let full = &s.classes[0];
         let sum = |k: StageClass| -> f64 {

@@ -6,32 +6,10 @@
 
 use super::{
     input::ServerInput,
-    knobs::{Knobs, MAX_SERVERS},
+    knobs::{DisciplineFrom, Knobs, MAX_SERVERS},
     network::Discipline,
 };
 use crate::params::v1::ArchitectureKind;
-
-/// Where the discipline and the servers the model uses came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DisciplineFrom {
-    /// `--discipline` (and `--servers`) as given
-    Given,
-    /// from the server's measured architecture
-    Measured,
-    /// nothing measured to go by: processor sharing on one processor, as seed 002
-    #[default]
-    Default,
-}
-
-impl DisciplineFrom {
-    pub fn name(self) -> &'static str {
-        match self {
-            DisciplineFrom::Given => "given",
-            DisciplineFrom::Measured => "measured",
-            DisciplineFrom::Default => "default",
-        }
-    }
-}
 
 /// What the measurement says: a discipline, its servers, and why, in words.
 struct Suggestion {
@@ -195,7 +173,7 @@ pub fn pick(knobs: &Knobs, server: &ServerInput) -> Knobs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{model::input::seed_parameters as seed, params::v1::Architecture};
+    use crate::{input::seed_parameters as seed, params::v1::Architecture};
     use ArchitectureKind::{EventLoop as Loop, ProcessPerConnection, Threads, Unknown};
     use Discipline::{EventLoop, EventLoopSim, ProcessorSharing};
 

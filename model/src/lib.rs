@@ -2,9 +2,26 @@
 //! Kou, §3.2), fed with the stage means hstrace measured, solved exactly by mean value
 //! analysis for any number of users and what-if knobs.
 //!
+//! A crate of its own, with no BPF, no async runtime and no root: `hstrace` (the tracer)
+//! uses it as `hstrace::model`, and the validation's load generator takes its random
+//! numbers. What the tracer writes and the model reads lives here too, so the model needs
+//! nothing of the tracer:
+//! - `params`: `hstrace.parameters/v1`, the contract (`params::v1`)
+//! - `stage`: the stages', kinds' and request classes' names and classes
+//! - `cold_start`: the cold start's figures (the tracer measures them)
+//! - `ordered`: a JSON object that keeps its keys' order (the stages, in wire order)
+//! - `http_client`: GET from a daemon or a Prometheus
+//!
+//! The model:
 //! - `input`: the parameters (a `hstrace.parameters/v1` file, a daemon, Prometheus)
-//! - `knobs`: the what-if knobs and the network they make
-//! - `keys`: `--key-change`'s keys, and what a signature costs (`openssl speed`)
+//! - `args`: the option values (users, times, curves, fractions), each bad one refused
+//! - `knobs`: the what-if knobs as given, and where each came from
+//! - `keys`: `--key-change`'s keys, what a signature costs (`openssl speed`), and the
+//!   signing stage with the new key
+//! - `demand`: each class's service and delay demand, its visits, and the class mix
+//! - `route`: each class's route through server and client, for the simulation
+//! - `warm`: the cold start the window's visits held, taken out at the window's rates
+//! - `whatif`: the network for one curve, the knobs applied to the measured parameters
 //! - `pick`: the discipline and servers from the measured architecture, unless given
 //! - `network`: the network every solver solves, its solution, the bounds and N*
 //! - `mva`: exact MVA (processor sharing, one processor or c) and the event-loop
@@ -25,15 +42,25 @@
 //! service stages carry time the thread spent on other connections. Queue stages are never
 //! an input: queueing is what the model predicts.
 
+pub mod args;
+pub mod cold_start;
+pub mod demand;
+pub mod http_client;
 pub mod input;
 pub mod keys;
 pub mod knobs;
 pub mod mva;
 pub mod network;
+pub mod ordered;
+pub mod params;
 pub mod pick;
 pub mod plot;
 pub mod report;
+pub mod route;
 pub mod sim;
+pub mod stage;
+pub mod warm;
+pub mod whatif;
 
 #[cfg(test)]
 mod ctmc;
@@ -96,8 +123,9 @@ pub struct ModelOptions {
     pub key_change: Option<(Key, Key)>,
     /// `--sign-cost`: each key's CPU per signature, instead of measuring it
     pub sign_costs: Vec<(Key, f64)>,
-    /// `--cold-start measure`: measure the cold start on this host (`cold::measure`)
-    pub measure_cold_start: bool,
+    /// `--cold-start measure`: how to measure the cold start on this host (the tracer's
+    /// `cold_start::measure`, libcrypto timed on a CPU: not the model's to do)
+    pub measure_cold_start: Option<fn() -> Result<cold_start::ColdStart>>,
     pub format: ModelFormat,
     pub plot: Option<PathBuf>,
     pub measured: Option<PathBuf>,
@@ -111,20 +139,20 @@ pub fn build(
     secure_fractions: &[f64],
     users: Option<&[u32]>,
 ) -> Result<Report> {
-    let base = knobs::network(server, knobs, None)?;
+    let base = whatif::network(server, knobs, None)?;
     let nets = if secure_fractions.is_empty() {
         vec![(None, base.clone())]
     } else {
         secure_fractions
             .iter()
-            .map(|&p| Ok((Some(p), knobs::network(server, knobs, Some(p))?)))
+            .map(|&p| Ok((Some(p), whatif::network(server, knobs, Some(p))?)))
             .collect::<Result<Vec<_>>>()?
     };
     let mut users: Vec<u32> = match users {
         Some(u) => u.to_vec(),
         None => {
             let n_star = nets.iter().map(|(_, n)| n.n_star()).fold(1.0, f64::max);
-            let top = (2.0 * n_star).ceil().min(f64::from(knobs::MAX_USERS)) as u32;
+            let top = (2.0 * n_star).ceil().min(f64::from(args::MAX_USERS)) as u32;
             let step = ((f64::from(top) / DEFAULT_STEPS).ceil() as u32).max(1);
             let mut u: Vec<u32> = (1..=top).step_by(step as usize).collect();
             if u.last() != Some(&top) {
@@ -167,7 +195,7 @@ pub fn build(
         key_change_s: knobs
             .key_change
             .as_ref()
-            .map(|k| knobs::key_changed_s(server, k))
+            .map(|k| keys::key_changed_s(server, k))
             .transpose()?,
         measured: server.classes.each_ref().map(|c| c.measured()),
         base,
@@ -287,7 +315,7 @@ fn idle_queue(server: &ServerInput, k: &Knobs) -> Option<f64> {
     let low_load = busy_per_process(server).is_some_and(|b| b <= LOW_LOAD);
     let (mut sum, mut n) = (0.0, 0.0);
     for c in &server.classes {
-        for step in knobs::route(c, k) {
+        for step in route::route(c, k) {
             let network::Step::Visit { queue: Some(q), .. } = step else {
                 continue;
             };
@@ -317,7 +345,7 @@ fn measured_sleeps(server: &ServerInput, k: &Knobs) -> f64 {
         .classes
         .iter()
         .map(|c| {
-            let steps = knobs::route(c, k);
+            let steps = route::route(c, k);
             c.share
                 * steps
                     .iter()
@@ -378,25 +406,25 @@ pub fn run(opts: ModelOptions) -> Result<()> {
     }
     if let Some((from, to)) = opts.key_change {
         // a server with nothing to change is told before openssl runs for seconds
-        knobs::signing_stage_s(&server)?;
+        keys::signing_stage_s(&server)?;
         knobs.key_change = Some(keys::key_change(from, to, &opts.sign_costs)?);
     }
     let given_other = knobs.other_cpus.is_some();
     let mut knobs = effective_knobs(&pick::pick(&knobs, &server), &server);
-    if opts.measure_cold_start {
+    if let Some(measure) = opts.measure_cold_start {
         // refused before seconds of measuring, as network() would after them
         if knobs.discipline != Discipline::EventLoopSim {
             bail!("{}", knobs::NOT_SIMULATED);
         }
-        knobs::cold_start_rates(&server)?;
-        let measured = crate::cold_start::measure()?;
+        warm::cold_start_rates(&server)?;
+        let measured = measure()?;
         eprintln!("hstrace: --cold-start measure: {}", measured.words());
         knobs.take_cold_start(measured, ColdStartFrom::Measured);
     } else if !knobs.cold_start_given && knobs.discipline == Discipline::EventLoopSim {
         match (&server.cold_start, server.from_prometheus) {
             (Some(c), _) => match c
                 .check()
-                .and_then(|_| knobs::cold_start_rates(&server).map(drop))
+                .and_then(|_| warm::cold_start_rates(&server).map(drop))
             {
                 Ok(()) => {
                     eprintln!("hstrace: the cold start the parameters hold: {}", c.words());
@@ -455,93 +483,112 @@ pub fn run(opts: ModelOptions) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::input::seed_parameters as seed;
+    use crate::input::seed_parameters as seed;
     use serde_json::Value;
 
-    /// The model is arithmetic on the parameters: no BPF, nothing of the tracer; the
-    /// solvers share `network` and none imports another.
+    /// The model is arithmetic on the parameters: its crate needs no BPF, no async runtime
+    /// and nothing of the tracer; its modules import each other one way (no circle), and
+    /// the solvers share `network` and none imports another.
     #[test]
-    fn the_model_stands_apart_and_its_solvers_do_not_import_each_other() {
+    fn the_model_stands_apart_and_its_modules_import_one_way() {
+        let manifest = include_str!("../Cargo.toml");
+        let deps = manifest.split("[dependencies]").nth(1).unwrap();
+        for name in ["aya", "tokio", "hstrace ", "hstrace=", "libbpf"] {
+            assert!(
+                !deps.lines().any(|l| l.starts_with(name)),
+                "the model crate depends on {name}"
+            );
+        }
         let files = [
-            ("mod.rs", include_str!("mod.rs")),
-            ("network.rs", include_str!("network.rs")),
-            ("mva.rs", include_str!("mva.rs")),
-            ("sim.rs", include_str!("sim.rs")),
-            ("ctmc.rs", include_str!("ctmc.rs")),
-            ("knobs.rs", include_str!("knobs.rs")),
-            ("keys.rs", include_str!("keys.rs")),
-            ("pick.rs", include_str!("pick.rs")),
-            ("input.rs", include_str!("input.rs")),
-            ("report.rs", include_str!("report.rs")),
-            ("plot.rs", include_str!("plot.rs")),
-        ];
-        // what the model may use of the rest of the crate
-        let allowed = [
-            "crate::stage",
-            "crate::params",
-            "crate::http_client",
-            "crate::model",
-            // (a thread timing libcrypto, by the clock and the CPUs it may run on: no BPF)
-            "crate::cold_start",
-        ];
-        for (name, text) in files {
-            let code = text.split("#[cfg(test)]").next().unwrap();
-            for (at, _) in code.match_indices("crate::") {
-                let path: String = code[at..]
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-                    .collect();
-                if path == "crate::" {
-                    // `use crate::{a::{..}, b}`: the top-level names in the braces
-                    let mut depth = 0;
-                    let mut heads = vec![String::new()];
-                    for c in code[at + "crate::{".len()..].chars() {
-                        match c {
-                            '{' => depth += 1,
-                            '}' if depth == 0 => break,
-                            '}' => depth -= 1,
-                            ',' if depth == 0 => heads.push(String::new()),
-                            c if depth == 0 => heads.last_mut().unwrap().push(c),
-                            _ => {}
-                        }
-                    }
-                    for head in heads.iter().map(|h| h.trim()).filter(|h| !h.is_empty()) {
-                        let head = head.split("::").next().unwrap();
-                        assert!(
-                            allowed.contains(&format!("crate::{head}").as_str()),
-                            "{name} uses crate::{head}"
-                        );
-                    }
-                    continue;
-                }
-                assert!(
-                    allowed.iter().any(|a| path.starts_with(a)),
-                    "{name} uses {path}"
-                );
-            }
-            assert!(!code.contains("aya"), "{name} mentions aya");
-        }
-        for (name, text) in [
-            ("cold_start.rs", include_str!("../cold_start.rs")),
-            ("clock.rs", include_str!("../clock.rs")),
-            ("host_cpu.rs", include_str!("../host_cpu.rs")),
-        ] {
-            assert!(!text.contains("aya"), "{name} mentions aya");
-        }
-        let imports = |text: &str, other: &str| {
-            let code = text.split("#[cfg(test)]").next().unwrap();
-            code.contains(&format!("super::{other}")) || code.contains(&format!("model::{other}"))
-        };
-        for (solver, text) in [
+            ("lib", include_str!("lib.rs")),
+            ("stage", include_str!("stage.rs")),
+            ("params", include_str!("params.rs")),
+            ("cold_start", include_str!("cold_start.rs")),
+            ("ordered", include_str!("ordered.rs")),
+            ("http_client", include_str!("http_client.rs")),
+            ("input", include_str!("input.rs")),
+            ("args", include_str!("args.rs")),
+            ("keys", include_str!("keys.rs")),
+            ("knobs", include_str!("knobs.rs")),
+            ("pick", include_str!("pick.rs")),
+            ("demand", include_str!("demand.rs")),
+            ("route", include_str!("route.rs")),
+            ("warm", include_str!("warm.rs")),
+            ("whatif", include_str!("whatif.rs")),
+            ("network", include_str!("network.rs")),
             ("mva", include_str!("mva.rs")),
             ("sim", include_str!("sim.rs")),
             ("ctmc", include_str!("ctmc.rs")),
-            ("network", include_str!("network.rs")),
-        ] {
-            for other in ["mva", "sim", "ctmc"] {
-                if other != solver {
-                    assert!(!imports(text, other), "{solver} imports {other}");
+            ("report", include_str!("report.rs")),
+            ("plot", include_str!("plot.rs")),
+        ];
+        let names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
+        // the modules each file's own code (not its tests) names after `super::`/`crate::`,
+        // `use crate::{a::{..}, b}` giving a and b
+        let imports = |text: &str| -> std::collections::BTreeSet<String> {
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            let mut out = std::collections::BTreeSet::new();
+            for prefix in ["super::", "crate::"] {
+                for (at, _) in code.match_indices(prefix) {
+                    let rest = &code[at + prefix.len()..];
+                    let mut heads = vec![String::new()];
+                    if let Some(inner) = rest.strip_prefix('{') {
+                        let mut depth = 0;
+                        for c in inner.chars() {
+                            match c {
+                                '{' => depth += 1,
+                                '}' if depth == 0 => break,
+                                '}' => depth -= 1,
+                                ',' if depth == 0 => heads.push(String::new()),
+                                c if depth == 0 => heads.last_mut().unwrap().push(c),
+                                _ => {}
+                            }
+                        }
+                    } else {
+                        heads[0] = rest.to_owned();
+                    }
+                    for head in heads {
+                        let head: String = head
+                            .trim()
+                            .chars()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_')
+                            .collect();
+                        if names.contains(&head.as_str()) {
+                            out.insert(head);
+                        }
+                    }
                 }
+            }
+            out
+        };
+        let graph: Vec<(&str, std::collections::BTreeSet<String>)> =
+            files.iter().map(|(n, t)| (*n, imports(t))).collect();
+        for (name, text) in files {
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            assert!(!code.contains("aya"), "{name}.rs mentions aya");
+        }
+        // no circle: take away, again and again, the modules that import none left
+        let mut left: Vec<&(&str, std::collections::BTreeSet<String>)> =
+            graph.iter().filter(|(n, _)| *n != "lib").collect();
+        while !left.is_empty() {
+            let names_left: Vec<&str> = left.iter().map(|(n, _)| *n).collect();
+            let before = left.len();
+            left.retain(|(n, deps)| {
+                deps.iter()
+                    .any(|d| d != n && names_left.contains(&d.as_str()))
+            });
+            assert!(
+                left.len() < before,
+                "the model's modules import each other in a circle among {names_left:?}"
+            );
+        }
+        for solver in ["mva", "sim", "ctmc", "network"] {
+            let deps = &graph.iter().find(|(n, _)| *n == solver).unwrap().1;
+            for other in ["mva", "sim", "ctmc"] {
+                assert!(
+                    other == solver || !deps.contains(other),
+                    "{solver} imports {other}"
+                );
             }
         }
     }
@@ -550,7 +597,7 @@ mod tests {
     /// stages; --overhead wins; the event-loop approximation stays the stages alone.
     #[test]
     fn the_simulation_takes_the_measured_cpu_outside_the_stages() {
-        let text = include_str!("../../../examples/seed002-parameters.json").replacen(
+        let text = include_str!("../../examples/seed002-parameters.json").replacen(
             "\"server\": \"seed002:443\",",
             "\"server\": \"seed002:443\", \"cpu\": {\"outside_stages_s\": 0.0004},",
             1,
@@ -601,8 +648,8 @@ mod tests {
         // processor sharing: all of it, every request's demand
         let ps = effective_knobs(&Knobs::default(), &server);
         assert_eq!(ps.overhead_s, 4e-4);
-        let stages = knobs::network(&server, &Knobs::default(), None).unwrap();
-        let with = knobs::network(&server, &ps, None).unwrap();
+        let stages = whatif::network(&server, &Knobs::default(), None).unwrap();
+        let with = whatif::network(&server, &ps, None).unwrap();
         for c in 0..3 {
             let measured = server.classes[c].measured();
             let added = with.service_s[c] - stages.service_s[c];
@@ -636,14 +683,14 @@ mod tests {
             cold_start_given: true,
             ..effective_knobs(&sim, &rated)
         };
-        let net = knobs::network(&rated, &cold, None).unwrap();
+        let net = whatif::network(&rated, &cold, None).unwrap();
         assert!((net.overhead_cold.paid_s - 1e-4).abs() < 1e-15, "{net:?}");
         assert!((net.warm_overhead_s() - 3e-4).abs() < 1e-15);
         let given = Knobs {
             overhead_given: true,
             ..cold
         };
-        let net = knobs::network(&rated, &given, None).unwrap();
+        let net = whatif::network(&rated, &given, None).unwrap();
         assert_eq!(net.overhead_cold, network::OverheadCold::default());
         assert_eq!(net.warm_overhead_s(), 4e-4);
         // two ports of one server: each connection pays its own port's
@@ -881,8 +928,8 @@ mod tests {
         assert_eq!((k.other_cpus, k.cpus_left), (Some(0.5), Some(1.5)));
         assert_eq!(k.cpu_share(), 0.75);
         // a demand takes 1 / 0.75 as long
-        let net = knobs::network(&server, &k, None).unwrap();
-        let whole = knobs::network(&server, &ps, None).unwrap();
+        let net = whatif::network(&server, &k, None).unwrap();
+        let whole = whatif::network(&server, &ps, None).unwrap();
         assert!((net.service_s[0] * 0.75 - whole.service_s[0]).abs() < 1e-12);
         assert_eq!(net.cpus_left, None);
         // given: wins, and the floor
@@ -918,7 +965,7 @@ mod tests {
         let k = effective_knobs(&sim, &server);
         assert_eq!(k.cpu_share(), 1.0);
         assert_eq!(
-            knobs::network(&server, &k, None).unwrap().cpus_left,
+            whatif::network(&server, &k, None).unwrap().cpus_left,
             Some(1.5)
         );
     }

@@ -288,7 +288,7 @@ pub enum Step {
 
 /// Each step's kind of visit, per class: its queue stage (the ClientHello read, client
 /// flight 2, the request: the same handler call whichever the class); a visit with no
-/// queue stage is a kind of its own. What the cold start is reckoned by (`knobs::warm`,
+/// queue stage is a kind of its own. What the cold start is reckoned by (`warm::warm`,
 /// the simulation).
 pub struct VisitKinds {
     pub of: [Vec<usize>; 3],

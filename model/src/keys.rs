@@ -1,13 +1,14 @@
 //! `--key-change FROM:TO`: the certificate's key, and the CPU one signature with it takes on
 //! this host, measured by `openssl speed` (or given, `--sign-cost`). The server signs once
 //! per full handshake (TLS 1.3 CertificateVerify, TLS 1.2 ECDHE ServerKeyExchange), in its
-//! first flight: `knobs` adds the difference to that stage.
+//! first flight: `with_key_change` adds the difference to that stage.
 
-use std::process::Command;
+use std::{borrow::Cow, process::Command};
 
 use anyhow::{anyhow, bail, Result};
 
-use super::knobs::parse_seconds;
+use super::{args::parse_seconds, input::ServerInput};
+use crate::stage::{RequestClass, Stage};
 
 /// A certificate key, by the name `openssl speed` gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,6 +219,57 @@ pub fn parse_speed(out: &str, keys: &[Key]) -> Result<Vec<f64>> {
             }
         })
         .collect()
+}
+
+/// The stage a certificate's key signs in: the server's first flight of a full handshake
+/// (TLS 1.3 CertificateVerify, TLS 1.2 ECDHE ServerKeyExchange). A resumed handshake and a
+/// plain request sign nothing.
+const SIGNING: (RequestClass, Stage) = (RequestClass::TlsFull, Stage::ServerFlight1);
+
+/// The signing stage's measured mean, or why `--key-change` has nothing to change.
+pub fn signing_stage_s(server: &ServerInput) -> Result<f64> {
+    let (class, stage) = SIGNING;
+    server.classes[class.index()]
+        .stages
+        .iter()
+        .find(|m| m.name == stage.name())
+        .map(|m| m.mean_s)
+        .ok_or_else(|| {
+            anyhow!(
+                "--key-change: server {} has no {} measured for {} handshakes, the stage the key signs in: measure full TLS handshakes first (or model another --server)",
+                server.server,
+                stage.name(),
+                class.name()
+            )
+        })
+}
+
+/// `--key-change`: the signing stage's mean (measured, and with the new key): one
+/// signature's difference added, not a factor (the rest of the flight, the key exchange and
+/// the records, does not change with the certificate's key), never below zero.
+pub fn key_changed_s(server: &ServerInput, k: &KeyChange) -> Result<(f64, f64)> {
+    let measured = signing_stage_s(server)?;
+    Ok((measured, (measured + k.added_s()).max(0.0)))
+}
+
+/// The server's input as measured with `--key-change`'s new key: the signing stage's mean
+/// changed, nothing else. What every discipline's network is made of.
+pub fn with_key_change<'a>(
+    server: &'a ServerInput,
+    key_change: Option<&KeyChange>,
+) -> Result<Cow<'a, ServerInput>> {
+    let Some(k) = key_change else {
+        return Ok(Cow::Borrowed(server));
+    };
+    let (_, with_key) = key_changed_s(server, k)?;
+    let (class, stage) = SIGNING;
+    let mut changed = server.clone();
+    for m in &mut changed.classes[class.index()].stages {
+        if m.name == stage.name() {
+            m.mean_s = with_key;
+        }
+    }
+    Ok(Cow::Owned(changed))
 }
 
 #[cfg(test)]

@@ -85,7 +85,7 @@ pub fn processor_sharing(net: &Network, users: &[u32]) -> Vec<Solution> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{
+    use crate::{
         ctmc::{self, Phase, Route},
         network::{Discipline, IdleCurve, Step},
         solve_at,

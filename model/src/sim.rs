@@ -39,7 +39,7 @@
 //! worker had slept (`IdleCurve`: an idle CPU that slept longer sleeps deeper). And, given
 //! (`--cold-start`), the cold start: a visit's CPU beyond its warm part, by how long since
 //! a visit of its kind (`VisitKinds`) last ran on the worker's CPU (the route's service is
-//! then the warm part: `knobs::warm`), and at each accept the record's cold start by how
+//! then the warm part: `warm::warm`), and at each accept the record's cold start by how
 //! long since the worker's last handler call, for the CPU outside the stages
 //! (`Network::overhead_cold`: the rest of `--overhead` is its warm part).
 //!
@@ -848,7 +848,7 @@ pub fn solve_at(net: &Network, users: &[u32]) -> Vec<Solution> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{network::Discipline, solve_at};
+    use crate::{network::Discipline, solve_at};
 
     fn visit(queue: &str, ms: f64) -> Step {
         Step::Visit {

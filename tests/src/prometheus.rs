@@ -199,6 +199,33 @@ pub fn promtool(args: &[&str]) -> (bool, String) {
     )
 }
 
+/// What `promtool check metrics` finds wrong with an exposition, but the false alarm of
+/// OpenMetrics counters' help text (promtool 2.42 reads `# HELP x` of a counter `x_total`
+/// as metadata without a metric): empty when it is right.
+pub fn promtool_metrics_problems(exposition: &str) -> Vec<String> {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (`cargo xtask setup` installs prometheus)");
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(exposition.as_bytes())
+        .expect("promtool reads the exposition");
+    let out = child.wait_with_output().expect("promtool ran");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .chain(String::from_utf8_lossy(&out.stderr).lines())
+        .filter(|l| !l.trim().is_empty() && !l.contains("no help text"))
+        .map(String::from)
+        .collect()
+}
+
 /// One query of a dashboard panel.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PanelQuery {

@@ -282,25 +282,8 @@ fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
         health["reported"].as_u64() == Some(total) && health["lost"]["state_evicted"] == 0
     });
 
-    // promtool on a real scrape: nothing but OpenMetrics counters' help-text false alarm
-    // (promtool 2.42 reads `# HELP x` of a counter `x_total` as metadata without a metric)
-    let dir = hstrace_tests::util::work_dir("serve-promtool");
-    let scrape_file = dir.join("scrape.txt");
-    fs::write(&scrape_file, &m.text).unwrap();
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "promtool check metrics < {}",
-            scrape_file.display()
-        ))
-        .output()
-        .unwrap();
-    let problems: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .chain(String::from_utf8_lossy(&out.stderr).lines())
-        .filter(|l| !l.trim().is_empty() && !l.contains("no help text"))
-        .map(String::from)
-        .collect();
+    // promtool on a real scrape
+    let problems = prometheus::promtool_metrics_problems(&m.text);
     assert!(problems.is_empty(), "promtool check metrics: {problems:#?}");
 
     // the parameters: all three classes, every stage of each, plausible values
@@ -969,8 +952,7 @@ fn the_daemons_own_cost_is_what_proc_says() {
         .unwrap();
     assert_eq!(v("hstrace_bpf_stats_enabled"), counting.min(1.0));
     assert!(v("hstrace_bpf_run_seconds_total") >= 0.0);
-    // the conventions' names, units and types, as promtool reads them (but the false
-    // alarm of OpenMetrics counters' help text, see above)
+    // the conventions' names, units and types, as promtool reads them
     for family in [
         "# TYPE process_cpu_seconds counter",
         "# UNIT process_cpu_seconds seconds",
@@ -980,20 +962,7 @@ fn the_daemons_own_cost_is_what_proc_says() {
     ] {
         assert!(m.text.contains(family), "no {family:?}:\n{}", m.text);
     }
-    let dir = hstrace_tests::util::work_dir("serve-self-cost");
-    let file = dir.join("scrape.txt");
-    fs::write(&file, &m.text).unwrap();
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!("promtool check metrics < {}", file.display()))
-        .output()
-        .unwrap();
-    let problems: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .chain(String::from_utf8_lossy(&out.stderr).lines())
-        .filter(|l| !l.trim().is_empty() && !l.contains("no help text"))
-        .map(String::from)
-        .collect();
+    let problems = prometheus::promtool_metrics_problems(&m.text);
     assert!(problems.is_empty(), "promtool check metrics: {problems:#?}");
     daemon.stop();
 }

@@ -112,6 +112,36 @@ pub struct ServerParams {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wakeup_after_idle: Vec<WakeupAfter>,
     pub classes: Classes,
+    /// the full TLS handshakes by the key-exchange group they agreed on, most first: what
+    /// each group's handshake costs the server (absent when no full handshake's group was
+    /// known, and in documents written before it)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key_exchange: Vec<GroupParams>,
+}
+
+/// The full TLS handshakes of one key-exchange group: how many, and the mean of each of
+/// their service stages, wall and on-CPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupParams {
+    /// the trace records' `tls_group` (`x25519`, `X25519MLKEM768`, `ffdhe`, `rsa`, …)
+    pub group: String,
+    /// full handshakes with it in the window
+    pub count: u64,
+    /// its share of the window's full handshakes whose group is known
+    pub share: f64,
+    /// each service stage's mean wall and on-CPU time with this group, in stage order
+    pub stages: Ordered<GroupStage>,
+    /// the sum of those stages' means: a full handshake's service demand with this group
+    pub service_s: f64,
+}
+
+/// One service stage of one group's full handshakes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GroupStage {
+    pub count: u64,
+    pub mean_s: f64,
+    /// null where no on-CPU time was read
+    pub cpu_mean_s: Option<f64>,
 }
 
 /// The messages (and accepts) of a server whose handler call found its CPU had been idle

@@ -21,7 +21,8 @@ use super::{
     architecture::{self, Held},
     v1::{
         wake_bin, Architecture, Cache, ClassParams, Classes, ColdStartAbsent, Cpu, CpuAfter,
-        Demand, Host, Parameters, ServerParams, StageParams, WaitAfter, WakeupAfter, Window,
+        Demand, GroupParams, GroupStage, Host, Parameters, ServerParams, StageParams, WaitAfter,
+        WakeupAfter, Window,
         LONGEST_SLEEP_S, SCHEMA, WAKE_BINS,
     },
 };
@@ -65,6 +66,8 @@ pub struct Sample<'a> {
     pub wakeups: &'a [Wakeup],
     /// the client offered resumption
     pub resumption_offered: bool,
+    /// the key exchange's group (`Record::tls_group`), when known
+    pub tls_group: Option<&'a str>,
     /// when the process accepted the connection and when its record was made (ns, one
     /// clock); None when the accept was not seen
     pub held: Option<(i128, i128)>,
@@ -130,6 +133,30 @@ impl StageAcc {
     }
 }
 
+/// The groups a server's full handshakes are kept by, at most (a server agrees only on
+/// groups it is configured with; any past these count under "other").
+const MAX_GROUPS: usize = 32;
+
+/// One key-exchange group's full handshakes in one slot: how many, and each service
+/// stage's (count, wall ns, on-CPU count, on-CPU ns), by `Stage::index`.
+#[derive(Clone, Default)]
+struct GroupAcc {
+    count: u64,
+    stages: [(u64, u128, u64, u128); Stage::ALL.len()],
+}
+
+impl GroupAcc {
+    fn merge(&mut self, o: &GroupAcc) {
+        self.count += o.count;
+        for (mine, theirs) in self.stages.iter_mut().zip(&o.stages) {
+            mine.0 += theirs.0;
+            mine.1 += theirs.1;
+            mine.2 += theirs.2;
+            mine.3 += theirs.3;
+        }
+    }
+}
+
 /// One server's counts in one slot.
 #[derive(Clone, Default)]
 struct ServerAcc {
@@ -147,6 +174,8 @@ struct ServerAcc {
     /// the waits of the messages taken by a call that woke its CPU, by how long the CPU
     /// had slept (`wake_bin`)
     wakeups: [WakeAcc; WAKE_BINS],
+    /// full TLS handshakes whose group is known, by group (at most `MAX_GROUPS` + other)
+    groups: BTreeMap<String, GroupAcc>,
 }
 
 /// The wake-ups of one bin of sleep lengths.
@@ -202,6 +231,11 @@ impl ServerAcc {
                 }
             }
         }
+        if class == RequestClass::TlsFull {
+            if let Some(group) = s.tls_group {
+                self.add_group(group, s);
+            }
+        }
         for (stage, ns) in s.cpu {
             if let Some(acc) = self.stages[c][stage.index()].as_mut() {
                 acc.cpu_count += 1;
@@ -213,8 +247,34 @@ impl ServerAcc {
         }
     }
 
+    /// A full handshake of `group`: its service stages, wall and on-CPU.
+    fn add_group(&mut self, group: &str, s: &Sample) {
+        let key = if self.groups.contains_key(group) || self.groups.len() < MAX_GROUPS {
+            group
+        } else {
+            OTHER_SERVER
+        };
+        let g = self.groups.entry(key.to_owned()).or_default();
+        g.count += 1;
+        for (stage, ns) in s.stages {
+            if stage.class() == StageClass::Service {
+                let a = &mut g.stages[stage.index()];
+                a.0 += 1;
+                a.1 += u128::from(*ns);
+            }
+        }
+        for (stage, ns) in s.cpu {
+            let a = &mut g.stages[stage.index()];
+            a.2 += 1;
+            a.3 += u128::from(*ns);
+        }
+    }
+
     fn merge(&mut self, o: &ServerAcc) {
         self.connections += o.connections;
+        for (group, theirs) in &o.groups {
+            self.groups.entry(group.clone()).or_default().merge(theirs);
+        }
         for (mine, theirs) in self.wakeups.iter_mut().zip(&o.wakeups) {
             mine.count += theirs.count;
             mine.asleep_ns += theirs.asleep_ns;
@@ -674,6 +734,40 @@ fn server_params(server: String, acc: &ServerAcc, seconds: f64, cpu: Cpu) -> Ser
     };
     let full = acc.classes[RequestClass::TlsFull.index()];
     let resumed = acc.classes[RequestClass::TlsResumed.index()];
+    let known: u64 = acc.groups.values().map(|g| g.count).sum();
+    let mut key_exchange: Vec<GroupParams> = acc
+        .groups
+        .iter()
+        .map(|(group, g)| {
+            let mut service_s = 0.0;
+            let stages = Stage::ALL
+                .into_iter()
+                .filter_map(|stage| {
+                    let (count, sum_ns, cpu_count, cpu_ns) = g.stages[stage.index()];
+                    (count > 0).then(|| {
+                        let mean_s = sum_ns as f64 / 1e9 / count as f64;
+                        service_s += mean_s;
+                        let cpu_mean_s =
+                            (cpu_count > 0).then(|| cpu_ns as f64 / 1e9 / cpu_count as f64);
+                        let stage_params = GroupStage {
+                            count,
+                            mean_s,
+                            cpu_mean_s,
+                        };
+                        (stage.name().to_owned(), stage_params)
+                    })
+                })
+                .collect();
+            GroupParams {
+                group: group.clone(),
+                count: g.count,
+                share: ratio(g.count, known).unwrap_or(0.0),
+                stages: Ordered(stages),
+                service_s,
+            }
+        })
+        .collect();
+    key_exchange.sort_by(|a, b| b.count.cmp(&a.count).then(a.group.cmp(&b.group)));
     ServerParams {
         server,
         connections: acc.connections,
@@ -696,6 +790,7 @@ fn server_params(server: String, acc: &ServerAcc, seconds: f64, cpu: Cpu) -> Ser
                 mean_s: b.wait_ns as f64 / 1e9 / b.count as f64,
             })
             .collect(),
+        key_exchange,
         classes: Classes {
             tls_full: class(RequestClass::TlsFull),
             tls_resumed: class(RequestClass::TlsResumed),
@@ -721,6 +816,7 @@ impl Sink for Estimator {
                 idle_before: r.idle_before.as_deref(),
                 wakeups: &r.wakeups,
                 resumption_offered: r.resumption_offered,
+                tls_group: r.tls_group.as_deref(),
                 held: r.held_ns.map(|ns| (r.wall_ns - i128::from(ns), r.wall_ns)),
             },
         );
@@ -775,6 +871,7 @@ mod tests {
             idle_before: None,
             wakeups: &[],
             resumption_offered: offered,
+            tls_group: None,
             held: None,
         }
     }
@@ -804,6 +901,62 @@ mod tests {
         // the median of 30, 10, 30, 10 µs (HDR: the lower of the two middle values)
         assert!((cpu.per_wait_s.unwrap() - 10e-6).abs() < 1e-12, "{cpu:?}");
         assert!((cpu.waits_per_connection.unwrap() - 4.0 / 3.0).abs() < 1e-12);
+    }
+
+    /// Full handshakes by key-exchange group: each group's count, share of the known ones,
+    /// service stages (wall and on-CPU means) and their sum, most first, across slots;
+    /// resumed handshakes and unknown groups are not in it.
+    #[test]
+    fn full_handshakes_by_key_exchange_group() {
+        let mut e = Estimator::new(Duration::from_secs(60), 8);
+        let t0 = e.start + Duration::from_secs(1);
+        let t1 = e.start + Duration::from_secs(20);
+        let classic = [
+            (Stage::WaitClientHello, 5_000_000),
+            (Stage::ServerFlight1, 1_000_000),
+            (Stage::ServerFlight2, 200_000),
+        ];
+        let hybrid = [(Stage::ServerFlight1, 1_600_000), (Stage::ServerFlight2, 200_000)];
+        let cpu = [(Stage::ServerFlight1, 800_000)];
+        for (now, stages, group) in [
+            (t0, &classic[..], Some("x25519")),
+            (t1, &classic[..], Some("x25519")),
+            (t1, &hybrid[..], Some("X25519MLKEM768")),
+            (t1, &classic[..], None),
+        ] {
+            e.add(
+                now,
+                &Sample {
+                    tls_group: group,
+                    cpu: &cpu,
+                    ..sample("nginx:443", Kind::Full, stages, false)
+                },
+            );
+        }
+        e.add(
+            t1,
+            &Sample {
+                tls_group: Some("none"),
+                ..sample("nginx:443", Kind::Resumed, &hybrid, true)
+            },
+        );
+        let p = e.parameters(t1, UNIX_EPOCH);
+        let kx = &p.servers[0].key_exchange;
+        let groups: Vec<(&str, u64)> = kx.iter().map(|g| (g.group.as_str(), g.count)).collect();
+        assert_eq!(groups, [("x25519", 2), ("X25519MLKEM768", 1)]);
+        assert!((kx[0].share - 2.0 / 3.0).abs() < 1e-12);
+        // service stages only: the wait for the ClientHello is not the server's work
+        let names: Vec<&str> = kx[0].stages.0.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["server_flight_1", "server_flight_2"]);
+        assert!((kx[0].service_s - 1.2e-3).abs() < 1e-12, "{:?}", kx[0]);
+        assert!((kx[1].service_s - 1.8e-3).abs() < 1e-12, "{:?}", kx[1]);
+        let sf1 = kx[1].stages.0[0].1;
+        assert_eq!(sf1.count, 1);
+        assert!((sf1.cpu_mean_s.unwrap() - 0.8e-3).abs() < 1e-12);
+        assert_eq!(kx[1].stages.0[1].1.cpu_mean_s, None);
+        // the JSON: added to each server, absent where empty
+        let json = p.to_json();
+        assert!(json.contains("\"key_exchange\":[{\"group\":\"x25519\",\"count\":2"), "{json}");
     }
 
     /// The wake-ups of a server's CPU by how long it slept: one entry per range of sleeps

@@ -1,13 +1,13 @@
 //! `cargo xtask setup`, and what each job installs on a test machine: the Debian package
 //! lists, installing what is missing, tracefs mounted.
 
-use std::{path::Path, process::Command};
+use std::{fs, path::Path, process::Command};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use hstrace_tests::util::installed;
 
-use crate::util::{require_root, run};
+use crate::util::{require_root, root, run};
 
 /// Debian packages that building hstrace needs, and nothing else: `cargo xtask setup`
 /// installs these (clang and llvm compile the BPF programs, libbpf-dev has their headers,
@@ -56,6 +56,10 @@ pub const TEST_PACKAGES: &[&str] = &[
     "mariadb-server",
     "mariadb-client",
     "vsftpd",
+    // JA4 against ja4plus (tests/tests/ja4.rs): its venv, and Java's TLS as a client (run
+    // as a single source file, which needs the JDK's compiler)
+    "python3-venv",
+    "openjdk-17-jdk-headless",
 ];
 
 /// What checks a page as a browser sees it (tests/tests/report.rs, `cargo xtask
@@ -112,6 +116,35 @@ pub fn install_runtimes() -> Result<()> {
         .map(|(_, pkg)| *pkg)
         .collect();
     apt_install(&missing)
+}
+
+/// ja4plus, the JA4 implementation the tests compare hstrace's with (tests/tests/ja4.rs),
+/// and what it needs, at the versions tests/ja4/requirements.txt pins: into target/ja4/venv,
+/// a venv of Debian's python3 (never the system's site-packages), again only when that
+/// file changes.
+pub fn install_ja4plus() -> Result<()> {
+    let requirements = root().join("tests/ja4/requirements.txt");
+    let venv = root().join("target/ja4/venv");
+    let installed_from = venv.join("installed-requirements.txt");
+    let wanted = fs::read(&requirements)?;
+    if fs::read(&installed_from).is_ok_and(|had| had == wanted) {
+        return Ok(());
+    }
+    eprintln!("xtask: installing ja4plus into target/ja4/venv");
+    let _ = fs::remove_dir_all(&venv);
+    run(Command::new("/usr/bin/python3")
+        .args(["-m", "venv"])
+        .arg(&venv))
+    .context("making a Python venv (Debian's python3-venv) for ja4plus")?;
+    run(Command::new(venv.join("bin/pip"))
+        .args(["install", "-q", "--disable-pip-version-check", "-r"])
+        .arg(&requirements))
+    .context(
+        "installing tests/ja4/requirements.txt from PyPI failed: the JA4 test needs pypi.org \
+         (pip honours https_proxy and PIP_INDEX_URL), or target/ja4/venv from an earlier run",
+    )?;
+    fs::write(&installed_from, wanted)?;
+    Ok(())
 }
 
 /// Can one of `commands` be started at all? (Its exit status does not matter.)

@@ -1,0 +1,121 @@
+//! The key-exchange group, post-quantum hybrids included, of a Go TLS 1.3 server that has
+//! no libssl (hstrace sees it from the wire only), each record checked against the Go
+//! client's own view (`ConnectionState().CurveID`). Root only; run with `cargo xtask test`.
+
+use hstrace_tests::{
+    assert::{assert_accounted, assert_has_stages, check_stages},
+    go_pqtls::{go_client, GoPqServer},
+    hstrace::Hstrace,
+    ja4plus::peer_port,
+};
+
+/// The IANA name hstrace gives a group Go reports by number.
+fn iana_name(id: u64) -> String {
+    match id {
+        0x001d => "x25519".into(),
+        0x0017 => "secp256r1".into(),
+        0x0018 => "secp384r1".into(),
+        0x0019 => "secp521r1".into(),
+        0x11eb => "SecP256r1MLKEM768".into(),
+        0x11ec => "X25519MLKEM768".into(),
+        0x11ed => "SecP384r1MLKEM1024".into(),
+        other => format!("0x{other:04X}"),
+    }
+}
+
+/// (the client's groups, the group both sides must name, a PQ offer, a retry)
+type Case = (&'static str, &'static str, bool, bool);
+
+/// Go clients against two Go servers, each record checked against Go's own view: the
+/// group Go negotiated, the client's post-quantum offer, a retry's cause and stages, the
+/// accounting. Go sends a key share for the first of its groups in its own fixed order
+/// (the hybrids first), whatever order `CurvePreferences` lists them in.
+///
+/// A server with Go's defaults: a client by default (X25519MLKEM768), one restricted to
+/// X25519, one with Go 1.26's SecP256r1MLKEM768 alone; the hybrid's ClientHello is about
+/// 1.2 KB larger than the X25519 one's.
+///
+/// A server that takes only SecP256r1MLKEM768 and P-256: the default client's X25519MLKEM768
+/// and X25519 shares are refused, so the server asks for SecP256r1MLKEM768 with a
+/// HelloRetryRequest, and a client of X25519 and P-256 is asked for P-256.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn go_hybrid_key_exchanges_are_named_as_go_clients_saw_them() {
+    let defaults: [Case; 3] = [
+        ("default", "X25519MLKEM768", true, false),
+        ("X25519", "x25519", false, false),
+        ("SecP256r1MLKEM768", "SecP256r1MLKEM768", true, false),
+    ];
+    let bytes = check_go_server("go-pq-default", "default", &defaults);
+    // X25519MLKEM768's share is ML-KEM-768's 1184-byte encapsulation key and X25519's
+    // 32 bytes, sent beside the X25519 share the restricted client sends alone
+    let extra = bytes[0] - bytes[1];
+    assert!(
+        (1_150..=1_400).contains(&extra),
+        "the hybrid's ClientHello is {extra} bytes larger: {bytes:?}"
+    );
+    let retries: [Case; 2] = [
+        ("default", "SecP256r1MLKEM768", true, true),
+        ("X25519,P256", "secp256r1", false, true),
+    ];
+    check_go_server("go-pq-retry", "SecP256r1MLKEM768,P256", &retries);
+}
+
+/// Trace a Go server taking `server_groups` while Go clients connect, one per case, and
+/// check each record: the clients' ClientHello sizes, in the cases' order.
+fn check_go_server(name: &str, server_groups: &str, cases: &[Case]) -> Vec<u64> {
+    let server = GoPqServer::start(name, server_groups);
+    let tracer = Hstrace::start(&["--port", &server.port.to_string()]);
+    let seen: Vec<_> = cases
+        .iter()
+        .map(|(groups, want, _, _)| {
+            let go = go_client(server.port, groups);
+            assert_eq!(go["version"], "TLS 1.3", "{groups}: {go}");
+            let id = go["curve_id"].as_u64().expect("curve_id");
+            assert_eq!(iana_name(id), *want, "{groups}: Go negotiated {go}");
+            go
+        })
+        .collect();
+    let out = tracer.stop();
+    assert_eq!(out.records.len(), cases.len(), "{:?}", out.records);
+    let mut hello_bytes = Vec::new();
+    for ((groups, _, pq, retry), go) in cases.iter().zip(&seen) {
+        let port = go["port"].as_u64().map(|p| p as u16);
+        let r = out
+            .records
+            .iter()
+            .find(|r| peer_port(r) == port)
+            .unwrap_or_else(|| panic!("{groups}: no record for Go's port {port:?}"));
+        let what = format!("server {server_groups}, client {groups} (Go: {go}): {r}");
+        assert_eq!(r["kind"], "full", "{what}");
+        assert_eq!(r["tls_version"], "1.3", "{what}");
+        let client_view = iana_name(go["curve_id"].as_u64().unwrap());
+        assert_eq!(r["tls_group"], client_view.as_str(), "{what}");
+        assert_eq!(r["pq_offered"], *pq, "{what}");
+        let mut stages = vec![
+            "accept_queue",
+            "wait_client_hello",
+            "server_flight_1",
+            "wait_client_flight_2",
+            "response",
+        ];
+        if *retry {
+            assert_eq!(r["hrr_cause"], "no_acceptable_share", "{what}");
+            stages.extend(["hello_retry", "wait_client_hello_2"]);
+        } else {
+            assert!(r.get("hrr_cause").is_none(), "{what}");
+        }
+        assert_has_stages(r, &stages, &what);
+        check_stages(r);
+        let bytes = r["client_hello_bytes"]
+            .as_u64()
+            .expect("client_hello_bytes");
+        eprintln!(
+            "server {server_groups:<24} client {groups:<18} Go {:<18} hstrace {} pq_offered {} hrr {} hello {bytes} B",
+            go["curve"], r["tls_group"], r["pq_offered"], r["hrr_cause"]
+        );
+        hello_bytes.push(bytes);
+    }
+    assert_accounted(&out.health, true);
+    hello_bytes
+}

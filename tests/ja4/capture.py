@@ -3,7 +3,7 @@
 An implementation independent of hstrace's (tests/tests/ja4.rs compares the two): scapy
 reads the loopback interface through a raw AF_PACKET socket (no libpcap, so no filter
 in the kernel: packets are picked here by their TCP port), and each ClientHello to the
-port goes to ja4plus's JA4Fingerprinter. Run as root, from target/ja4/venv's python.
+port goes to ja4plus's JA4Fingerprinter. Run as root, from target/python/venv's python.
 
 Usage: capture.py PORT
 Prints {"ready": true} once the socket is open, then one JSON line per connection:

@@ -5,7 +5,6 @@
 use std::{
     collections::BTreeMap,
     io::{BufRead, BufReader},
-    path::PathBuf,
     process::{Child, Command, Stdio},
     sync::mpsc,
     thread,
@@ -14,18 +13,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::util::workspace;
-
-/// The venv `cargo xtask test` installs tests/ja4/requirements.txt into.
-pub fn venv_python() -> PathBuf {
-    let python = workspace().join("target/ja4/venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} missing: `sudo cargo xtask test` installs ja4plus there (tests/ja4/requirements.txt)",
-        python.display()
-    );
-    python
-}
+use crate::util::{venv_python, workspace};
 
 /// tests/ja4/capture.py running on loopback for one server port.
 pub struct Ja4Capture {

@@ -1,6 +1,6 @@
 //! Each client's JA4 as hstrace computes it, against ja4plus (PyPI), an independent
 //! implementation fed the same ClientHellos captured from loopback. Root only; run with
-//! `cargo xtask test` (which installs ja4plus into target/ja4/venv).
+//! `cargo xtask test` (which installs ja4plus into target/python/venv).
 
 use std::{collections::BTreeMap, process::Command};
 

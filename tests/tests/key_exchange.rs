@@ -2,11 +2,15 @@
 //! no libssl (hstrace sees it from the wire only), each record checked against the Go
 //! client's own view (`ConnectionState().CurveID`). Root only; run with `cargo xtask test`.
 
+use std::process::Command;
+
 use hstrace_tests::{
     assert::{assert_accounted, assert_has_stages, check_stages},
     go_pqtls::{go_client, GoPqServer},
     hstrace::Hstrace,
     ja4plus::peer_port,
+    servers::Nginx,
+    util::{venv_python, workspace},
 };
 
 /// The IANA name hstrace gives a group Go reports by number.
@@ -118,4 +122,78 @@ fn check_go_server(name: &str, server_groups: &str, cases: &[Case]) -> Vec<u64> 
     }
     assert_accounted(&out.health, true);
     hello_bytes
+}
+
+/// TLS 1.3 resumption with and without a key exchange, against nginx (OpenSSL 3.0, told
+/// to allow `psk_ke` with `AllowNoDHEKEX`): tlslite-ng (PyPI) offers one mode alone, which
+/// openssl s_client (it offers `psk_ke` only beside `psk_dhe_ke`, and OpenSSL's server
+/// then takes `psk_dhe_ke`), Go and Java cannot. A `psk_dhe_ke` resumption names the
+/// group of its key share; a `psk_ke` one says `none`; each as the client read the
+/// ServerHello, and as nginx's log says it resumed.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn tls13_resumption_names_its_group_only_with_psk_dhe_ke() {
+    let nginx = Nginx::start_with(
+        "psk-modes",
+        1,
+        2048,
+        "ssl_conf_command Options AllowNoDHEKEX;",
+    );
+    let tracer = Hstrace::start(&["--port", &nginx.port.to_string()]);
+    let mut seen = Vec::new();
+    for mode in ["psk_dhe_ke", "psk_ke"] {
+        let out = Command::new(venv_python())
+            .arg(workspace().join("tests/python/psk_client.py"))
+            .arg(nginx.port.to_string())
+            .arg(mode)
+            .output()
+            .expect("tlslite-ng client");
+        assert!(
+            out.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for line in String::from_utf8(out.stdout).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).expect("JSON");
+            seen.push((mode, v));
+        }
+    }
+    let out = tracer.stop();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert_eq!(out.records.len(), 4, "{:?}", out.records);
+    for (i, (mode, client)) in seen.iter().enumerate() {
+        let resumed = i % 2 == 1;
+        assert_eq!(client["resumed"], resumed, "{mode}: {client}");
+        let port = client["port"].as_u64().map(|p| p as u16);
+        let r = out
+            .records
+            .iter()
+            .find(|r| peer_port(r) == port)
+            .unwrap_or_else(|| panic!("{mode}: no record for port {port:?}"));
+        let what = format!("{mode} (client: {client}): {r}");
+        eprintln!("{what}");
+        assert_eq!(
+            r["kind"],
+            if resumed { "resumed" } else { "full" },
+            "{what}"
+        );
+        assert_eq!(r["tls_version"], "1.3", "{what}");
+        let client_view = client["group"]
+            .as_u64()
+            .map_or_else(|| "none".to_owned(), iana_name);
+        assert_eq!(r["tls_group"], client_view.as_str(), "{what}");
+        // the one resumption without a key exchange
+        assert_eq!(
+            client_view == "none",
+            resumed && *mode == "psk_ke",
+            "{what}"
+        );
+        check_stages(r);
+    }
+    assert_accounted(&out.health, true);
+    assert_eq!(
+        nginx.resumed_log(),
+        [false, true, false, true],
+        "nginx's own log"
+    );
 }

@@ -56,8 +56,9 @@ pub const TEST_PACKAGES: &[&str] = &[
     "mariadb-server",
     "mariadb-client",
     "vsftpd",
-    // JA4 against ja4plus (tests/tests/ja4.rs): its venv, and Java's TLS as a client (run
-    // as a single source file, which needs the JDK's compiler)
+    // the tests' PyPI packages' venv (tests/python/requirements.txt), and Java's TLS as
+    // a client (tests/tests/ja4.rs: run as a single source file, which needs the JDK's
+    // compiler)
     "python3-venv",
     "openjdk-17-jdk-headless",
 ];
@@ -118,30 +119,29 @@ pub fn install_runtimes() -> Result<()> {
     apt_install(&missing)
 }
 
-/// ja4plus, the JA4 implementation the tests compare hstrace's with (tests/tests/ja4.rs),
-/// and what it needs, at the versions tests/ja4/requirements.txt pins: into target/ja4/venv,
-/// a venv of Debian's python3 (never the system's site-packages), again only when that
-/// file changes.
-pub fn install_ja4plus() -> Result<()> {
-    let requirements = root().join("tests/ja4/requirements.txt");
-    let venv = root().join("target/ja4/venv");
+/// The tests' Python packages (ja4plus, tlslite-ng) and what they need, at the versions
+/// tests/python/requirements.txt pins: into target/python/venv, a venv of Debian's python3
+/// (never the system's site-packages), again only when that file changes.
+pub fn install_python_packages() -> Result<()> {
+    let requirements = root().join("tests/python/requirements.txt");
+    let venv = root().join("target/python/venv");
     let installed_from = venv.join("installed-requirements.txt");
     let wanted = fs::read(&requirements)?;
     if fs::read(&installed_from).is_ok_and(|had| had == wanted) {
         return Ok(());
     }
-    eprintln!("xtask: installing ja4plus into target/ja4/venv");
+    eprintln!("xtask: installing tests/python/requirements.txt into target/python/venv");
     let _ = fs::remove_dir_all(&venv);
     run(Command::new("/usr/bin/python3")
         .args(["-m", "venv"])
         .arg(&venv))
-    .context("making a Python venv (Debian's python3-venv) for ja4plus")?;
+    .context("making a Python venv (Debian's python3-venv) for the tests")?;
     run(Command::new(venv.join("bin/pip"))
         .args(["install", "-q", "--disable-pip-version-check", "-r"])
         .arg(&requirements))
     .context(
-        "installing tests/ja4/requirements.txt from PyPI failed: the JA4 test needs pypi.org \
-         (pip honours https_proxy and PIP_INDEX_URL), or target/ja4/venv from an earlier run",
+        "installing tests/python/requirements.txt from PyPI failed: the tests need pypi.org \
+         (pip honours https_proxy and PIP_INDEX_URL), or target/python/venv from an earlier run",
     )?;
     fs::write(&installed_from, wanted)?;
     Ok(())

@@ -8,7 +8,7 @@ use hstrace_tests::{
     assert::{assert_accounted, assert_has_stages, check_stages},
     go_pqtls::{go_client, GoPqServer},
     hstrace::Hstrace,
-    ja4plus::peer_port,
+    ja4plus::{ja4_mismatches, peer_port, Ja4Capture},
     servers::Nginx,
     util::{venv_python, workspace},
 };
@@ -69,6 +69,7 @@ fn go_hybrid_key_exchanges_are_named_as_go_clients_saw_them() {
 /// check each record: the clients' ClientHello sizes, in the cases' order.
 fn check_go_server(name: &str, server_groups: &str, cases: &[Case]) -> Vec<u64> {
     let server = GoPqServer::start(name, server_groups);
+    let mut capture = Ja4Capture::start(server.port);
     let tracer = Hstrace::start(&["--port", &server.port.to_string()]);
     let seen: Vec<_> = cases
         .iter()
@@ -115,11 +116,15 @@ fn check_go_server(name: &str, server_groups: &str, cases: &[Case]) -> Vec<u64> 
             .as_u64()
             .expect("client_hello_bytes");
         eprintln!(
-            "server {server_groups:<24} client {groups:<18} Go {:<18} hstrace {} pq_offered {} hrr {} hello {bytes} B",
-            go["curve"], r["tls_group"], r["pq_offered"], r["hrr_cause"]
+            "server {server_groups:<24} client {groups:<18} Go {:<18} hstrace {} pq_offered {} hrr {} hello {bytes} B ja4 {}",
+            go["curve"], r["tls_group"], r["pq_offered"], r["hrr_cause"], r["ja4"]
         );
         hello_bytes.push(bytes);
     }
+    // the hybrid's and the retried hellos' JA4 too, against ja4plus
+    capture.new_ports(cases.len());
+    let mismatches = ja4_mismatches(&out.records, &capture.seen, &Default::default());
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
     assert_accounted(&out.health, true);
     hello_bytes
 }
@@ -139,6 +144,7 @@ fn tls13_resumption_names_its_group_only_with_psk_dhe_ke() {
         2048,
         "ssl_conf_command Options AllowNoDHEKEX;",
     );
+    let mut capture = Ja4Capture::start(nginx.port);
     let tracer = Hstrace::start(&["--port", &nginx.port.to_string()]);
     let mut seen = Vec::new();
     for mode in ["psk_dhe_ke", "psk_ke"] {
@@ -190,6 +196,10 @@ fn tls13_resumption_names_its_group_only_with_psk_dhe_ke() {
         );
         check_stages(r);
     }
+    // tlslite-ng's hellos' JA4 (a pre_shared_key in the resuming ones), against ja4plus
+    capture.new_ports(seen.len());
+    let mismatches = ja4_mismatches(&out.records, &capture.seen, &Default::default());
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
     assert_accounted(&out.health, true);
     assert_eq!(
         nginx.resumed_log(),

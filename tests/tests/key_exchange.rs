@@ -6,6 +6,7 @@ use std::process::Command;
 
 use hstrace_tests::{
     assert::{assert_accounted, assert_has_stages, check_stages},
+    clients::s_client,
     go_pqtls::{go_client, GoPqServer},
     hstrace::Hstrace,
     ja4plus::{ja4_mismatches, peer_port, Ja4Capture},
@@ -206,4 +207,57 @@ fn tls13_resumption_names_its_group_only_with_psk_dhe_ke() {
         [false, true, false, true],
         "nginx's own log"
     );
+}
+
+/// TLS 1.3 against nginx (Debian's, OpenSSL 3.0: no ML-KEM), each group as openssl
+/// s_client saw it in its "Server Temp Key" line: X25519, P-256, P-384, ffdhe2048, and a
+/// `-groups` list whose first share (P-521) nginx does not take, so it asks for P-384
+/// with a HelloRetryRequest.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn tls13_groups_are_named_as_s_client_saw_them() {
+    let nginx = Nginx::start_with(
+        "tls13-groups",
+        1,
+        2048,
+        "ssl_ecdh_curve X25519:prime256v1:secp384r1:ffdhe2048;",
+    );
+    let tracer = Hstrace::start(&["--port", &nginx.port.to_string()]);
+    // (s_client's -groups, its "Server Temp Key" line's start, the record's group, a retry)
+    let cases = [
+        ("X25519", "X25519", "x25519", false),
+        ("P-256", "ECDH, prime256v1", "secp256r1", false),
+        ("P-384", "ECDH, secp384r1", "secp384r1", false),
+        ("ffdhe2048", "DH, 2048 bits", "ffdhe2048", false),
+        ("P-521:P-384", "ECDH, secp384r1", "secp384r1", true),
+    ];
+    for (groups, temp_key, _, _) in &cases {
+        let out = s_client(nginx.port, &["-tls1_3", "-groups", groups]);
+        assert!(out.contains("New, TLSv1.3"), "{groups}: {out}");
+        let temp = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Server Temp Key: "))
+            .unwrap_or_else(|| panic!("{groups}: no Server Temp Key line: {out}"));
+        assert!(
+            temp.starts_with(temp_key),
+            "{groups}: s_client says {temp:?}"
+        );
+    }
+    let out = tracer.stop();
+    assert_eq!(out.records.len(), cases.len(), "{:?}", out.records);
+    for (r, (groups, temp_key, group, retry)) in out.records.iter().zip(&cases) {
+        let what = format!("-groups {groups} (s_client: {temp_key}): {r}");
+        assert_eq!(r["kind"], "full", "{what}");
+        assert_eq!(r["tls_version"], "1.3", "{what}");
+        assert_eq!(r["tls_group"], *group, "{what}");
+        assert_eq!(r["pq_offered"], false, "{what}");
+        if *retry {
+            assert_eq!(r["hrr_cause"], "no_acceptable_share", "{what}");
+            assert_has_stages(r, &["hello_retry", "wait_client_hello_2"], &what);
+        } else {
+            assert!(r.get("hrr_cause").is_none(), "{what}");
+        }
+        check_stages(r);
+    }
+    assert_accounted(&out.health, true);
 }

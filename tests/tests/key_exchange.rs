@@ -1,6 +1,8 @@
-//! The key-exchange group, post-quantum hybrids included, of a Go TLS 1.3 server that has
-//! no libssl (hstrace sees it from the wire only), each record checked against the Go
-//! client's own view (`ConnectionState().CurveID`). Root only; run with `cargo xtask test`.
+//! The key-exchange group per connection, post-quantum hybrids included, each record
+//! checked against the client's own view: Go clients of a Go TLS 1.3 server that has no
+//! libssl (hstrace sees it from the wire only), openssl s_client and tlslite-ng (TLS 1.3
+//! resumption with and without a key exchange) against nginx. Root only; run with
+//! `cargo xtask test`.
 
 use std::process::Command;
 

@@ -63,3 +63,45 @@ pub fn client_hello_record(fixture: &str) -> Vec<u8> {
     rec.extend_from_slice(&msg);
     rec
 }
+
+/// A TLS extension: (type, body).
+pub type Extension = (u16, Vec<u8>);
+
+/// A ClientHello message (handshake header included) taken apart: the bytes before its
+/// extensions, and its extensions in order.
+pub fn split_client_hello(msg: &[u8]) -> (Vec<u8>, Vec<Extension>) {
+    let mut at = 4 + 2 + 32;
+    at += 1 + msg[at] as usize; // session id
+    at += 2 + u16::from_be_bytes([msg[at], msg[at + 1]]) as usize; // cipher suites
+    at += 1 + msg[at] as usize; // compression methods
+    let head = msg[..at].to_vec();
+    let end = at + 2 + u16::from_be_bytes([msg[at], msg[at + 1]]) as usize;
+    let mut exts = Vec::new();
+    let mut p = at + 2;
+    while p < end {
+        let ty = u16::from_be_bytes([msg[p], msg[p + 1]]);
+        let len = u16::from_be_bytes([msg[p + 2], msg[p + 3]]) as usize;
+        exts.push((ty, msg[p + 4..p + 4 + len].to_vec()));
+        p += 4 + len;
+    }
+    (head, exts)
+}
+
+/// The record carrying a ClientHello made of `head` and `exts`, its lengths recomputed.
+pub fn client_hello_record_of(head: &[u8], exts: &[Extension]) -> Vec<u8> {
+    let mut body: Vec<u8> = Vec::new();
+    for (ty, data) in exts {
+        body.extend_from_slice(&ty.to_be_bytes());
+        body.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        body.extend_from_slice(data);
+    }
+    let mut msg = head.to_vec();
+    msg.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    msg.extend_from_slice(&body);
+    let len = (msg.len() - 4) as u32;
+    msg[1..4].copy_from_slice(&len.to_be_bytes()[1..]);
+    let mut rec = vec![22, 3, 1];
+    rec.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+    rec.extend_from_slice(&msg);
+    rec
+}

@@ -16,10 +16,14 @@ pub mod cpuset;
 pub mod daemon;
 /// Throwaway certificates and the captured ClientHellos.
 pub mod fixtures;
+/// A TLS 1.3 server and client from Go's crypto/tls alone, post-quantum hybrids first.
+pub mod go_pqtls;
 /// The real `hstrace` binary: `trace` until Ctrl-C, or run to completion.
 pub mod hstrace;
 /// The one HTTP/1.0 GET.
 pub mod http;
+/// ja4plus (PyPI), an independent JA4, compared with hstrace's record by record.
+pub mod ja4plus;
 /// podman with Debian's runc and this sandbox's containers.conf.
 pub mod podman;
 /// Children, CPU time, memory and CPU affinity of processes; stopped processes.

@@ -27,6 +27,18 @@ pub fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
+/// The python of the venv `cargo xtask test` installs tests/python/requirements.txt into
+/// (ja4plus, tlslite-ng).
+pub fn venv_python() -> PathBuf {
+    let python = workspace().join("target/python/venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} missing: `sudo cargo xtask test` installs tests/python/requirements.txt there",
+        python.display()
+    );
+    python
+}
+
 /// A fresh directory for one test.
 pub fn work_dir(name: &str) -> PathBuf {
     let d = workspace().join("target/hstrace-tests").join(name);

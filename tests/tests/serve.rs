@@ -4,6 +4,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs,
+    io::{Read, Write},
     path::PathBuf,
     process::Command,
     thread,
@@ -15,6 +16,7 @@ use hstrace_tests::{
     chromium,
     clients::{curl, drive_mix, s_client, s_time},
     daemon::{Daemon, Scrape},
+    fixtures::{client_hello_record, client_hello_record_of, split_client_hello},
     hstrace::{hstrace_bin, hstrace_output, hstrace_run, Hstrace},
     prometheus,
     servers::Nginx,
@@ -1022,6 +1024,79 @@ fn random_snis_leave_series_and_memory_flat() {
         .collect();
     assert!(snis.len() <= 52, "{snis:?}");
     assert!(m.sum("hstrace_sni_folded_total", &[]) >= 10_000.0 - 52.0 * 2.0);
+}
+
+/// 5,000 distinct JA4 fingerprints, each sent twice: 10,000 real TLS 1.3 hellos (a
+/// captured OpenSSL one, with one unregistered extension type of its own each) that nginx
+/// answers, under `serve --max-ja4 50`. The JA4 label keeps at most 50 values besides
+/// `other` and `none`, the rest are counted as `other` and folded, and the series count
+/// stays flat from the first 2,000 hellos to the last.
+#[test]
+#[ignore = "needs root: run `sudo cargo xtask test`"]
+fn five_thousand_fingerprints_leave_the_ja4_label_bounded() {
+    let nginx = Nginx::start("serve-ja4", 1);
+    let daemon = Daemon::start(&["--port", &nginx.port.to_string(), "--max-ja4", "50"]);
+    let (head, exts) = split_client_hello(&client_hello_record("tls13_full.client_hello.hex")[5..]);
+    // extension types no one registered, GREASE's (0x?a?a) left out: JA4 skips those
+    let types: Vec<u16> = (0xe000u16..)
+        .filter(|t| t & 0x0f0f != 0x0a0a)
+        .take(5_000)
+        .collect();
+    let hello = |i: usize| {
+        let mut e = exts.clone();
+        e.push((types[i], Vec::new()));
+        client_hello_record_of(&head, &e)
+    };
+    // each hello twice; the connection closed once nginx's first flight came
+    let batch = |from: usize, to: usize| {
+        for i in from..to {
+            let record = hello(i);
+            for _ in 0..2 {
+                let mut s = std::net::TcpStream::connect(("127.0.0.1", nginx.port)).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                s.write_all(&record).unwrap();
+                let mut first = [0u8; 1];
+                let n = s.read(&mut first).unwrap_or(0);
+                assert_eq!(
+                    (n, first[0]),
+                    (1, 22),
+                    "nginx answers hello {i} with a handshake"
+                );
+            }
+        }
+    };
+    let settle = |n: f64| {
+        eventually("every hello counted", || {
+            daemon.scrape().sum("hstrace_tls_clients_total", &[]) >= n
+        })
+    };
+    batch(0, 1_000);
+    settle(2_000.0);
+    let series_a = daemon.scrape().series();
+    batch(1_000, 5_000);
+    settle(10_000.0);
+    let m = daemon.scrape();
+    let series_b = m.series();
+    let labels: BTreeSet<&String> = m
+        .samples
+        .iter()
+        .filter(|(name, _, _)| name == "hstrace_tls_clients_total")
+        .filter_map(|(_, l, _)| l.get("tls_client_ja4"))
+        .collect();
+    eprintln!(
+        "after 2,000 hellos: {series_a} series; after 10,000: {series_b} series, {} JA4 values",
+        labels.len()
+    );
+    assert!(labels.len() <= 52, "{labels:?}");
+    assert!(labels.contains(&"other".to_owned()), "{labels:?}");
+    let other = m.sum("hstrace_tls_clients_total", &[("tls_client_ja4", "other")]);
+    assert!(other >= 10_000.0 - 2.0 * 50.0, "other: {other}");
+    assert!(
+        m.sum("hstrace_ja4_folded_total", &[]) >= other,
+        "{}",
+        m.text
+    );
+    assert_eq!(series_a, series_b, "the series count grew");
 }
 
 /// nginx stopped and started again (a new master) under `serve --comm nginx`: the new

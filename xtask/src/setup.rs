@@ -1,13 +1,13 @@
 //! `cargo xtask setup`, and what each job installs on a test machine: the Debian package
 //! lists, installing what is missing, tracefs mounted.
 
-use std::{path::Path, process::Command};
+use std::{fs, path::Path, process::Command};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use hstrace_tests::util::installed;
 
-use crate::util::{require_root, run};
+use crate::util::{require_root, root, run};
 
 /// Debian packages that building hstrace needs, and nothing else: `cargo xtask setup`
 /// installs these (clang and llvm compile the BPF programs, libbpf-dev has their headers,
@@ -56,6 +56,11 @@ pub const TEST_PACKAGES: &[&str] = &[
     "mariadb-server",
     "mariadb-client",
     "vsftpd",
+    // the tests' PyPI packages' venv (tests/python/requirements.txt), and Java's TLS as
+    // a client (tests/tests/ja4.rs: run as a single source file, which needs the JDK's
+    // compiler)
+    "python3-venv",
+    "openjdk-17-jdk-headless",
 ];
 
 /// What checks a page as a browser sees it (tests/tests/report.rs, `cargo xtask
@@ -112,6 +117,34 @@ pub fn install_runtimes() -> Result<()> {
         .map(|(_, pkg)| *pkg)
         .collect();
     apt_install(&missing)
+}
+
+/// The tests' Python packages (ja4plus, tlslite-ng) and what they need, at the versions
+/// tests/python/requirements.txt pins: into target/python/venv, a venv of Debian's python3
+/// (never the system's site-packages), again only when that file changes.
+pub fn install_python_packages() -> Result<()> {
+    let requirements = root().join("tests/python/requirements.txt");
+    let venv = root().join("target/python/venv");
+    let installed_from = venv.join("installed-requirements.txt");
+    let wanted = fs::read(&requirements)?;
+    if fs::read(&installed_from).is_ok_and(|had| had == wanted) {
+        return Ok(());
+    }
+    eprintln!("xtask: installing tests/python/requirements.txt into target/python/venv");
+    let _ = fs::remove_dir_all(&venv);
+    run(Command::new("/usr/bin/python3")
+        .args(["-m", "venv"])
+        .arg(&venv))
+    .context("making a Python venv (Debian's python3-venv) for the tests")?;
+    run(Command::new(venv.join("bin/pip"))
+        .args(["install", "-q", "--disable-pip-version-check", "-r"])
+        .arg(&requirements))
+    .context(
+        "installing tests/python/requirements.txt from PyPI failed: the tests need pypi.org \
+         (pip honours https_proxy and PIP_INDEX_URL), or target/python/venv from an earlier run",
+    )?;
+    fs::write(&installed_from, wanted)?;
+    Ok(())
 }
 
 /// Can one of `commands` be started at all? (Its exit status does not matter.)

@@ -13,7 +13,8 @@ use anyhow::{bail, Context, Result};
 use crate::{
     image, package,
     setup::{
-        install_runtimes, setup_test_machine, BROWSER_PACKAGES, IMAGE_PACKAGES, TEST_PACKAGES,
+        install_python_packages, install_runtimes, setup_test_machine, BROWSER_PACKAGES,
+        IMAGE_PACKAGES, TEST_PACKAGES,
     },
     util::{build, root},
     validate, vm,
@@ -24,6 +25,7 @@ use crate::{
 pub fn test(extra: &[String]) -> Result<()> {
     setup_test_machine(&[TEST_PACKAGES, IMAGE_PACKAGES, BROWSER_PACKAGES].concat())?;
     install_runtimes()?;
+    install_python_packages()?;
     let bin = build()?;
     // the load generator of the reduced model validation (xtask/src/validate.rs)
     let hsload = validate::build_hsload()?;

@@ -1,0 +1,3 @@
+module hstrace.test/pqtls
+
+go 1.26

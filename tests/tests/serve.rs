@@ -1389,5 +1389,32 @@ fn serve_counts_key_exchanges_retries_and_fingerprints_as_the_records_say() {
         "{}",
         m.text
     );
+    // the parameters: the full handshakes by group, as the records say, each with its
+    // first flight's service time
+    let mut full_by_group: BTreeMap<String, u64> = BTreeMap::new();
+    for r in records.iter().filter(|r| r["kind"] == "full") {
+        if let Some(g) = r["tls_group"].as_str() {
+            *full_by_group.entry(g.to_owned()).or_default() += 1;
+        }
+    }
+    let params = daemon.server_parameters(&format!("nginx:{port}"));
+    let kx = params["key_exchange"].as_array().expect("key_exchange");
+    let got: BTreeMap<String, u64> = kx
+        .iter()
+        .map(|g| {
+            (
+                g["group"].as_str().unwrap().to_owned(),
+                g["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, full_by_group, "{params}");
+    for g in kx {
+        assert!(
+            g["stages"]["server_flight_1"]["mean_s"].as_f64() > Some(0.0),
+            "{g}"
+        );
+        assert!(g["service_s"].as_f64() > Some(0.0), "{g}");
+    }
     daemon.stop();
 }

@@ -22,8 +22,7 @@ use super::{
     v1::{
         wake_bin, Architecture, Cache, ClassParams, Classes, ColdStartAbsent, Cpu, CpuAfter,
         Demand, GroupParams, GroupStage, Host, Parameters, ServerParams, StageParams, WaitAfter,
-        WakeupAfter, Window,
-        LONGEST_SLEEP_S, SCHEMA, WAKE_BINS,
+        WakeupAfter, Window, LONGEST_SLEEP_S, SCHEMA, WAKE_BINS,
     },
 };
 use crate::{
@@ -916,7 +915,10 @@ mod tests {
             (Stage::ServerFlight1, 1_000_000),
             (Stage::ServerFlight2, 200_000),
         ];
-        let hybrid = [(Stage::ServerFlight1, 1_600_000), (Stage::ServerFlight2, 200_000)];
+        let hybrid = [
+            (Stage::ServerFlight1, 1_600_000),
+            (Stage::ServerFlight2, 200_000),
+        ];
         let cpu = [(Stage::ServerFlight1, 800_000)];
         for (now, stages, group) in [
             (t0, &classic[..], Some("x25519")),
@@ -956,7 +958,10 @@ mod tests {
         assert_eq!(kx[1].stages.0[1].1.cpu_mean_s, None);
         // the JSON: added to each server, absent where empty
         let json = p.to_json();
-        assert!(json.contains("\"key_exchange\":[{\"group\":\"x25519\",\"count\":2"), "{json}");
+        assert!(
+            json.contains("\"key_exchange\":[{\"group\":\"x25519\",\"count\":2"),
+            "{json}"
+        );
     }
 
     /// The wake-ups of a server's CPU by how long it slept: one entry per range of sleeps

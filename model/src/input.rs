@@ -92,6 +92,9 @@ pub struct ServerInput {
     /// a message's wait for a call that woke the server's CPU, by how long the CPU had
     /// slept (`wakeup_after_idle`, shortest first)
     pub wakeup_after_idle: Vec<v1::WakeupAfter>,
+    /// the full handshakes by key-exchange group (`key_exchange`; empty where the source
+    /// does not say)
+    pub key_exchange: Vec<v1::GroupParams>,
     /// read from Prometheus, which carries neither
     pub from_prometheus: bool,
 }
@@ -208,6 +211,12 @@ fn server_input(s: &v1::ServerParams, origin: &str) -> Result<ServerInput> {
             .filter(|w| w.idle_s.is_finite() && w.idle_s >= 0.0)
             .filter(|w| w.mean_s.is_finite() && w.mean_s >= 0.0)
             .copied()
+            .collect(),
+        key_exchange: s
+            .key_exchange
+            .iter()
+            .filter(|g| g.service_s.is_finite() && g.service_s >= 0.0)
+            .cloned()
             .collect(),
         from_prometheus: false,
     })
@@ -363,6 +372,11 @@ pub fn merge(parts: Vec<ServerInput>, origin: &str) -> Result<ServerInput> {
         cold_start: parts.iter().find_map(|p| p.cold_start.clone()),
         cold_start_absent: parts.iter().find_map(|p| p.cold_start_absent),
         wakeup_after_idle: v1::WakeupAfter::pooled(parts.iter().flat_map(|p| &p.wakeup_after_idle)),
+        // (by port: one port's groups, not pooled; --group then names the port)
+        key_exchange: match parts.as_slice() {
+            [one] => one.key_exchange.clone(),
+            _ => Vec::new(),
+        },
         from_prometheus: parts.iter().any(|p| p.from_prometheus),
     })
 }
@@ -643,6 +657,7 @@ fn prom_server(base: &str, server: String, w: &str) -> Result<ServerInput> {
         cold_start: None,
         cold_start_absent: None,
         wakeup_after_idle: Vec::new(),
+        key_exchange: Vec::new(),
         from_prometheus: true,
     })
 }

@@ -71,6 +71,8 @@ pub struct Knobs {
     pub cold_start_from: ColdStartFrom,
     /// `--key-change`: another certificate key, and what a signature costs with each
     pub key_change: Option<KeyChange>,
+    /// `--group`: every full handshake on this key-exchange group (`group::with_group`)
+    pub group: Option<String>,
 }
 
 impl Default for Knobs {
@@ -100,6 +102,7 @@ impl Default for Knobs {
             cold_start_measured: None,
             cold_start_from: ColdStartFrom::None,
             key_change: None,
+            group: None,
         }
     }
 }

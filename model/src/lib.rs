@@ -45,6 +45,7 @@
 pub mod args;
 pub mod cold_start;
 pub mod demand;
+pub mod group;
 pub mod http_client;
 pub mod input;
 pub mod keys;
@@ -196,6 +197,11 @@ pub fn build(
             .key_change
             .as_ref()
             .map(|k| keys::key_changed_s(server, k))
+            .transpose()?,
+        group_s: knobs
+            .group
+            .as_deref()
+            .map(|g| group::service_s(server, g))
             .transpose()?,
         measured: server.classes.each_ref().map(|c| c.measured()),
         base,

@@ -31,6 +31,9 @@ pub struct Report {
     /// `--key-change`: the full handshake's `server_flight_1` mean, measured and with the
     /// new key
     pub key_change_s: Option<(f64, f64)>,
+    /// with `--group`: a full handshake's service demand measured (all groups) and with
+    /// that group's stages
+    pub group_s: Option<(f64, f64)>,
     /// which classes have stages measured (the others have no response time)
     pub measured: [bool; 3],
     /// the network of the measured mix (after `--hit-ratio`)
@@ -176,6 +179,11 @@ impl Report {
                 "cold_start_handshake_after": curve_json(&self.knobs.cold_start.handshake),
                 "cold_start_from": self.knobs.cold_start_from.name(),
                 "cold_start_measured": self.knobs.cold_start_measured,
+                "group": self.knobs.group.as_ref().zip(self.group_s)
+                    .map(|(g, (measured, with_group))| json!({
+                        "group": g,
+                        "full_service_s": {"measured": measured, "with_group": with_group},
+                    })),
                 "key_change": self.knobs.key_change.as_ref().zip(self.key_change_s)
                     .map(|(k, (measured, with_key))| json!({
                         "from": k.from.name(),
@@ -280,6 +288,13 @@ impl Report {
         }
         for (st, f) in &k.scale_stages {
             what_if.push(format!("{st} x{f}"));
+        }
+        if let (Some(g), Some((measured, with_group))) = (&k.group, self.group_s) {
+            what_if.push(format!(
+                "every full handshake on {g} (its service stages {} → {} ms)",
+                ms(measured),
+                ms(with_group)
+            ));
         }
         if let (Some(kc), Some((measured, with_key))) = (&k.key_change, self.key_change_s) {
             what_if.push(format!(

@@ -19,7 +19,9 @@ pub fn network(
     knobs: &Knobs,
     secure_fraction: Option<f64>,
 ) -> Result<Network> {
-    // --key-change changes the input itself: every knob and every solver sees the new key
+    // --group and --key-change change the input itself: every knob and every solver sees
+    // the group's first flight, and the new key's signature on top of it
+    let server = &*crate::group::with_group(server, knobs.group.as_deref())?;
     let server = &*with_key_change(server, knobs.key_change.as_ref())?;
     let (mut service_s, delay_s) = demands(server, knobs)?;
     // processor sharing: the CPU no stage measures is each request's demand too (the

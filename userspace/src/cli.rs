@@ -368,6 +368,12 @@ enum Command {
         /// so run it on the server's host (or one with the same CPU)
         #[arg(long, value_name = "FROM:TO")]
         key_change: Option<String>,
+        /// Predict response times if every full handshake agreed on this key-exchange
+        /// group (e.g. X25519MLKEM768): its measured service stages (the parameters'
+        /// key_exchange) replace the full handshakes' of all groups. Measure some clients
+        /// that negotiate it first
+        #[arg(long, value_name = "GROUP")]
+        group: Option<String>,
         /// With --key-change: each key's CPU per signature, measured elsewhere, instead of
         /// running openssl speed here (e.g. rsa2048=0.24ms,rsa4096=1.7ms)
         #[arg(long, value_name = "KEY=TIME,...")]
@@ -648,6 +654,7 @@ pub fn run(cli: Cli) -> Result<()> {
             other_cpus,
             scale_stage,
             key_change,
+            group,
             sign_cost,
             servers,
             discipline,
@@ -725,6 +732,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 cold_start_from: knobs::ColdStartFrom::None,
                 // measured by model::run, once the parameters are read
                 key_change: None,
+                group,
             };
             let measure_cold_start =
                 knobs::ColdStartArg::parse(cold_start.as_deref())?.apply(&mut knobs);

@@ -29,6 +29,7 @@ const SECTIONS: &[&str] = &[
     "waterfall",
     "distributions",
     "cache",
+    "key-exchange",
     "failures",
     "parameters",
     "forecast",
@@ -77,6 +78,12 @@ fn report_of_a_traced_window() {
     let page = Page::load(&both_page);
     page.assert_servers(&[&tls, &plain]);
     assert_mix(page.server(&tls), &mix, &page.params);
+    // every full handshake of the mix agreed on x25519 (TLS 1.3's key share, TLS 1.2's
+    // ECDHE ServerKeyExchange): one group, all of them, in the key-exchange table
+    let kx = &page.server(&tls)["key_exchange"];
+    assert_eq!(kx[0]["group"], "x25519", "{kx}");
+    assert_eq!(kx[0]["count"].as_u64(), Some(mix.full), "{kx}");
+    assert_eq!(kx.as_array().map(Vec::len), Some(1), "{kx}");
     assert_eq!(
         page.server(&plain)["classes"]["plain"]["count"].as_u64(),
         Some(mix.plain),
@@ -280,6 +287,13 @@ impl Page {
             let i = by_id(&tags, id).unwrap_or_else(|| panic!("no #{id} in the DOM"));
             assert_eq!(tags[i].name, "section", "#{id}");
             let inside = &tags[i + 1..close_of(&tags, i)];
+            if *id == "key-exchange" {
+                assert!(
+                    inside.iter().any(|t| t.name == "table"),
+                    "no table in #{id}"
+                );
+                continue;
+            }
             if *id == "parameters" {
                 assert!(
                     inside.iter().any(|t| t.name == "table"),

@@ -49,6 +49,7 @@ pub fn html(v: &View) -> String {
     waterfall(&mut o, v);
     distributions(&mut o, v);
     cache(&mut o, v);
+    key_exchange(&mut o, v);
     failures(&mut o, v);
     parameters(&mut o, v);
     forecast_section(&mut o, v);
@@ -253,6 +254,62 @@ fn failures(o: &mut String, v: &View) {
 
 fn ms(s: f64) -> String {
     format!("{:.3}", s * 1e3)
+}
+
+/// The full handshakes by key-exchange group: each group's share and what each of its
+/// service stages cost the server (the parameters' `key_exchange`).
+fn key_exchange(o: &mut String, v: &View) {
+    o.push_str("<section id=\"key-exchange\"><h2>Key exchange: what each group costs</h2>\n");
+    let groups: Vec<_> = v
+        .parameters
+        .servers
+        .iter()
+        .filter(|s| !s.key_exchange.is_empty())
+        .collect();
+    if groups.is_empty() {
+        o.push_str(
+            "<p>No full handshake's key-exchange group was seen in the window.</p></section>\n",
+        );
+        return;
+    }
+    o.push_str(
+        "<p>Full TLS handshakes by the group the server agreed on, and the mean of each of \
+         their service stages, wall and on CPU: the server's first flight holds the key \
+         share's computation (a post-quantum hybrid's encapsulation among it). \
+         <code>hstrace model --group</code> forecasts with one group's.</p>\n",
+    );
+    for s in groups {
+        let _ = writeln!(
+            o,
+            "<table><caption>{}</caption><tr><th class=\"l\">group</th><th>handshakes</th>\
+             <th>share</th><th class=\"l\">stage</th><th>mean ms</th><th>on CPU ms</th>\
+             <th>service ms</th></tr>",
+            esc(&s.server)
+        );
+        for g in &s.key_exchange {
+            for (i, (stage, st)) in g.stages.0.iter().enumerate() {
+                let first = i == 0;
+                let _ = writeln!(
+                    o,
+                    "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td>\
+                     <td>{}</td><td>{}</td><td>{}</td></tr>",
+                    if first { esc(&g.group) } else { String::new() },
+                    if first { g.count.to_string() } else { String::new() },
+                    if first {
+                        format!("{:.1} %", g.share * 100.0)
+                    } else {
+                        String::new()
+                    },
+                    esc(stage),
+                    ms(st.mean_s),
+                    st.cpu_mean_s.map_or("–".into(), ms),
+                    if first { ms(g.service_s) } else { String::new() },
+                );
+            }
+        }
+        o.push_str("</table>\n");
+    }
+    o.push_str("</section>\n");
 }
 
 fn parameters(o: &mut String, v: &View) {

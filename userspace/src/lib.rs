@@ -65,6 +65,7 @@ pub mod lines;
 pub mod metrics;
 pub mod model;
 pub mod ordered;
+pub mod otlp;
 pub mod params;
 pub mod preflight;
 pub mod print;

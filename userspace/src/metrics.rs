@@ -207,9 +207,9 @@ const ERROR_TYPES: usize = 8;
 
 /// What a client offered to resume with: the `tls_resumption_offered` values, in the
 /// order `SniSeries::handshakes` keeps them.
-const OFFERED: [&str; 4] = ["none", "session_id", "ticket", "psk"];
+pub(crate) const OFFERED: [&str; 4] = ["none", "session_id", "ticket", "psk"];
 
-fn offered_index(offer: Option<Resumption>) -> usize {
+pub(crate) fn offered_index(offer: Option<Resumption>) -> usize {
     offer.map_or(0, |r| r.index() + 1)
 }
 
@@ -839,7 +839,7 @@ struct SniSeries {
 }
 
 /// The SNI label value of handshakes whose SNI has no series of its own.
-const OTHER: &str = "other";
+pub(crate) const OTHER: &str = "other";
 /// ... and of those that sent none.
 const NONE: &str = "none";
 /// An SNI gets its own series once it has surely been seen this often in a window: a
@@ -855,7 +855,7 @@ const ADMIT_AFTER: u64 = 2;
 /// handshakes in it (an admitted name wins a tie) and the top `max` kept: a scanner's
 /// random names, admitted while there was room, give way to the real names one window
 /// after the flood stops.
-struct SniLabels {
+pub(crate) struct SniLabels {
     admitted: HashMap<String, u64>,
     max: usize,
     sketch: HashMap<String, (u64, u64)>,
@@ -863,7 +863,7 @@ struct SniLabels {
 }
 
 impl SniLabels {
-    fn new(max: usize) -> SniLabels {
+    pub(crate) fn new(max: usize) -> SniLabels {
         SniLabels {
             admitted: HashMap::new(),
             max,
@@ -873,7 +873,7 @@ impl SniLabels {
     }
 
     /// The label value of `sni`, lower-cased (DNS names are case-insensitive).
-    fn label<'a>(&mut self, sni: Option<&'a str>) -> Cow<'a, str> {
+    pub(crate) fn label<'a>(&mut self, sni: Option<&'a str>) -> Cow<'a, str> {
         let Some(sni) = sni else {
             return Cow::Borrowed(NONE);
         };
@@ -921,7 +921,7 @@ impl SniLabels {
     /// The window ended: keep the `max` names with the most handshakes in it (sure counts;
     /// an admitted name wins a tie, a name with none is dropped) and start the next window
     /// from zero. Returns the names that lost their series.
-    fn rotate(&mut self) -> Vec<String> {
+    pub(crate) fn rotate(&mut self) -> Vec<String> {
         let mut ranked: Vec<(u64, bool, String)> = self
             .admitted
             .drain()

@@ -20,6 +20,8 @@ pub mod fixtures;
 pub mod hstrace;
 /// The one HTTP/1.0 GET.
 pub mod http;
+/// A real OpenTelemetry Collector built from its Go modules, and what it received.
+pub mod otelcol;
 /// podman with Debian's runc and this sandbox's containers.conf.
 pub mod podman;
 /// Children, CPU time, memory and CPU affinity of processes; stopped processes.

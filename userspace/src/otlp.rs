@@ -32,7 +32,9 @@ use opentelemetry::{
     metrics::{Counter, Gauge, Histogram, Meter, MeterProvider as _},
     KeyValue,
 };
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
+#[cfg(feature = "otlp-grpc")]
+use opentelemetry_otlp::WithTonicConfig;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::{
     error::OTelSdkResult,
     metrics::{
@@ -458,6 +460,12 @@ fn build_exporter(opts: &OtlpOptions) -> Result<opentelemetry_otlp::MetricExport
             }
             b.build()
         }
+        #[cfg(not(feature = "otlp-grpc"))]
+        Protocol::Grpc => bail!(
+            "this hstrace was built without OTLP over gRPC (cargo build --features otlp-grpc adds it): \
+             use --otlp-protocol http/protobuf, which every OpenTelemetry Collector's OTLP receiver takes"
+        ),
+        #[cfg(feature = "otlp-grpc")]
         Protocol::Grpc => {
             use opentelemetry_otlp::tonic_types::transport::{
                 Certificate, ClientTlsConfig, Identity,

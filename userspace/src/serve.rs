@@ -292,6 +292,9 @@ pub fn run(opts: Options, serve: ServeOptions) -> Result<()> {
         }
         let mut sink = daemon.sink();
         let health = source.run(&mut sink, stop_signal(None)).await?;
+        if let Some((otlp, _)) = &daemon.otlp {
+            otlp.finish();
+        }
         eprint!("{}", health.text());
         drop(http);
         Ok(())

@@ -24,6 +24,10 @@ use crate::{
 pub fn test(extra: &[String]) -> Result<()> {
     setup_test_machine(&[TEST_PACKAGES, IMAGE_PACKAGES, BROWSER_PACKAGES].concat())?;
     install_runtimes()?;
+    // the OpenTelemetry Collector tests/otlp.rs pushes to, from its Go modules (once;
+    // rebuilt when tests/otelcol changes)
+    eprintln!("xtask: the OpenTelemetry Collector for tests/otlp.rs (tests/otelcol)");
+    hstrace_tests::otelcol::otelcol_bin();
     let bin = build()?;
     // the load generator of the reduced model validation (xtask/src/validate.rs)
     let hsload = validate::build_hsload()?;
@@ -83,7 +87,10 @@ pub fn test(extra: &[String]) -> Result<()> {
         bail!("cargo test failed ({status})");
     }
     if vm.failed > 0 {
-        bail!("{} failures in the kernels' VMs: see target/vm/results.json", vm.failed);
+        bail!(
+            "{} failures in the kernels' VMs: see target/vm/results.json",
+            vm.failed
+        );
     }
     Ok(())
 }

@@ -5,7 +5,7 @@
 //!   /api/v1/parameters   the measured stage parameters (`?format=csv` for CSV)
 //!   /api/v1/failures     the last failed handshakes, newest first (`?limit=N`)
 //! and with `--otlp-endpoint` pushes the same measurements to an OpenTelemetry Collector
-//! (otlp.rs),
+//! (otlp/),
 //! behind TLS and basic auth when `--web.config.file` says so (web_config.rs, web_guard.rs).
 
 use std::{

@@ -32,11 +32,17 @@ impl Daemon {
     /// pins itself elsewhere (the cold start's) stays where it went, as it would not if the
     /// daemon's threads were moved once it runs.
     pub fn start_on(args: &[&str], cpu: Option<usize>) -> Daemon {
+        Daemon::start_with(args, &[], cpu)
+    }
+
+    /// The same, with `env` added to its environment.
+    pub fn start_with(args: &[&str], env: &[(&str, &str)], cpu: Option<usize>) -> Daemon {
         let addr = format!("127.0.0.1:{}", free_port());
         let mut cmd = Command::new(hstrace_bin());
         cmd.arg("serve")
             .args(["--listen", &addr])
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::null());
         if let Some(cpu) = cpu {
             // SAFETY: only sched_setaffinity (async-signal-safe) between fork and exec
@@ -89,6 +95,12 @@ impl Daemon {
         let kib = process_rss_kib(self.pid());
         assert!(kib > 0, "no VmRSS for the daemon (pid {})", self.pid());
         kib
+    }
+
+    /// Everything it said on stderr so far.
+    pub fn stderr_now(&mut self) -> String {
+        self.stderr_seen.extend(self.stderr.try_iter());
+        self.stderr_seen.join("\n")
     }
 
     /// Ctrl-C, then everything it said on stderr; panics if it failed.

@@ -2,11 +2,12 @@
 
 use std::{
     fs,
+    os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
     process::{Command, Stdio},
 };
 
-use crate::util::workspace;
+use crate::util::{work_dir, workspace};
 
 /// A self-signed RSA certificate for demo.test.
 pub fn make_cert(dir: &Path, bits: u32) -> (PathBuf, PathBuf) {
@@ -104,4 +105,93 @@ pub fn client_hello_record_of(head: &[u8], exts: &[Extension]) -> Vec<u8> {
     rec.extend_from_slice(&(msg.len() as u16).to_be_bytes());
     rec.extend_from_slice(&msg);
     rec
+}
+
+/// A test PKI in a fresh work directory NAME: a CA (ca.crt); server.crt/server.key
+/// signed by it for the server (127.0.0.1), client.crt/client.key for a client, and
+/// stranger.crt/stranger.key from another CA; all keys 0600.
+pub fn test_pki(name: &str) -> PathBuf {
+    let dir = work_dir(name);
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    for ca in ["ca", "other-ca"] {
+        let mut a = vec!["req", "-x509"];
+        a.extend(ec);
+        let (key, crt, subj) = (
+            format!("{ca}.key"),
+            format!("{ca}.crt"),
+            format!("/CN=hstrace test {ca}"),
+        );
+        a.extend(["-keyout", &key, "-out", &crt, "-days", "2", "-subj", &subj]);
+        openssl_in(&dir, &a);
+    }
+    fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    for (who, ca, ext) in [
+        ("server", "ca", "server.ext"),
+        ("client", "ca", "client.ext"),
+        ("stranger", "other-ca", "client.ext"),
+    ] {
+        let (key, csr, crt) = (
+            format!("{who}.key"),
+            format!("{who}.csr"),
+            format!("{who}.crt"),
+        );
+        let subj = format!("/CN={who}");
+        let mut a = vec!["req"];
+        a.extend(ec);
+        a.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
+        openssl_in(&dir, &a);
+        let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
+        openssl_in(
+            &dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &ca_crt,
+                "-CAkey",
+                &ca_key,
+                "-CAcreateserial",
+                "-out",
+                &crt,
+                "-days",
+                "2",
+                "-extfile",
+                ext,
+            ],
+        );
+    }
+    for f in fs::read_dir(&dir).unwrap() {
+        let p = f.unwrap().path();
+        if p.extension().is_some_and(|e| e == "key") {
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+        }
+    }
+    dir
+}
+
+/// `openssl ARGS` in `dir`; panics with its stderr unless it succeeds.
+fn openssl_in(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -24,6 +24,8 @@ pub mod hstrace;
 pub mod http;
 /// ja4plus (PyPI), an independent JA4, compared with hstrace's record by record.
 pub mod ja4plus;
+/// A real OpenTelemetry Collector built from its Go modules, and what it received.
+pub mod otelcol;
 /// podman with Debian's runc and this sandbox's containers.conf.
 pub mod podman;
 /// Children, CPU time, memory and CPU affinity of processes; stopped processes.

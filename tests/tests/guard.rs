@@ -17,10 +17,11 @@ use std::{
 use hstrace_tests::{
     clients::s_client,
     daemon::Daemon,
+    fixtures::test_pki,
     hstrace::hstrace_bin,
     prometheus::Prometheus,
     servers::Nginx,
-    util::{free_port, wait_for, work_dir},
+    util::{free_port, wait_for},
 };
 use serde_json::Value;
 
@@ -38,81 +39,6 @@ fn run(dir: &Path, cmd: &str, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A CA; NAME.crt/NAME.key signed by it for the server (127.0.0.1) and a client; a client
-/// certificate from another CA; all keys 0600.
-fn pki(name: &str) -> PathBuf {
-    let dir = work_dir(name);
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-    ];
-    for ca in ["ca", "other-ca"] {
-        let mut a = vec!["req", "-x509"];
-        a.extend(ec);
-        let (key, crt, subj) = (
-            format!("{ca}.key"),
-            format!("{ca}.crt"),
-            format!("/CN=hstrace test {ca}"),
-        );
-        a.extend(["-keyout", &key, "-out", &crt, "-days", "2", "-subj", &subj]);
-        run(&dir, "openssl", &a);
-    }
-    fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-    for (who, ca, ext) in [
-        ("server", "ca", "server.ext"),
-        ("client", "ca", "client.ext"),
-        ("stranger", "other-ca", "client.ext"),
-    ] {
-        let (key, csr, crt) = (
-            format!("{who}.key"),
-            format!("{who}.csr"),
-            format!("{who}.crt"),
-        );
-        let subj = format!("/CN={who}");
-        let mut a = vec!["req"];
-        a.extend(ec);
-        a.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
-        run(&dir, "openssl", &a);
-        let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
-        run(
-            &dir,
-            "openssl",
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                &ca_crt,
-                "-CAkey",
-                &ca_key,
-                "-CAcreateserial",
-                "-out",
-                &crt,
-                "-days",
-                "2",
-                "-extfile",
-                ext,
-            ],
-        );
-    }
-    for f in fs::read_dir(&dir).unwrap() {
-        let p = f.unwrap().path();
-        if p.extension().is_some_and(|e| e == "key") {
-            fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
-        }
-    }
-    dir
 }
 
 /// `htpasswd -nbBC 10 "" PASSWORD`, the exporter-toolkit docs' way, minus the ":".
@@ -135,7 +61,7 @@ fn write_config(dir: &Path, name: &str, yaml: &str) -> String {
 #[test]
 #[ignore = "needs root: run `sudo cargo xtask test`"]
 fn prometheus_scrapes_through_tls_and_basic_auth_and_nothing_else() {
-    let dir = pki("guard-pki-prometheus");
+    let dir = test_pki("guard-pki-prometheus");
     let hash = bcrypt(&dir, PASSWORD);
     let config = write_config(
         &dir,
@@ -243,7 +169,7 @@ fn curl(args: &[&str]) -> (bool, String) {
 #[test]
 #[ignore = "needs root: run `sudo cargo xtask test`"]
 fn mutual_tls_answers_only_clients_of_the_ca() {
-    let dir = pki("guard-pki-mtls");
+    let dir = test_pki("guard-pki-mtls");
     let config = write_config(
         &dir,
         "web.yml",
@@ -345,7 +271,7 @@ fn mutual_tls_answers_only_clients_of_the_ca() {
 #[test]
 #[ignore = "needs root: run `sudo cargo xtask test`"]
 fn a_bad_key_file_stops_the_daemon_with_one_line() {
-    let dir = pki("guard-pki-bad-keys");
+    let dir = test_pki("guard-pki-bad-keys");
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
     fs::copy(dir.join("server.key"), dir.join("open.key")).unwrap();
     fs::set_permissions(dir.join("open.key"), fs::Permissions::from_mode(0o644)).unwrap();

@@ -103,13 +103,28 @@ pub fn pipeline_connections_per_sec(n: u64, sink: Option<&mut dyn Sink>) -> Resu
 }
 
 /// `pipeline_connections_per_sec` through trace's JSON printer, or through serve's
-/// sinks (metrics and parameters, as the daemon feeds them).
-pub fn pipeline(n: u64, serve: bool) -> Result<f64> {
+/// sinks (metrics and parameters, as the daemon feeds them); with `otlp`, the daemon
+/// also hands every record to its OTLP side (pushing to that URL once a minute).
+pub fn pipeline(n: u64, serve: bool, otlp: Option<String>) -> Result<f64> {
     if !serve {
         return pipeline_connections_per_sec(n, None);
     }
     // the daemon's own sink, as `hstrace serve` runs it with its defaults
-    let daemon = Daemon::new(&ServeOptions::default());
+    let daemon = match otlp {
+        None => Daemon::new(&ServeOptions::default()),
+        Some(url) => Daemon::start(&ServeOptions {
+            otlp: hstrace::otlp::OtlpOptions::resolve(
+                Some(url),
+                None,
+                Some(60.0),
+                hstrace::otlp::HistogramKind::Explicit,
+                None,
+                None,
+                None,
+            )?,
+            ..ServeOptions::default()
+        })?,
+    };
     let per_sec = pipeline_connections_per_sec(n, Some(&mut daemon.sink()))?;
     // and what a scrape then costs: it must hold the counts of all n connections
     let text = daemon.metrics_text()?;
@@ -119,6 +134,13 @@ pub fn pipeline(n: u64, serve: bool) -> Result<f64> {
         )),
         "the metrics did not count every connection"
     );
+    // with OTLP on: whether its queue kept up (a dropped record costs the record path less)
+    if let Some(line) = text
+        .lines()
+        .find(|l| l.starts_with("hstrace_otlp_records_dropped_total"))
+    {
+        eprintln!("{line}");
+    }
     Ok(per_sec)
 }
 

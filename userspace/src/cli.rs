@@ -139,6 +139,41 @@ struct SourceArgs {
     pods_dir: Option<PathBuf>,
 }
 
+/// `serve`'s OTLP push: off unless an endpoint is given (here or in the environment).
+#[derive(Args)]
+#[command(next_help_heading = "OpenTelemetry (OTLP push)")]
+struct OtlpArgs {
+    /// Also push the metrics as OTLP to an OpenTelemetry Collector at this base URL
+    /// (e.g. http://127.0.0.1:4318; https:// for TLS). Without it,
+    /// OTEL_EXPORTER_OTLP_METRICS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT turns the push on.
+    /// OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, OTEL_RESOURCE_ATTRIBUTES and
+    /// OTEL_SERVICE_NAME apply. docs/metrics.md#opentelemetry
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
+    /// http/protobuf (default) or grpc [env: OTEL_EXPORTER_OTLP_PROTOCOL]
+    #[arg(long, value_name = "PROTOCOL")]
+    otlp_protocol: Option<String>,
+    /// Seconds between pushes [default: OTEL_METRIC_EXPORT_INTERVAL, else 60]
+    #[arg(long, value_name = "SECONDS")]
+    otlp_interval: Option<f64>,
+    /// The duration histograms: explicit (the Prometheus buckets) or exponential (base-2)
+    #[arg(long, value_enum, default_value = "explicit", value_name = "KIND")]
+    otlp_histograms: crate::otlp::HistogramKind,
+    /// CA certificates (PEM) that sign the collector's certificate
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_CERTIFICATE", value_name = "FILE")]
+    otlp_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS with the collector
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+        value_name = "FILE"
+    )]
+    otlp_client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM)
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_CLIENT_KEY", value_name = "FILE")]
+    otlp_client_key: Option<PathBuf>,
+}
+
 /// The cold start's measurement, for serve and export: off unless asked.
 #[derive(Args)]
 struct ColdStartFlag {
@@ -226,6 +261,8 @@ enum Command {
         web_config_file: Option<std::path::PathBuf>,
         #[command(flatten)]
         cold_start: ColdStartFlag,
+        #[command(flatten)]
+        otlp: OtlpArgs,
     },
     /// Print the measured stage parameters once: trace for --duration, or ask a daemon
     ///
@@ -548,6 +585,7 @@ pub fn run(cli: Cli) -> Result<()> {
             failures_peer,
             web_config_file,
             cold_start,
+            otlp,
         } => {
             // wire only: the daemon's metrics all come from the wire, and SSL_do_handshake's
             // two uprobe round trips per handshake are a third of what hstrace costs one
@@ -585,6 +623,15 @@ pub fn run(cli: Cli) -> Result<()> {
                     recent_failures,
                     failures_peer,
                     web_config: web_config_file,
+                    otlp: crate::otlp::OtlpOptions::resolve(
+                        otlp.otlp_endpoint,
+                        otlp.otlp_protocol,
+                        otlp.otlp_interval,
+                        otlp.otlp_histograms,
+                        otlp.otlp_ca_file,
+                        otlp.otlp_client_cert,
+                        otlp.otlp_client_key,
+                    )?,
                 },
             )
         }

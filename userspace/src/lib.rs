@@ -63,6 +63,7 @@ pub mod ja4;
 pub mod json;
 pub mod lines;
 pub mod metrics;
+pub mod otlp;
 pub mod params;
 pub mod preflight;
 pub mod print;

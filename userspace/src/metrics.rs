@@ -240,21 +240,21 @@ const ERROR_TYPES: usize = 8;
 
 /// What a client offered to resume with: the `tls_resumption_offered` values, in the
 /// order `SniSeries::handshakes` keeps them.
-const OFFERED: [&str; 4] = ["none", "session_id", "ticket", "psk"];
+pub(crate) const OFFERED: [&str; 4] = ["none", "session_id", "ticket", "psk"];
 
-fn offered_index(offer: Option<Resumption>) -> usize {
+pub(crate) fn offered_index(offer: Option<Resumption>) -> usize {
     offer.map_or(0, |r| r.index() + 1)
 }
 
 /// Why a server sent a HelloRetryRequest (`Record::hrr_cause`): the `cause` values.
-const HRR_CAUSES: [&str; 3] = ["no_acceptable_share", "cookie", "other"];
+pub(crate) const HRR_CAUSES: [&str; 3] = ["no_acceptable_share", "cookie", "other"];
 
 /// The `tls_group` label value of `r`: a name of `tls::GROUPS` (or `rsa`/`ffdhe`, TLS
 /// 1.2's key exchanges without a named group), `none` (resumed without a key exchange,
 /// and plain connections), `unknown` (the hello that names it was not seen) or `other` (a
 /// code point without a name). So the label is bounded by the registry, and a server has
 /// a series only for the groups it negotiates.
-fn group_label(r: &Record) -> &'static str {
+pub(crate) fn group_label(r: &Record) -> &'static str {
     match r.tls_group.as_deref() {
         Some(g) => tls::GROUPS
             .iter()
@@ -268,7 +268,7 @@ fn group_label(r: &Record) -> &'static str {
 }
 
 /// The `post_quantum_offered` label value.
-fn pq_offered_label(r: &Record) -> &'static str {
+pub(crate) fn pq_offered_label(r: &Record) -> &'static str {
     match r.pq_offered {
         Some(true) => "true",
         Some(false) => "false",
@@ -1113,10 +1113,10 @@ struct SniSeries {
 }
 
 /// The kinds of connection counted by their client's fingerprint: those that spoke TLS.
-const CLIENT_KINDS: [Kind; 3] = [Kind::Full, Kind::Resumed, Kind::Failed];
+pub(crate) const CLIENT_KINDS: [Kind; 3] = [Kind::Full, Kind::Resumed, Kind::Failed];
 
 /// The SNI label value of handshakes whose SNI has no series of its own.
-const OTHER: &str = "other";
+pub(crate) const OTHER: &str = "other";
 /// ... and of those that sent none.
 const NONE: &str = "none";
 /// An SNI gets its own series once it has surely been seen this often in a window: a
@@ -1133,7 +1133,7 @@ const ADMIT_AFTER: u64 = 2;
 /// handshakes in it (an admitted name wins a tie) and the top `max` kept: a scanner's
 /// random names, admitted while there was room, give way to the real names one window
 /// after the flood stops.
-struct TopLabels {
+pub(crate) struct TopLabels {
     admitted: HashMap<String, u64>,
     max: usize,
     sketch: HashMap<String, (u64, u64)>,
@@ -1141,7 +1141,7 @@ struct TopLabels {
 }
 
 impl TopLabels {
-    fn new(max: usize) -> TopLabels {
+    pub(crate) fn new(max: usize) -> TopLabels {
         TopLabels {
             admitted: HashMap::new(),
             max,
@@ -1151,7 +1151,7 @@ impl TopLabels {
     }
 
     /// The label value of `sni`, lower-cased (DNS names are case-insensitive).
-    fn label<'a>(&mut self, sni: Option<&'a str>) -> Cow<'a, str> {
+    pub(crate) fn label<'a>(&mut self, sni: Option<&'a str>) -> Cow<'a, str> {
         let Some(sni) = sni else {
             return Cow::Borrowed(NONE);
         };
@@ -1199,7 +1199,7 @@ impl TopLabels {
     /// The window ended: keep the `max` names with the most handshakes in it (sure counts;
     /// an admitted name wins a tie, a name with none is dropped) and start the next window
     /// from zero. Returns the names that lost their series.
-    fn rotate(&mut self) -> Vec<String> {
+    pub(crate) fn rotate(&mut self) -> Vec<String> {
         let mut ranked: Vec<(u64, bool, String)> = self
             .admitted
             .drain()

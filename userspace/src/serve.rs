@@ -4,6 +4,8 @@
 //!   /healthz             the tracer's health, JSON: every loss counter, the probes chosen
 //!   /api/v1/parameters   the measured stage parameters (`?format=csv` for CSV)
 //!   /api/v1/failures     the last failed handshakes, newest first (`?limit=N`)
+//! and with `--otlp-endpoint` pushes the same measurements to an OpenTelemetry Collector
+//! (otlp/),
 //! behind TLS and basic auth when `--web.config.file` says so (web_config.rs, web_guard.rs).
 
 use std::{
@@ -27,6 +29,7 @@ use crate::{
     failures::{PeerDetail, RecentFailures},
     health::Health,
     metrics::Metrics,
+    otlp::{Otlp, OtlpOptions, OtlpStats},
     params::{format, Estimator, Parameters, MAX_SERVERS},
     record::{CloseRecord, Record},
     self_cost,
@@ -55,6 +58,8 @@ pub struct ServeOptions {
     pub failures_peer: PeerDetail,
     /// the exporter-toolkit web configuration (TLS, basic auth); None: plain HTTP
     pub web_config: Option<PathBuf>,
+    /// where and how to push OTLP metrics; None: no push
+    pub otlp: Option<OtlpOptions>,
 }
 
 /// The command line's defaults (`hstrace serve --help`).
@@ -69,6 +74,7 @@ impl Default for ServeOptions {
             recent_failures: 100,
             failures_peer: PeerDetail::default(),
             web_config: None,
+            otlp: None,
         }
     }
 }
@@ -84,11 +90,57 @@ pub struct Daemon {
     params: Mutex<Estimator>,
     failures: Mutex<RecentFailures>,
     health: Mutex<Health>,
+    /// the OTLP side's end of the record path, and its counters
+    otlp: Option<(Otlp, OtlpStats)>,
 }
 
 impl Daemon {
+    /// The daemon without OTLP push (what the bench measures).
     pub fn new(opts: &ServeOptions) -> Arc<Daemon> {
+        Daemon::build(opts, Registry::with_prefix("hstrace"), None)
+    }
+
+    /// The daemon, pushing OTLP metrics when `opts.otlp` says where. Fails on OTLP
+    /// settings that cannot work (not on a collector that is down).
+    pub fn start(opts: &ServeOptions) -> Result<Arc<Daemon>> {
         let mut registry = Registry::with_prefix("hstrace");
+        let otlp = match &opts.otlp {
+            None => None,
+            Some(o) => {
+                let stats = OtlpStats::default();
+                registry.register(
+                    "otlp_exports",
+                    "OTLP exports attempted (--otlp-endpoint), one per --otlp-interval",
+                    stats.exports.clone(),
+                );
+                registry.register(
+                    "otlp_export_failures",
+                    "OTLP exports that failed: the collector down, slow or refusing (the metrics stay here; the next export that gets through carries everything)",
+                    stats.export_failures.clone(),
+                );
+                registry.register(
+                    "otlp_records_dropped",
+                    "Records the OTLP side dropped because its queue was full (its series then count fewer than these)",
+                    stats.records_dropped.clone(),
+                );
+                let otlp = Otlp::start(
+                    o,
+                    opts.max_sni,
+                    opts.max_ja4,
+                    opts.label_window,
+                    stats.clone(),
+                )?;
+                Some((otlp, stats))
+            }
+        };
+        Ok(Daemon::build(opts, registry, otlp))
+    }
+
+    fn build(
+        opts: &ServeOptions,
+        mut registry: Registry,
+        otlp: Option<(Otlp, OtlpStats)>,
+    ) -> Arc<Daemon> {
         let metrics = Metrics::new(&mut registry, opts.max_sni, opts.max_ja4, opts.label_window);
         registry.register_collector(Box::new(self_cost::BpfCollector));
         let mut process = Registry::default();
@@ -103,6 +155,7 @@ impl Daemon {
                 opts.failures_peer,
             )),
             health: Mutex::new(Health::default()),
+            otlp,
         })
     }
 
@@ -135,7 +188,18 @@ impl Daemon {
 
     /// `/healthz`: the health the source last told.
     pub fn health_json(&self) -> String {
-        self.health.lock().expect("health lock").json()
+        let json = self.health.lock().expect("health lock").json();
+        let Some((_, stats)) = &self.otlp else {
+            return json;
+        };
+        // the OTLP push's own health, as one more field
+        match serde_json::from_str::<serde_json::Value>(&json) {
+            Ok(serde_json::Value::Object(mut o)) => {
+                o.insert("otlp".into(), stats.json());
+                serde_json::Value::Object(o).to_string()
+            }
+            _ => json,
+        }
     }
 }
 
@@ -145,6 +209,9 @@ pub struct DaemonSink(Arc<Daemon>);
 impl Sink for DaemonSink {
     fn connection(&mut self, r: &Record) -> std::io::Result<()> {
         self.0.metrics.lock().expect("metrics lock").connection(r)?;
+        if let Some((otlp, _)) = &self.0.otlp {
+            otlp.connection(r);
+        }
         if r.kind == Kind::Failed {
             self.0.failures.lock().expect("failures lock").push(r);
         }
@@ -152,11 +219,17 @@ impl Sink for DaemonSink {
     }
 
     fn close(&mut self, c: &CloseRecord) -> std::io::Result<()> {
+        if let Some((otlp, _)) = &self.0.otlp {
+            otlp.close();
+        }
         self.0.metrics.lock().expect("metrics lock").close(c)
     }
 
     fn tick(&mut self, health: &Health) -> std::io::Result<()> {
         self.0.metrics.lock().expect("metrics lock").tick(health)?;
+        if let Some((otlp, _)) = &self.0.otlp {
+            otlp.tick(health);
+        }
         *self.0.health.lock().expect("health lock") = health.clone();
         Ok(())
     }
@@ -202,7 +275,7 @@ pub fn run(opts: Options, serve: ServeOptions) -> Result<()> {
         )
     })?;
     listener.set_nonblocking(true)?;
-    let daemon = Daemon::new(&serve);
+    let daemon = Daemon::start(&serve)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -223,8 +296,14 @@ pub fn run(opts: Options, serve: ServeOptions) -> Result<()> {
             "hstrace: serving {scheme}://{}/metrics, /healthz, /api/v1/parameters and /api/v1/failures; Ctrl-C stops",
             serve.listen
         );
+        if let Some(o) = &serve.otlp {
+            eprintln!("hstrace: pushing OTLP metrics to {}", o.describe());
+        }
         let mut sink = daemon.sink();
         let health = source.run(&mut sink, stop_signal(None)).await?;
+        if let Some((otlp, _)) = &daemon.otlp {
+            otlp.finish();
+        }
         eprint!("{}", health.text());
         drop(http);
         Ok(())

@@ -26,6 +26,10 @@ pub fn test(extra: &[String]) -> Result<()> {
     setup_test_machine(&[TEST_PACKAGES, IMAGE_PACKAGES, BROWSER_PACKAGES].concat())?;
     install_runtimes()?;
     install_python_packages()?;
+    // the OpenTelemetry Collector tests/otlp.rs pushes to, from its Go modules (once;
+    // rebuilt when tests/otelcol changes)
+    eprintln!("xtask: the OpenTelemetry Collector for tests/otlp.rs (tests/otelcol)");
+    hstrace_tests::otelcol::otelcol_bin();
     let bin = build()?;
     // the load generator of the reduced model validation (xtask/src/validate.rs)
     let hsload = validate::build_hsload()?;

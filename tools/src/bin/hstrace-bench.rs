@@ -25,6 +25,11 @@ enum Command {
         /// Through serve's sinks (metrics and parameters) instead of JSON lines
         #[arg(long)]
         serve: bool,
+        /// With --serve: the daemon's OTLP push on too, to this URL (the record path
+        /// then also hands each record to the OTLP side's queue of 16,384; keep
+        /// --records / 4 under that to measure no drops)
+        #[arg(long, value_name = "URL")]
+        otlp: Option<String>,
     },
     /// Milliseconds one idle sweep takes over N live connections
     Sweep {
@@ -56,7 +61,11 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Pipeline { records, serve } => println!("{:.0}", bench::pipeline(records, serve)?),
+        Command::Pipeline {
+            records,
+            serve,
+            otlp,
+        } => println!("{:.0}", bench::pipeline(records, serve, otlp)?),
         Command::Sweep { conns } => println!("{:.1}", bench::sweep_ms(conns)?),
         Command::StatsFloor { calls } => println!("{:.1}", bench::stats_floor_ns(calls)?),
         Command::HooksAlone { hooks } => bench::hooks_alone(hooks)?,

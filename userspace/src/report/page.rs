@@ -294,7 +294,11 @@ fn key_exchange(o: &mut String, v: &View) {
                     "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td>\
                      <td>{}</td><td>{}</td><td>{}</td></tr>",
                     if first { esc(&g.group) } else { String::new() },
-                    if first { g.count.to_string() } else { String::new() },
+                    if first {
+                        g.count.to_string()
+                    } else {
+                        String::new()
+                    },
                     if first {
                         format!("{:.1} %", g.share * 100.0)
                     } else {
@@ -303,7 +307,11 @@ fn key_exchange(o: &mut String, v: &View) {
                     esc(stage),
                     ms(st.mean_s),
                     st.cpu_mean_s.map_or("–".into(), ms),
-                    if first { ms(g.service_s) } else { String::new() },
+                    if first {
+                        ms(g.service_s)
+                    } else {
+                        String::new()
+                    },
                 );
             }
         }

@@ -1,0 +1,458 @@
+//! The OTLP side's own thread: records counted into the OpenTelemetry SDK's instruments,
+//! with OTel's attribute names and the same label bounds as metrics.rs.
+
+use std::{
+    borrow::Cow,
+    collections::HashMap,
+    sync::{
+        mpsc::{Receiver, SyncSender},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use opentelemetry::{
+    metrics::{Counter, Gauge, Histogram, Meter},
+    KeyValue,
+};
+
+use super::{Msg, OtlpStats};
+use crate::{
+    container::Container,
+    health::Health,
+    metrics::{
+        group_label, offered_index, pq_offered_label, TopLabels, CLIENT_KINDS, HRR_CAUSES,
+        MAX_CONTAINERS, OFFERED, OTHER,
+    },
+    record::Record,
+    stage::{Kind, Resumption, Stage},
+};
+
+/// A record as the OTLP recorder needs it: what its labels and values are made of.
+pub(super) struct Conn {
+    comm: String,
+    port: u16,
+    container: Option<Arc<Container>>,
+    kind: Kind,
+    tls_version: Option<&'static str>,
+    cipher: Option<Cow<'static, str>>,
+    app: Option<&'static str>,
+    sni: Option<String>,
+    offered: Option<Resumption>,
+    resumption: Option<Resumption>,
+    handshake_ns: Option<u64>,
+    stages_ns: Vec<(Stage, u64)>,
+    cpu_ns: Vec<(Stage, u64)>,
+    failure: Option<(&'static str, Stage)>,
+    /// the key exchange's labels, as metrics.rs makes them
+    tls_group: &'static str,
+    pq_offered: &'static str,
+    hrr_cause: Option<&'static str>,
+    ja4: Option<String>,
+}
+
+impl Conn {
+    pub(super) fn of(r: &Record) -> Conn {
+        Conn {
+            comm: r.comm.clone(),
+            port: r.local.port,
+            container: r.container.clone(),
+            kind: r.kind,
+            tls_version: r.tls_version,
+            cipher: r.cipher.clone(),
+            app: r.app_protocol,
+            sni: r.sni.clone(),
+            offered: r.offered,
+            resumption: r.resumption,
+            handshake_ns: r.handshake_ns,
+            stages_ns: r.stages_ns.0.clone(),
+            cpu_ns: r.cpu_ns.0.clone(),
+            failure: r.failure.zip(r.failed_in),
+            tls_group: group_label(r),
+            pq_offered: pq_offered_label(r),
+            hrr_cause: r.hrr_cause,
+            ja4: r.ja4.clone(),
+        }
+    }
+}
+
+/// The instruments, and the label bounds kept as metrics.rs keeps them.
+pub(super) struct Recorder {
+    stage: Histogram<f64>,
+    handshake: Histogram<f64>,
+    stage_cpu: Counter<f64>,
+    connections: Counter<u64>,
+    failures: Counter<u64>,
+    handshakes: Counter<u64>,
+    records: Counter<u64>,
+    lost: Counter<u64>,
+    accepted: Counter<u64>,
+    tracked: Counter<u64>,
+    uprobe_failures: Counter<u64>,
+    uprobes_untied: Counter<u64>,
+    accept_queue_unmeasured: Counter<u64>,
+    sni_folded: Counter<u64>,
+    key_exchanges: Counter<u64>,
+    hello_retries: Counter<u64>,
+    clients: Counter<u64>,
+    ja4_folded: Counter<u64>,
+    in_progress: Gauge<i64>,
+    open: Gauge<i64>,
+    traced: Gauge<i64>,
+    sni: TopLabels,
+    ja4: TopLabels,
+    /// containers with attributes of their own, and whether each had a connection in
+    /// this label window
+    containers: HashMap<String, bool>,
+    window_end: Instant,
+    label_window: Duration,
+    last: Health,
+}
+
+impl Recorder {
+    pub(super) fn new(
+        meter: &Meter,
+        max_sni: usize,
+        max_ja4: usize,
+        label_window: Duration,
+        stats: &OtlpStats,
+    ) -> Recorder {
+        let failures = stats.export_failures.clone();
+        meter
+            .u64_observable_counter("hstrace.otlp.export.failures")
+            .with_description("OTLP exports that failed (the collector down, slow or refusing)")
+            .with_unit("{export}")
+            .with_callback(move |o| o.observe(failures.get(), &[]))
+            .build();
+        let dropped = stats.records_dropped.clone();
+        meter
+            .u64_observable_counter("hstrace.otlp.records.dropped")
+            .with_description("Records the OTLP side dropped because its queue was full")
+            .with_unit("{record}")
+            .with_callback(move |o| o.observe(dropped.get(), &[]))
+            .build();
+        let count = |name: &'static str, unit: &'static str, description: &'static str| {
+            meter
+                .u64_counter(name)
+                .with_unit(unit)
+                .with_description(description)
+                .build()
+        };
+        let gauge = |name: &'static str, unit: &'static str, description: &'static str| {
+            meter
+                .i64_gauge(name)
+                .with_unit(unit)
+                .with_description(description)
+                .build()
+        };
+        Recorder {
+            stage: meter
+                .f64_histogram("hstrace.stage.duration")
+                .with_unit("s")
+                .with_description("Time of each stage of a connection")
+                .build(),
+            handshake: meter
+                .f64_histogram("hstrace.handshake.duration")
+                .with_unit("s")
+                .with_description("accept() to handshake complete, of completed TLS handshakes")
+                .build(),
+            stage_cpu: meter
+                .f64_counter("hstrace.stage.cpu")
+                .with_unit("s")
+                .with_description("On-CPU time of the server thread during service stages")
+                .build(),
+            connections: count(
+                "hstrace.connections",
+                "{connection}",
+                "Connections reported, by how they went and what they spoke",
+            ),
+            failures: count(
+                "hstrace.failures",
+                "{connection}",
+                "Connections that failed before their handshake completed",
+            ),
+            handshakes: count(
+                "hstrace.tls.handshakes",
+                "{handshake}",
+                "Completed TLS handshakes, by SNI, kind and what the client offered to resume with",
+            ),
+            records: count(
+                "hstrace.records",
+                "{record}",
+                "Records reported (connection lines and close lines)",
+            ),
+            lost: count(
+                "hstrace.lost",
+                "{record}",
+                "Connection records, hellos or close lines lost, by cause",
+            ),
+            accepted: count(
+                "hstrace.connections.accepted",
+                "{connection}",
+                "Connections the selected servers accepted",
+            ),
+            tracked: count(
+                "hstrace.connections.tracked",
+                "{connection}",
+                "Connections the kernel side accepted and tracked",
+            ),
+            uprobe_failures: count(
+                "hstrace.uprobe.attach_failures",
+                "{process}",
+                "Processes whose libssl could not be hooked",
+            ),
+            uprobes_untied: count(
+                "hstrace.uprobes.untied",
+                "{process}",
+                "Processes whose uprobes tied no OpenSSL call to a connection",
+            ),
+            accept_queue_unmeasured: count(
+                "hstrace.accept_queue.unmeasured",
+                "{connection}",
+                "Connections reported without an accept_queue stage",
+            ),
+            sni_folded: count(
+                "hstrace.sni.folded",
+                "{handshake}",
+                "TLS handshakes whose SNI was counted as \"other\"",
+            ),
+            key_exchanges: count(
+                "hstrace.tls.key_exchanges",
+                "{handshake}",
+                "Completed TLS handshakes by the key-exchange group agreed and whether the client offered a post-quantum group",
+            ),
+            hello_retries: count(
+                "hstrace.tls.hello_retries",
+                "{handshake}",
+                "HelloRetryRequests sent, by cause",
+            ),
+            clients: count(
+                "hstrace.tls.clients",
+                "{connection}",
+                "TLS connections by the JA4 fingerprint of their ClientHello",
+            ),
+            ja4_folded: count(
+                "hstrace.ja4.folded",
+                "{connection}",
+                "TLS connections whose JA4 was counted as \"other\"",
+            ),
+            in_progress: gauge(
+                "hstrace.connections.in_progress",
+                "{connection}",
+                "Connections whose record has not been made yet",
+            ),
+            open: gauge(
+                "hstrace.connections.open",
+                "{connection}",
+                "Tracked connections not closed yet",
+            ),
+            traced: gauge(
+                "hstrace.traced_processes",
+                "{process}",
+                "Processes traced now",
+            ),
+            sni: TopLabels::new(max_sni),
+            ja4: TopLabels::new(max_ja4),
+            containers: HashMap::new(),
+            window_end: Instant::now() + label_window,
+            label_window,
+            last: Health::default(),
+        }
+    }
+
+    /// Until the daemon stops (the channel to answer it), or its end of the channel goes.
+    pub(super) fn run(mut self, rx: Receiver<Msg>) -> Option<SyncSender<()>> {
+        while let Ok(m) = rx.recv() {
+            match m {
+                Msg::Stop(done) => return Some(done),
+                Msg::Batch(b) => {
+                    for c in &b.conns {
+                        self.connection(c);
+                    }
+                    let record = |r| [KeyValue::new("hstrace.record", r)];
+                    self.records
+                        .add(b.conns.len() as u64, &record("connection"));
+                    self.records.add(b.closes, &record("close"));
+                }
+                Msg::Tick(h) => self.tick(&h),
+            }
+        }
+        None
+    }
+
+    /// Which server: `process.executable.name`, `server.port` and its container, folded
+    /// into `container.id="other"` past `MAX_CONTAINERS` as metrics.rs does.
+    fn server(&mut self, c: &Conn) -> Vec<KeyValue> {
+        let mut a = vec![
+            KeyValue::new("process.executable.name", c.comm.clone()),
+            KeyValue::new("server.port", i64::from(c.port)),
+        ];
+        if let Some(ct) = &c.container {
+            let known =
+                self.containers.len() < MAX_CONTAINERS || self.containers.contains_key(&ct.id);
+            if known {
+                self.containers.insert(ct.id.clone(), true);
+                a.push(KeyValue::new("container.id", ct.id.clone()));
+                if let Some(p) = &ct.pod {
+                    a.push(KeyValue::new("k8s.namespace.name", p.namespace.clone()));
+                    a.push(KeyValue::new("k8s.pod.name", p.name.clone()));
+                }
+            } else {
+                a.push(KeyValue::new("container.id", OTHER));
+            }
+        }
+        a
+    }
+
+    fn connection(&mut self, c: &Conn) {
+        let server = self.server(c);
+        let kind = c.kind.name();
+        let with = |extra: &[KeyValue]| -> Vec<KeyValue> {
+            server
+                .iter()
+                .cloned()
+                .chain(extra.iter().cloned())
+                .collect()
+        };
+        for (stage, ns) in &c.stages_ns {
+            self.stage.record(
+                *ns as f64 * 1e-9,
+                &with(&[
+                    KeyValue::new("hstrace.stage", stage.name()),
+                    KeyValue::new("hstrace.stage.class", stage.class().name()),
+                    KeyValue::new("hstrace.kind", kind),
+                    KeyValue::new("hstrace.tls.group", c.tls_group),
+                ]),
+            );
+        }
+        for (stage, ns) in &c.cpu_ns {
+            self.stage_cpu.add(
+                *ns as f64 * 1e-9,
+                &with(&[
+                    KeyValue::new("hstrace.stage", stage.name()),
+                    KeyValue::new("hstrace.kind", kind),
+                    KeyValue::new("hstrace.tls.group", c.tls_group),
+                ]),
+            );
+        }
+        let tls_version = c.tls_version.unwrap_or("none");
+        self.connections.add(
+            1,
+            &with(&[
+                KeyValue::new("hstrace.kind", kind),
+                KeyValue::new("network.protocol.name", c.app.unwrap_or("none")),
+                KeyValue::new("tls.protocol.version", tls_version),
+                KeyValue::new(
+                    "tls.cipher",
+                    c.cipher.as_deref().unwrap_or("none").to_owned(),
+                ),
+            ]),
+        );
+        if let Some((reason, stage)) = c.failure {
+            self.failures.add(
+                1,
+                &with(&[
+                    KeyValue::new("error.type", reason),
+                    KeyValue::new("hstrace.stage", stage.name()),
+                ]),
+            );
+        }
+        if let Some(cause) = c.hrr_cause {
+            let cause = HRR_CAUSES
+                .iter()
+                .find(|k| **k == cause)
+                .unwrap_or(&HRR_CAUSES[2]);
+            self.hello_retries
+                .add(1, &with(&[KeyValue::new("hstrace.cause", *cause)]));
+        }
+        if CLIENT_KINDS.contains(&c.kind) {
+            let ja4 = self.ja4.label(c.ja4.as_deref()).into_owned();
+            if ja4 == OTHER {
+                self.ja4_folded.add(1, &[]);
+            }
+            self.clients.add(
+                1,
+                &with(&[
+                    KeyValue::new("hstrace.tls.client.ja4", ja4),
+                    KeyValue::new("hstrace.kind", kind),
+                ]),
+            );
+        }
+        let resumed = match c.kind {
+            Kind::Full => false,
+            Kind::Resumed => true,
+            Kind::Plain | Kind::Failed => return,
+        };
+        if let Some(h) = c.handshake_ns {
+            self.handshake.record(
+                h as f64 * 1e-9,
+                &with(&[
+                    KeyValue::new("hstrace.kind", kind),
+                    KeyValue::new("tls.protocol.version", tls_version),
+                ]),
+            );
+        }
+        let sni = self.sni.label(c.sni.as_deref()).into_owned();
+        if sni == OTHER {
+            self.sni_folded.add(1, &[]);
+        }
+        let offer = offered_index(c.offered.or(if resumed { c.resumption } else { None }));
+        self.handshakes.add(
+            1,
+            &with(&[
+                KeyValue::new("server.address", sni),
+                KeyValue::new("hstrace.kind", kind),
+                KeyValue::new("tls.resumed", resumed),
+                KeyValue::new("hstrace.tls.resumption_offered", OFFERED[offer]),
+                KeyValue::new("hstrace.tls.group", c.tls_group),
+            ]),
+        );
+        self.key_exchanges.add(
+            1,
+            &with(&[
+                KeyValue::new("hstrace.kind", kind),
+                KeyValue::new("hstrace.tls.group", c.tls_group),
+                KeyValue::new("hstrace.tls.post_quantum_offered", c.pq_offered),
+            ]),
+        );
+    }
+
+    /// The tracer's totals as counter increments since the last tick, as metrics.rs
+    /// turns them; the label window's end re-ranks SNI names and frees containers.
+    fn tick(&mut self, h: &Health) {
+        let last = &self.last;
+        for ((cause, now), (_, before)) in h.losses().into_iter().zip(last.losses()) {
+            self.lost.add(
+                now.saturating_sub(before),
+                &[KeyValue::new("hstrace.cause", cause)],
+            );
+        }
+        self.accepted
+            .add(h.accepted.saturating_sub(last.accepted), &[]);
+        self.tracked
+            .add(h.tracked.saturating_sub(last.tracked), &[]);
+        self.uprobe_failures.add(
+            h.uprobe_attach_failures
+                .saturating_sub(last.uprobe_attach_failures),
+            &[],
+        );
+        self.uprobes_untied
+            .add(h.uprobes_untied.saturating_sub(last.uprobes_untied), &[]);
+        self.accept_queue_unmeasured.add(
+            h.accept_queue_unmeasured
+                .saturating_sub(last.accept_queue_unmeasured),
+            &[],
+        );
+        self.in_progress.record(h.in_progress as i64, &[]);
+        self.open.record(h.open as i64, &[]);
+        self.traced.record(h.traced_processes as i64, &[]);
+        self.last = h.clone();
+        let now = Instant::now();
+        if now >= self.window_end {
+            self.sni.rotate();
+            self.ja4.rotate();
+            self.containers.retain(|_, active| std::mem::take(active));
+            self.window_end = now + self.label_window;
+        }
+    }
+}

@@ -532,11 +532,11 @@ mod tests {
         assert_eq!(list.len(), 1 + Vars::all().pairs().len(), "{list:?}");
     }
 
-    /// The stage names of userspace/src/stage.rs (the one place they are spelled), in
+    /// The stage names of model/src/stage.rs (the one place they are spelled), in
     /// wire order.
     fn stage_names() -> Vec<String> {
         let src =
-            fs::read_to_string(crate::util::workspace().join("userspace/src/stage.rs")).unwrap();
+            fs::read_to_string(crate::util::workspace().join("model/src/stage.rs")).unwrap();
         let names: Vec<String> = src
             .lines()
             .filter_map(|l| {

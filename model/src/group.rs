@@ -54,7 +54,8 @@ pub fn service_s(server: &ServerInput, group: &str) -> Result<(f64, f64)> {
 }
 
 /// `server`'s input with every full handshake on `group`: each service stage of the full
-/// TLS class that the group measured takes its mean.
+/// TLS class that the group measured takes its demand, as the input takes every stage's
+/// (`input::demand_s`: the on-CPU time where it was read, else the wall mean).
 pub fn with_group<'a>(
     server: &'a ServerInput,
     group: Option<&str>,
@@ -66,7 +67,7 @@ pub fn with_group<'a>(
     let mut changed = server.clone();
     for m in &mut changed.classes[RequestClass::TlsFull.index()].stages {
         if let Some((_, s)) = g.stages.0.iter().find(|(name, _)| *name == m.name) {
-            m.mean_s = s.mean_s;
+            m.mean_s = crate::input::demand_s(m.class, s.mean_s, s.cpu_mean_s);
         }
     }
     Ok(Cow::Owned(changed))
@@ -92,6 +93,23 @@ mod tests {
             )]),
             service_s: flight_1_s,
         }
+    }
+
+    /// Where the group's on-CPU time was read, that is its stage's demand, as for every
+    /// measured stage; the wall mean only where it was not.
+    #[test]
+    fn a_groups_demand_is_its_on_cpu_time_where_read() {
+        let mut s = seed_parameters();
+        let mut g = group("X25519MLKEM768", 2e-3);
+        g.stages.0[0].1.cpu_mean_s = Some(1.2e-3);
+        s.key_exchange = vec![g];
+        let changed = with_group(&s, Some("X25519MLKEM768")).unwrap();
+        let flight_1 = changed.classes[RequestClass::TlsFull.index()]
+            .stages
+            .iter()
+            .find(|m| m.name == Stage::ServerFlight1.name())
+            .unwrap();
+        assert_eq!(flight_1.mean_s, 1.2e-3);
     }
 
     /// The group's first flight replaces the full class's; nothing else moves.

@@ -18,7 +18,7 @@ use crate::{
 /// What the model takes of a measured stage: a service stage's on-CPU time where it was
 /// measured (its demand: the rest of its time is waiting for a CPU, which the model
 /// predicts, or blocked), else its mean; any other stage's mean.
-fn demand_s(class: StageClass, mean_s: f64, cpu_mean_s: Option<f64>) -> f64 {
+pub(crate) fn demand_s(class: StageClass, mean_s: f64, cpu_mean_s: Option<f64>) -> f64 {
     match (class, cpu_mean_s) {
         (StageClass::Service, Some(cpu)) if cpu >= 0.0 => cpu,
         _ => mean_s,

@@ -535,8 +535,7 @@ mod tests {
     /// The stage names of model/src/stage.rs (the one place they are spelled), in
     /// wire order.
     fn stage_names() -> Vec<String> {
-        let src =
-            fs::read_to_string(crate::util::workspace().join("model/src/stage.rs")).unwrap();
+        let src = fs::read_to_string(crate::util::workspace().join("model/src/stage.rs")).unwrap();
         let names: Vec<String> = src
             .lines()
             .filter_map(|l| {

@@ -1338,15 +1338,10 @@ fn serve_counts_key_exchanges_retries_and_fingerprints_as_the_records_say() {
     );
     assert_eq!(retries.get("no_acceptable_share"), Some(&1), "{records:?}");
     let tls = records.iter().filter(|r| r["kind"] != "plain").count() as f64;
-    let m = {
-        let mut m = daemon.scrape();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while m.sum("hstrace_tls_clients_total", &[]) < tls && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(200));
-            m = daemon.scrape();
-        }
-        m
-    };
+    eventually("every TLS connection counted by its fingerprint", || {
+        daemon.scrape().sum("hstrace_tls_clients_total", &[]) >= tls
+    });
+    let m = daemon.scrape();
     let s = [("server_port", port.as_str())];
     for ((kind, group, pq), n) in &exchanges {
         let with = [

@@ -249,6 +249,11 @@ pub(crate) fn offered_index(offer: Option<Resumption>) -> usize {
 /// Why a server sent a HelloRetryRequest (`Record::hrr_cause`): the `cause` values.
 pub(crate) const HRR_CAUSES: [&str; 3] = ["no_acceptable_share", "cookie", "other"];
 
+/// `cause`'s index in `HRR_CAUSES` (a cause it does not name counts as `other`).
+pub(crate) fn hrr_cause_index(cause: &str) -> usize {
+    HRR_CAUSES.iter().position(|c| *c == cause).unwrap_or(2)
+}
+
 /// The `tls_group` label value of `r`: a name of `tls::GROUPS` (or `rsa`/`ffdhe`, TLS
 /// 1.2's key exchanges without a named group), `none` (resumed without a key exchange,
 /// and plain connections), `unknown` (the hello that names it was not seen) or `other` (a
@@ -635,13 +640,7 @@ impl Metrics {
         let kind = r.kind.name();
         let group = group_label(r);
         let of_kind = &mut series.kinds[r.kind as usize];
-        let of_group = match of_kind.groups.iter().position(|(g, _)| *g == group) {
-            Some(j) => &mut of_kind.groups[j].1,
-            None => {
-                of_kind.groups.push((group, GroupSeries::default()));
-                &mut of_kind.groups.last_mut().expect("pushed").1
-            }
-        };
+        let of_group = cached(&mut of_kind.groups, group, GroupSeries::default);
         for (stage, ns) in &r.stages_ns.0 {
             of_group.stage[stage.index()]
                 .get_or_insert_with(|| {
@@ -693,26 +692,21 @@ impl Metrics {
         connections.inc();
         let server = server.clone();
         if let (Some(reason), Some(stage)) = (r.failure, r.failed_in) {
-            let cached = &mut self.servers[i].failures;
-            let counter = match cached
-                .iter()
-                .position(|(e, s, _)| *e == reason && *s == stage.name())
-            {
-                Some(j) => &cached[j].2,
-                None => {
-                    let counter = self.failures.get_or_create_owned(&FailureLabels {
+            cached(
+                &mut self.servers[i].failures,
+                (reason, stage.name()),
+                || {
+                    self.failures.get_or_create_owned(&FailureLabels {
                         server: server.clone(),
                         error_type: reason,
                         stage: stage.name(),
-                    });
-                    cached.push((reason, stage.name(), counter));
-                    &cached.last().expect("pushed").2
-                }
-            };
-            counter.inc();
+                    })
+                },
+            )
+            .inc();
         }
         if let Some(cause) = r.hrr_cause {
-            let j = HRR_CAUSES.iter().position(|c| *c == cause).unwrap_or(2);
+            let j = hrr_cause_index(cause);
             self.servers[i].retries[j]
                 .get_or_insert_with(|| {
                     self.retries.get_or_create_owned(&RetryLabels {
@@ -744,40 +738,27 @@ impl Metrics {
             Kind::Plain | Kind::Failed => return,
         };
         if let Some(h) = r.handshake_ns {
-            let cached = &mut self.servers[i].kinds[r.kind as usize].handshake;
-            let histogram = match cached.iter().position(|(v, _)| *v == tls_version) {
-                Some(j) => &cached[j].1,
-                None => {
-                    let histogram = self.handshake.get_or_create_owned(&HandshakeLabels {
-                        server: server.clone(),
-                        kind,
-                        tls_protocol_version: tls_version,
-                    });
-                    cached.push((tls_version, histogram));
-                    &cached.last().expect("pushed").1
-                }
-            };
-            histogram.observe(h as f64 * 1e-9);
-        }
-        let offered_pq = pq_offered_label(r);
-        let cached = &mut self.servers[i].key_exchanges;
-        let counter = match cached
-            .iter()
-            .position(|(k, g, o, _)| *k == kind && *g == group && *o == offered_pq)
-        {
-            Some(j) => &cached[j].3,
-            None => {
-                let counter = self.key_exchanges.get_or_create_owned(&KeyExchangeLabels {
+            let of_kind = &mut self.servers[i].kinds[r.kind as usize];
+            cached(&mut of_kind.handshake, tls_version, || {
+                self.handshake.get_or_create_owned(&HandshakeLabels {
                     server: server.clone(),
                     kind,
-                    tls_group: group,
-                    post_quantum_offered: offered_pq,
-                });
-                cached.push((kind, group, offered_pq, counter));
-                &cached.last().expect("pushed").3
-            }
-        };
-        counter.inc();
+                    tls_protocol_version: tls_version,
+                })
+            })
+            .observe(h as f64 * 1e-9);
+        }
+        let offered_pq = pq_offered_label(r);
+        let exchange = (kind, group, offered_pq);
+        cached(&mut self.servers[i].key_exchanges, exchange, || {
+            self.key_exchanges.get_or_create_owned(&KeyExchangeLabels {
+                server: server.clone(),
+                kind,
+                tls_group: group,
+                post_quantum_offered: offered_pq,
+            })
+        })
+        .inc();
         let sni = self.sni.label(r.sni.as_deref());
         let sni: &str = &sni;
         if sni == OTHER {
@@ -791,13 +772,7 @@ impl Metrics {
         // a resumed session was offered, even when the ClientHello was not seen
         let offer = r.offered.or(if resumed { r.resumption } else { None });
         let offer = offered_index(offer);
-        let by_group = match of_sni.handshakes.iter().position(|(g, _)| *g == group) {
-            Some(j) => &mut of_sni.handshakes[j].1,
-            None => {
-                of_sni.handshakes.push((group, Default::default()));
-                &mut of_sni.handshakes.last_mut().expect("pushed").1
-            }
-        };
+        let by_group = cached(&mut of_sni.handshakes, group, Default::default);
         by_group[usize::from(resumed)][offer]
             .get_or_insert_with(|| {
                 self.handshakes
@@ -868,7 +843,7 @@ impl Metrics {
                 });
             }
         }
-        for (error_type, stage, _) in &s.failures {
+        for ((error_type, stage), _) in &s.failures {
             self.failures.remove(&FailureLabels {
                 server: server.clone(),
                 error_type,
@@ -886,7 +861,7 @@ impl Metrics {
                 });
             }
         }
-        for (kind, tls_group, post_quantum_offered, _) in &s.key_exchanges {
+        for ((kind, tls_group, post_quantum_offered), _) in &s.key_exchanges {
             self.key_exchanges.remove(&KeyExchangeLabels {
                 server: server.clone(),
                 kind,
@@ -1006,6 +981,19 @@ impl Metrics {
     }
 }
 
+/// The value kept under `key` in one of a server's short lists of series, looked up by
+/// label values (a linear scan: a server has few of each); made by `make` on first use.
+fn cached<K: PartialEq, V>(list: &mut Vec<(K, V)>, key: K, make: impl FnOnce() -> V) -> &mut V {
+    let j = match list.iter().position(|(k, _)| *k == key) {
+        Some(j) => j,
+        None => {
+            list.push((key, make()));
+            list.len() - 1
+        }
+    };
+    &mut list[j].1
+}
+
 fn sni_labels(
     server: &ServerLabels,
     sni: &str,
@@ -1092,7 +1080,7 @@ struct ServerSeries {
     /// a connection came in this label window
     active: bool,
     /// by error type and stage
-    failures: Vec<(&'static str, &'static str, Counter)>,
+    failures: Vec<((&'static str, &'static str), Counter)>,
     /// by `Kind` (declaration order)
     kinds: [KindSeries; Kind::ALL.len()],
     /// by SNI label value (at most `max_sni` + 2 of them)
@@ -1100,7 +1088,7 @@ struct ServerSeries {
     /// HelloRetryRequests by `HRR_CAUSES`
     retries: [Option<Counter>; HRR_CAUSES.len()],
     /// completed handshakes by kind, group and `post_quantum_offered`
-    key_exchanges: Vec<(&'static str, &'static str, &'static str, Counter)>,
+    key_exchanges: Vec<((&'static str, &'static str, &'static str), Counter)>,
     /// by JA4 label value (at most `max_ja4` + 2 of them), then by `CLIENT_KINDS`
     clients: HashMap<String, [Option<Counter>; CLIENT_KINDS.len()]>,
 }

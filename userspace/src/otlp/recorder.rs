@@ -21,8 +21,8 @@ use crate::{
     container::Container,
     health::Health,
     metrics::{
-        group_label, offered_index, pq_offered_label, TopLabels, CLIENT_KINDS, HRR_CAUSES,
-        MAX_CONTAINERS, OFFERED, OTHER,
+        group_label, hrr_cause_index, offered_index, pq_offered_label, TopLabels, CLIENT_KINDS,
+        HRR_CAUSES, MAX_CONTAINERS, OFFERED, OTHER,
     },
     record::Record,
     stage::{Kind, Resumption, Stage},
@@ -358,12 +358,9 @@ impl Recorder {
             );
         }
         if let Some(cause) = c.hrr_cause {
-            let cause = HRR_CAUSES
-                .iter()
-                .find(|k| **k == cause)
-                .unwrap_or(&HRR_CAUSES[2]);
+            let cause = HRR_CAUSES[hrr_cause_index(cause)];
             self.hello_retries
-                .add(1, &with(&[KeyValue::new("hstrace.cause", *cause)]));
+                .add(1, &with(&[KeyValue::new("hstrace.cause", cause)]));
         }
         if CLIENT_KINDS.contains(&c.kind) {
             let ja4 = self.ja4.label(c.ja4.as_deref()).into_owned();

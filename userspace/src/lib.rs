@@ -82,6 +82,7 @@ pub mod targets;
 pub mod ties;
 pub mod tls;
 pub mod trace;
+pub mod unhooked;
 pub mod web_config;
 pub mod web_guard;
 

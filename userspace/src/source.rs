@@ -31,6 +31,7 @@ use crate::{
     sweep::{self, Census, Evicted, Tables},
     targets::{self, Selector},
     ties::{self, Ties},
+    unhooked::Unhooked,
 };
 
 /// A look at the host's CPUs: when (and on the boot clock, as processes' start times are),
@@ -86,13 +87,9 @@ pub struct Source {
     tgids: BpfHashMap<MapData, u32, u8>,
     counters: PerCpuArray<MapData, u64>,
     opts: Options,
-    /// processes already told about (no libssl, attach errors), to say it once
-    /// (with the executable each ran then: one that execs another is looked at again,
-    /// as a server's child that execs its program after the fork loads libssl only then)
-    warned: HashMap<u32, Option<std::path::PathBuf>>,
-    /// executables already said to have no libssl: each is said once, not once per
-    /// process (a server that forks a child per connection)
-    warned_exes: HashSet<Option<std::path::PathBuf>>,
+    /// processes found unable to take uprobes, looked at again once they exec another
+    /// program; and the programs said to have no libssl, each said once
+    unhooked: Unhooked,
     uprobe_attach_failures: u64,
     /// processes whose uprobes tied no call to a connection (see `ties`)
     uprobes_untied: u64,
@@ -275,8 +272,7 @@ impl Source {
             tgids,
             counters,
             opts,
-            warned: HashMap::new(),
-            warned_exes: HashSet::new(),
+            unhooked: Unhooked::default(),
             uprobe_attach_failures: 0,
             uprobes_untied: 0,
             choices,
@@ -348,17 +344,11 @@ impl Source {
                 let _ = self.tgids.remove(pid);
                 self.ssl.detach(&mut self.bpf, *pid);
                 self.procs.ties.forget(*pid);
-                self.warned.remove(pid);
+                self.unhooked.forget(*pid);
                 gone.push(*pid);
             } else {
                 // exec'd since it was found without libssl: look again
-                if self
-                    .warned
-                    .get(pid)
-                    .is_some_and(|exe| *exe != executable(*pid))
-                {
-                    self.warned.remove(pid);
-                }
+                self.unhooked.exec_since(*pid, &executable(*pid));
                 if self.wants_uprobes(*pid) {
                     self.attach_ssl(*pid, false);
                 }
@@ -511,7 +501,7 @@ impl Source {
         let mut candidates = targets::ssl_candidates(pid);
         // an executable found without the symbols before is not read for them again (a
         // child forked per connection runs its parent's)
-        if self.warned_exes.contains(&exe) {
+        if self.unhooked.said(&exe) {
             candidates.retain(|t| !t.ends_with("exe"));
         }
         for target in candidates {
@@ -529,21 +519,19 @@ impl Source {
             }
         }
         if newborn {
-            // (None is not what it runs at the next rescan, which then looks again)
-            self.warned.insert(pid, None);
+            self.unhooked.newborn_failed(pid);
             log::debug!(
                 "pid {pid} ({name}), just forked: no libssl yet: {}",
                 errors.join("; ")
             );
             return false;
         }
-        self.warned.insert(pid, exe.clone());
         self.uprobe_attach_failures += 1;
         let shown = exe
             .as_deref()
             .map(|e| e.display().to_string())
             .unwrap_or_default();
-        if self.warned_exes.insert(exe) {
+        if self.unhooked.failed(pid, exe) {
             log::warn!(
                 "pid {pid} ({name}) has no libssl with SSL_do_handshake: tracing it from the wire only, as with --no-uprobes (said once for {shown})"
             );
@@ -562,7 +550,7 @@ impl Source {
                 ties::JUDGED_AFTER
             );
             self.ssl.detach(&mut self.bpf, pid);
-            self.warned.insert(pid, executable(pid));
+            self.unhooked.untied(pid, executable(pid));
             self.uprobes_untied += 1;
         }
     }
@@ -602,7 +590,7 @@ impl Source {
 
     /// Uprobes are on, `pid` has none yet, and it was not found unable to take them.
     fn wants_uprobes(&self, pid: u32) -> bool {
-        self.ssl.enabled() && !self.ssl.is_attached(pid) && !self.warned.contains_key(&pid)
+        self.ssl.enabled() && !self.ssl.is_attached(pid) && !self.unhooked.contains(pid)
     }
 
     /// One pass of the sweep (see `sweep::sweep`).

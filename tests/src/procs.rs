@@ -136,6 +136,20 @@ pub fn pin_thread(tid: i32, cpu: usize) -> io::Result<()> {
     }
 }
 
+/// Run the calling thread at a scheduling `policy` (`libc::SCHED_*`) and `priority`. At
+/// SCHED_FIFO (priority 1-99, root only) it preempts every ordinary task on its CPU and
+/// runs until it blocks; processes it starts inherit the policy.
+pub fn schedule_thread(policy: i32, priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: pid 0 is the calling thread, and the kernel only reads param
+    match unsafe { libc::sched_setscheduler(0, policy, &param) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
 /// Run every thread of process `pid` on `cpu` only (threads it starts later inherit it).
 pub fn pin(pid: u32, cpu: usize) -> io::Result<()> {
     for task in fs::read_dir(format!("/proc/{pid}/task"))? {
@@ -175,16 +189,7 @@ impl PinnedLoop {
         let (placed, is_placed) = mpsc::channel();
         let flag = Arc::clone(&stop);
         let thread = thread::spawn(move || {
-            let placement = pin_thread(0, cpu).and_then(|()| {
-                let param = libc::sched_param {
-                    sched_priority: priority,
-                };
-                // SAFETY: pid 0 is this thread, and the kernel only reads param
-                match unsafe { libc::sched_setscheduler(0, policy, &param) } {
-                    0 => Ok(()),
-                    _ => Err(io::Error::last_os_error()),
-                }
-            });
+            let placement = pin_thread(0, cpu).and_then(|()| schedule_thread(policy, priority));
             let placed_well = placement.is_ok();
             let _ = placed.send(placement);
             while placed_well && !flag.load(Ordering::Relaxed) {

@@ -81,6 +81,12 @@ pub const TESTS: &[(&str, &[&str])] = &[
         "serve",
         &["serve_counts_every_connection_and_prometheus_answers_every_panel"],
     ),
+    // the accounting under a flood past --max-conns: the full table's refusals and the
+    // sweep's evictions counted, the sums exact (tests/tests/accounting.rs)
+    (
+        "accounting",
+        &["a_flood_past_max_conns_is_counted_and_survived"],
+    ),
     // hook runs, BPF time and nginx's CPU per connection (resumed TLS 1.2, resumed TLS
     // 1.3, plain keep-alive) on the hooks this kernel offers first; its figures go to
     // $out/kernel_cost.json, and with --docs into docs/kernels.md

@@ -12,6 +12,12 @@
 //	    one connection, one HTTP/1.0 GET, then one JSON line: the client's port and
 //	    the group Go negotiated (ConnectionState().CurveID), by number and name.
 //
+//	pqtls load HOST:PORT [flags]
+//	    a closed-loop load (load.go): N users, each a loop of an exponential think time
+//	    and one new connection (a full TLS 1.3 handshake, one GET, read to the end);
+//	    one JSON object shaped like hsload's (`hsload/v1`) on stdout. `pqtls load -h`
+//	    lists the flags.
+//
 // GROUPS is "default" (Go's own preferences: X25519MLKEM768 first) or a comma list of
 // X25519MLKEM768, SecP256r1MLKEM768, SecP384r1MLKEM1024, X25519, P256, P384, P521.
 package main
@@ -63,8 +69,10 @@ func main() {
 		server(os.Args[2], os.Args[3], os.Args[4], groups(os.Args[5]))
 	case len(os.Args) == 4 && os.Args[1] == "client":
 		client(os.Args[2], groups(os.Args[3]))
+	case len(os.Args) >= 3 && os.Args[1] == "load":
+		load(os.Args[2], os.Args[3:])
 	default:
-		log.Fatal("usage: pqtls server PORT CERT KEY GROUPS | pqtls client HOST:PORT GROUPS")
+		log.Fatal("usage: pqtls server PORT CERT KEY GROUPS | pqtls client HOST:PORT GROUPS | pqtls load HOST:PORT [flags]")
 	}
 }
 

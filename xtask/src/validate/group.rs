@@ -67,6 +67,7 @@ struct GoServer {
 
 impl GoServer {
     fn start(dir: &Path) -> Result<GoServer> {
+        let _client_cpu_awake = awake_cpu(CLIENT_CPU)?;
         let (cert, key) = make_ecdsa_cert(dir, "go-");
         let port = free_port();
         let mut cmd = Command::new(pqtls_exe());
@@ -91,7 +92,7 @@ impl GoServer {
         Ok(GoServer {
             child,
             port,
-            _client_cpu_awake: awake_cpu(CLIENT_CPU)?,
+            _client_cpu_awake,
         })
     }
 
@@ -211,8 +212,8 @@ struct GroupPoint {
     told_delays: Value,
     /// processor sharing, `--group TO`
     shared: Option<Value>,
-    /// the window without `--group`, at the classical point's think time
-    unchanged: Value,
+    /// `--group FROM` from the window, at the classical point's think time and mix
+    classical_forecast: Value,
 }
 
 /// The what-if run: the window and every point.
@@ -287,6 +288,8 @@ pub fn run(bin: &Path, dir: &Path, plan: &Plan) -> Result<GroupWhatIf> {
             a.extend(["--group".into(), TO.into()]);
             a
         };
+        let mut classical_args = args(&classical.load, SIMULATED);
+        classical_args.extend(["--group".into(), FROM.into()]);
         let answer = model(bin, &group_args(SIMULATED))?;
         let scales: Vec<String> = delay_scales(&window.params, &hybrid.params)
             .into_iter()
@@ -296,14 +299,14 @@ pub fn run(bin: &Path, dir: &Path, plan: &Plan) -> Result<GroupWhatIf> {
         let shared = model(bin, &group_args("processor-sharing"))
             .ok()
             .map(|a| point(&a));
-        let unchanged = point(&model(bin, &args(&classical.load, SIMULATED))?);
+        let classical_forecast = point(&model(bin, &classical_args)?);
         points.push(GroupPoint {
             users: n,
             forecast: point(&answer),
             forecast_group: answer["knobs"]["group"].clone(),
             told_delays,
             shared,
-            unchanged,
+            classical_forecast,
             classical,
             hybrid,
         });
@@ -401,10 +404,12 @@ fn rows(window: &Value, points: &[GroupPoint]) -> (String, usize, usize) {
         let (dr, dx) = errors(&p.forecast, load);
         let (told, _) = errors(&p.told_delays, load);
         let shared = p.shared.as_ref().map_or(f64::NAN, |s| errors(s, load).0);
+        let (dr_from, _) = errors(&p.classical_forecast, &p.classical.load);
         let r_from = f(&p.classical.load["response_s"]["mean"]);
         let r_to = f(&load["response_s"]["mean"]);
         let change_measured = r_to / r_from - 1.0;
-        let change_forecast = f(&p.forecast["response_s"]) / f(&p.unchanged["response_s"]) - 1.0;
+        let change_forecast =
+            f(&p.forecast["response_s"]) / f(&p.classical_forecast["response_s"]) - 1.0;
         let is_counted = p.hybrid.cpu_busy < UTIL_LIMIT;
         let ok = within(&[dr, dx]);
         counted += usize::from(is_counted);
@@ -416,7 +421,7 @@ fn rows(window: &Value, points: &[GroupPoint]) -> (String, usize, usize) {
         );
         let _ = writeln!(
             rows,
-            "| {} | {:.1} % / {:.1} % | {:.1} % | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} / {} | {demand} | {} |",
+            "| {} | {:.1} % / {:.1} % | {:.1} % | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} / {} | {demand} | {} |",
             p.users,
             p.classical.cpu_busy * 100.0,
             p.hybrid.cpu_busy * 100.0,
@@ -425,7 +430,8 @@ fn rows(window: &Value, points: &[GroupPoint]) -> (String, usize, usize) {
             f(&p.forecast["throughput_per_s"]),
             pct(dx),
             ms(r_from),
-            ms(f(&p.unchanged["response_s"])),
+            ms(f(&p.classical_forecast["response_s"])),
+            pct(dr_from),
             ms(r_to),
             ms(f(&p.forecast["response_s"])),
             pct(dr),

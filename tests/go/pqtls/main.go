@@ -1,7 +1,8 @@
 // A TLS 1.3 server and client from Go's crypto/tls alone, for checking hstrace's
 // key-exchange group (post-quantum hybrids included), HelloRetryRequests and JA4
-// against Go's own view (tests/tests/key_exchange.rs, tests/tests/ja4.rs). Built by
-// the tests into target/go/pqtls.
+// against Go's own view (tests/tests/key_exchange.rs, tests/tests/ja4.rs), and loading
+// it with hybrid clients for the key-exchange what-if (xtask/src/validate/group.rs).
+// Built by the tests and xtask into target/go/pqtls.
 //
 // Usage:
 //

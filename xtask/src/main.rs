@@ -75,8 +75,9 @@ enum Job {
         /// A short run, printed, nothing written
         #[arg(long)]
         quick: bool,
-        /// Only these parts (nginx-1, nginx-2, apache-prefork, whatif), printed, nothing
-        /// written
+        /// Only these parts (nginx-1, nginx-2, apache-prefork, whatif, whatif-group),
+        /// printed, nothing written; whatif-group alone writes its section of
+        /// docs/model-validation.md
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },

@@ -44,6 +44,8 @@ use hstrace_tests::{
 };
 use serde_json::Value;
 
+mod group;
+
 use crate::{
     setup::{setup_test_machine, TEST_PACKAGES},
     template,
@@ -623,10 +625,36 @@ fn drive(run: &Run, daemon: u32) -> Result<(Value, f64, f64)> {
         .args(["--resume-fraction", &mix.resume.to_string()])
         .args(["--warmup", &WARMUP_S.to_string()])
         .args(["--duration", &duration_s.to_string()])
-        .args(["--seed", &(u64::from(users) * 7919).to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(cpu) = arch.client_cpu {
+        .args(["--seed", &(u64::from(users) * 7919).to_string()]);
+    let load = Load {
+        client_cpu: arch.client_cpu,
+        server_cpu_secs: &|| server.cpu_secs(),
+        servers: arch.servers,
+    };
+    drive_load(cmd, &load, daemon)
+}
+
+/// Where a closed-loop generator runs and what it loads.
+struct Load<'a> {
+    /// the CPU the generator is pinned to (None: where the scheduler puts it)
+    client_cpu: Option<usize>,
+    /// the CPU seconds the server's processes have run
+    server_cpu_secs: &'a dyn Fn() -> Result<f64>,
+    /// the servers (workers, event loops) its CPU busy share is per
+    servers: u32,
+}
+
+/// A closed-loop generator (`cmd`: hsload, or `pqtls load`) run to its end, pinned as
+/// `load` says: its output (`hsload/v1`), the server's CPU busy share over the measuring
+/// window (between the generator's `NAME: measuring` and `NAME: measured` on stderr), per
+/// server, and the client's CPUs (the generator's and the `daemon`'s).
+fn drive_load(mut cmd: Command, load: &Load, daemon: u32) -> Result<(Value, f64, f64)> {
+    let name = Path::new(cmd.get_program())
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    if let Some(cpu) = load.client_cpu {
         // at a real-time priority, so that other work on its CPU (a shared machine's) does
         // not delay the clients: a remote client's delays do not follow this machine's load
         // SAFETY: only sched_setaffinity and sched_setscheduler (async-signal-safe) between
@@ -639,62 +667,71 @@ fn drive(run: &Run, daemon: u32) -> Result<(Value, f64, f64)> {
             });
         }
     }
-    let mut child = cmd.spawn().context("running hsload")?;
+    let mut child = cmd.spawn().with_context(|| format!("running {name}"))?;
     let client = [child.id(), daemon];
-    // (when, the server's CPU seconds, the client's: hsload's and the daemon's, from
-    // /proc/PID/stat, which keeps the time of threads that have exited; the tasks' own
-    // schedstat loses it)
+    // (when, the server's CPU seconds, the client's: the generator's and the daemon's,
+    // from /proc/PID/stat, which keeps the time of threads that have exited; the tasks'
+    // own schedstat loses it)
     let read = || -> Result<(Instant, f64, f64)> {
         let mut c = 0.0;
         for pid in client {
             c += process_cpu_secs(pid)?;
         }
-        Ok((Instant::now(), server.cpu_secs()?, c))
+        Ok((Instant::now(), (load.server_cpu_secs)()?, c))
     };
     let stderr = BufReader::new(child.stderr.take().expect("piped"));
     let (mut from, mut to) = (None, None);
     let mut said = String::new();
     for line in stderr.lines() {
         let line = line?;
-        match line.as_str() {
-            "hsload: measuring" => from = Some(read()?),
-            "hsload: measured" => to = Some(read()?),
+        match line.strip_prefix(&name).and_then(|l| l.strip_prefix(": ")) {
+            Some("measuring") => from = Some(read()?),
+            Some("measured") => to = Some(read()?),
             _ => said.push_str(&line),
         }
     }
     let out = child.wait_with_output()?;
     if !out.status.success() {
-        bail!("hsload failed ({}): {said}", out.status);
+        bail!("{name} failed ({}): {said}", out.status);
     }
-    let load: Value = serde_json::from_slice(&out.stdout).context("hsload's JSON")?;
+    let output: Value =
+        serde_json::from_slice(&out.stdout).with_context(|| format!("{name}'s JSON"))?;
     let (busy, client_cpu) = match (from, to) {
         (Some((t0, s0, c0)), Some((t1, s1, c1))) => {
             let secs = (t1 - t0).as_secs_f64();
-            ((s1 - s0) / secs / f64::from(arch.servers), (c1 - c0) / secs)
+            ((s1 - s0) / secs / f64::from(load.servers), (c1 - c0) / secs)
         }
         _ => (f64::NAN, f64::NAN),
     };
-    Ok((load, busy, client_cpu))
+    Ok((output, busy, client_cpu))
 }
 
 /// One point measured: the daemon following the server over `run`; the daemon's
 /// parameters are written to `file` and hsload's output beside it.
 fn measure(run: &Run, file: &Path) -> Result<(Value, f64, f64)> {
-    let window = (run.duration_s + 1).to_string();
-    let master = run.server.server.master_pid().to_string();
+    let master = run.server.server.master_pid();
+    let traced = (master, run.arch.client_cpu, run.duration_s);
+    measure_window(traced, file, |daemon| drive(run, daemon))
+}
+
+/// A window measured: `hstrace serve` (pinned to `cpu`) following the process `pid` while
+/// `drive` runs a load of `duration_s` after its warm-up (given the daemon's pid); the
+/// daemon's parameters written to `file` and the generator's output beside it
+/// (`FILE.hsload.json`).
+fn measure_window(
+    (pid, cpu, duration_s): (u32, Option<usize>, u64),
+    file: &Path,
+    drive: impl FnOnce(u32) -> Result<(Value, f64, f64)>,
+) -> Result<(Value, f64, f64)> {
+    let seconds = (duration_s + 1).to_string();
+    let pid = pid.to_string();
     // (pinned from its start: moving its threads once it runs would move the cold
     // start's measurement off the server's CPU, which it pins itself to)
     let daemon = Daemon::start_on(
-        &[
-            "--pid",
-            &master,
-            "--window",
-            &window,
-            "--measure-cold-start",
-        ],
-        run.arch.client_cpu,
+        &["--pid", &pid, "--window", &seconds, "--measure-cold-start"],
+        cpu,
     );
-    let measured = drive(run, daemon.pid())?;
+    let measured = drive(daemon.pid())?;
     let params_text = daemon.get("/api/v1/parameters");
     drop(daemon);
     fs::write(file, &params_text)?;
@@ -1353,6 +1390,8 @@ struct Misses {
     busier_at_speed: usize,
     whatif: usize,
     whatif_busier: usize,
+    /// the key-exchange what-if's (`group`)
+    whatif_group: usize,
 }
 
 impl Misses {
@@ -1377,6 +1416,7 @@ impl Misses {
         self.busier_at_speed += o.busier_at_speed;
         self.whatif += o.whatif;
         self.whatif_busier += o.whatif_busier;
+        self.whatif_group += o.whatif_group;
     }
 }
 
@@ -1659,7 +1699,7 @@ fn whatif_rows(points: &[WhatIfPoint], misses: &mut Misses) -> String {
 /// with its reason (the templates' prose, the tables filled in); and the misses counted.
 fn report(
     archs: &[(&Arch, Vec<Vec<Point>>)],
-    whatif: &WhatIf,
+    (whatif, whatif_group): (&WhatIf, &str),
     plan: &Plan,
     platform: &Platform,
     commit: &str,
@@ -1742,6 +1782,7 @@ fn report(
             ("SUMMARY", summary.trim_end().to_string()),
             ("ARCHES", sections.join("\n").trim_end().to_string()),
             ("WHATIF", whatif_doc.trim_end().to_string()),
+            ("WHATIF_GROUP", whatif_group.trim_end().to_string()),
         ],
     )?;
     Ok((doc, misses))
@@ -2119,7 +2160,9 @@ pub fn validate_model(quick: bool, only: &[String]) -> Result<()> {
     setup_test_machine(TEST_PACKAGES)?;
     let bin = build()?;
     let hsload = build_hsload()?;
-    let known: Vec<&str> = ARCHES.iter().map(|a| a.key).chain(["whatif"]).collect();
+    let known: Vec<&str> = (ARCHES.iter().map(|a| a.key))
+        .chain(["whatif", group::KEY])
+        .collect();
     if let Some(bad) = only.iter().find(|o| !known.contains(&o.as_str())) {
         bail!("--only {bad}: not one of {}", known.join(", "));
     }
@@ -2185,17 +2228,44 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
             busier: (0, f64::NAN),
         },
     };
-    let (doc, misses) = report(&archs, &whatif, plan, &platform, &commit()?)?;
-    if only.is_empty() && plan.is_full() {
-        pictures(bin, &dir, &root.join("docs"), &archs, &whatif)?;
-        fs::write(root.join("docs/model-validation.md"), &doc)?;
-        eprintln!("xtask: wrote docs/model-validation.md");
-    } else {
-        println!("{doc}");
+    let whatif_group = match chosen(group::KEY) {
+        true => Some(group::run(bin, &dir, plan)?),
+        false => None,
+    };
+    let (group_doc, group_misses) = match &whatif_group {
+        Some(g) => group::section(g)?,
+        None => ("Not run.".into(), 0),
+    };
+    let (doc, mut misses) = report(&archs, (&whatif, &group_doc), plan, &platform, &commit()?)?;
+    misses.whatif_group = group_misses;
+    let docs = root.join("docs");
+    let page = docs.join("model-validation.md");
+    match (&whatif_group, plan.is_full()) {
+        (Some(g), true) if only.is_empty() => {
+            pictures(bin, &dir, &docs, &archs, &whatif)?;
+            group::picture(bin, &dir, &docs, g)?;
+            fs::write(&page, &doc)?;
+            eprintln!("xtask: wrote docs/model-validation.md");
+        }
+        // the key-exchange what-if alone: its section of the page, and its picture
+        (Some(g), true) if only == [group::KEY] => {
+            group::picture(bin, &dir, &docs, g)?;
+            let text = fs::read_to_string(&page)?;
+            fs::write(&page, group::splice(&text, &group_doc)?)?;
+            eprintln!("xtask: wrote the key-exchange what-if into docs/model-validation.md");
+        }
+        _ => println!("{doc}"),
     }
-    if misses.fit + misses.forecast + misses.busier + misses.whatif + misses.whatif_busier > 0 {
+    if misses.fit
+        + misses.forecast
+        + misses.busier
+        + misses.whatif
+        + misses.whatif_busier
+        + misses.whatif_group
+        > 0
+    {
         bail!(
-            "points below {:.0} % busy off by more than {:.0} %: {} same-point fit(s), {} forecast(s) from one user, {} from the busier window ({} told the point's host speed), {} what-if(s) from one user, {} from the busier window: see the tables",
+            "points below {:.0} % busy off by more than {:.0} %: {} same-point fit(s), {} forecast(s) from one user, {} from the busier window ({} told the point's host speed), {} what-if(s) from one user, {} from the busier window, {} key-exchange what-if(s): see the tables",
             UTIL_LIMIT * 100.0,
             TOLERANCE * 100.0,
             misses.fit,
@@ -2203,7 +2273,8 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
             misses.busier,
             misses.busier_at_speed,
             misses.whatif,
-            misses.whatif_busier
+            misses.whatif_busier,
+            misses.whatif_group
         );
     }
     Ok(())
@@ -2411,7 +2482,11 @@ mod tests {
         let doc = crate::template::tests::fill_all(TEMPLATE);
         assert!(doc.starts_with("# Model validation\n\nCommit <COMMIT>, kernel <KERNEL>"));
         assert!(
-            doc.contains("\n\n<ARCHES>\n\n<WHATIF>\n\n## Why a point can miss\n\n"),
+            doc.contains(&format!(
+                "\n\n<ARCHES>\n\n<WHATIF>\n\n{}\n<WHATIF_GROUP>\n{}\n\n## Why a point can miss\n\n",
+                group::BEGIN,
+                group::END
+            )),
             "{doc}"
         );
         let mix = crate::template::tests::fill_all(MIX_TEMPLATE);

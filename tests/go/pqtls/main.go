@@ -1,7 +1,8 @@
 // A TLS 1.3 server and client from Go's crypto/tls alone, for checking hstrace's
 // key-exchange group (post-quantum hybrids included), HelloRetryRequests and JA4
-// against Go's own view (tests/tests/key_exchange.rs, tests/tests/ja4.rs). Built by
-// the tests into target/go/pqtls.
+// against Go's own view (tests/tests/key_exchange.rs, tests/tests/ja4.rs), and loading
+// it with hybrid clients for the key-exchange what-if (xtask/src/validate/group.rs).
+// Built by the tests and xtask into target/go/pqtls.
 //
 // Usage:
 //
@@ -11,6 +12,12 @@
 //	pqtls client HOST:PORT GROUPS
 //	    one connection, one HTTP/1.0 GET, then one JSON line: the client's port and
 //	    the group Go negotiated (ConnectionState().CurveID), by number and name.
+//
+//	pqtls load HOST:PORT [flags]
+//	    a closed-loop load (load.go): N users, each a loop of an exponential think time
+//	    and one new connection (a full TLS 1.3 handshake, one GET, read to the end);
+//	    one JSON object shaped like hsload's (`hsload/v1`) on stdout. `pqtls load -h`
+//	    lists the flags.
 //
 // GROUPS is "default" (Go's own preferences: X25519MLKEM768 first) or a comma list of
 // X25519MLKEM768, SecP256r1MLKEM768, SecP384r1MLKEM1024, X25519, P256, P384, P521.
@@ -63,8 +70,10 @@ func main() {
 		server(os.Args[2], os.Args[3], os.Args[4], groups(os.Args[5]))
 	case len(os.Args) == 4 && os.Args[1] == "client":
 		client(os.Args[2], groups(os.Args[3]))
+	case len(os.Args) >= 3 && os.Args[1] == "load":
+		load(os.Args[2], os.Args[3:])
 	default:
-		log.Fatal("usage: pqtls server PORT CERT KEY GROUPS | pqtls client HOST:PORT GROUPS")
+		log.Fatal("usage: pqtls server PORT CERT KEY GROUPS | pqtls client HOST:PORT GROUPS | pqtls load HOST:PORT [flags]")
 	}
 }
 

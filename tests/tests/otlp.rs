@@ -98,13 +98,15 @@ const CONVENTIONS: [&str; 11] = [
 ];
 
 type Key = (String, BTreeMap<String, String>);
+/// A histogram's count, sum and cumulative bucket counts by bound.
+type Hist = (u64, f64, Vec<(f64, u64)>);
 
 /// Both sides' values by (OTLP metric, attributes): counters' values, histograms'
 /// counts, sums and cumulative bucket counts by bound.
 #[derive(Debug, Default, PartialEq)]
 struct Side {
     numbers: BTreeMap<Key, f64>,
-    histograms: BTreeMap<Key, (u64, f64, Vec<(f64, u64)>)>,
+    histograms: BTreeMap<Key, Hist>,
 }
 
 fn prometheus_side(m: &Scrape) -> Side {

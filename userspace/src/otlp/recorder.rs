@@ -128,6 +128,7 @@ type HandshakeKey = (u64, String, Kind, bool, &'static str, &'static str);
 struct Series {
     next_server: u64,
     servers: Cache<ServerKey, (u64, Arc<[KeyValue]>)>,
+    last_server: Option<(ServerKey, u64, Arc<[KeyValue]>)>,
     stage: Cache<(u64, Stage, Kind, &'static str), BoundHistogram<f64>>,
     stage_cpu: Cache<(u64, Stage, Kind, &'static str), BoundCounter<f64>>,
     connections: Cache<ConnectionKey, BoundCounter<u64>>,
@@ -144,6 +145,7 @@ impl Series {
         Series {
             next_server: 0,
             servers: Cache::new(),
+            last_server: None,
             stage: Cache::new(),
             stage_cpu: Cache::new(),
             connections: Cache::new(),
@@ -337,31 +339,35 @@ impl Recorder {
     /// Which server: `process.executable.name`, `server.port` and its container, folded
     /// into `container.id="other"` past `MAX_CONTAINERS` as metrics.rs does; its id and
     /// attributes.
-    fn server(&mut self, c: &mut Conn) -> (u64, Arc<[KeyValue]>) {
+    fn server(&mut self, c: &Conn) -> (u64, Arc<[KeyValue]>) {
         let container = c.container.as_ref().map(|ct| {
             if let Some(active) = self.containers.get_mut(&ct.id) {
                 *active = true;
-                ct.id.clone()
+                ct.id.as_str()
             } else if self.containers.len() < MAX_CONTAINERS {
                 self.containers.insert(ct.id.clone(), true);
-                ct.id.clone()
+                ct.id.as_str()
             } else {
-                OTHER.to_owned()
+                OTHER
             }
         });
-        let pod = c.container.as_ref().and_then(|ct| ct.pod.clone());
-        let key = (std::mem::take(&mut c.comm), c.port, container);
+        // most records come from the server the one before came from
+        if let Some(((comm, port, ct), id, attrs)) = &self.series.last_server {
+            if *comm == c.comm && *port == c.port && ct.as_deref() == container {
+                return (*id, attrs.clone());
+            }
+        }
+        let key = (c.comm.clone(), c.port, container.map(str::to_owned));
         let next = &mut self.series.next_server;
         let (id, attrs) = self.series.servers.get(key.clone(), || {
-            let (comm, port, container) = key;
             let mut a = vec![
-                KeyValue::new("process.executable.name", comm),
-                KeyValue::new("server.port", i64::from(port)),
+                KeyValue::new("process.executable.name", c.comm.clone()),
+                KeyValue::new("server.port", i64::from(c.port)),
             ];
             if let Some(id) = container {
-                let folded = id == OTHER;
-                a.push(KeyValue::new("container.id", id));
-                if let Some(p) = pod.filter(|_| !folded) {
+                a.push(KeyValue::new("container.id", id.to_owned()));
+                let pod = c.container.as_ref().and_then(|ct| ct.pod.as_ref());
+                if let Some(p) = pod.filter(|_| id != OTHER) {
                     a.push(KeyValue::new("k8s.namespace.name", p.namespace.clone()));
                     a.push(KeyValue::new("k8s.pod.name", p.name.clone()));
                 }
@@ -369,11 +375,13 @@ impl Recorder {
             *next += 1;
             (*next, a.into())
         });
-        (*id, attrs.clone())
+        let (id, attrs) = (*id, attrs.clone());
+        self.series.last_server = Some((key, id, attrs.clone()));
+        (id, attrs)
     }
 
     fn connection(&mut self, mut c: Conn) {
-        let (id, server) = self.server(&mut c);
+        let (id, server) = self.server(&c);
         let kind = c.kind;
         let k = kind.name();
         let group = c.tls_group;

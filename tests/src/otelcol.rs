@@ -1,14 +1,21 @@
-//! A real OpenTelemetry Collector, built from the Collector's Go modules (tests/otelcol:
-//! the OTLP receiver and the file exporter, one release), and what it received.
+//! A real OpenTelemetry Collector, built from the Collector's Go modules (the OTLP receiver
+//! and an exporter writing OTLP JSON lines, every module at one release), and what it
+//! received.
 //!
-//! The binary goes to target/otelcol/otelcol, rebuilt when its source is newer;
-//! `cargo xtask setup` builds it ahead (the module downloads happen there).
+//! Built once per test run: `cargo xtask test` builds it at its start and hands the binary
+//! to every test binary in `HSTRACE_OTELCOL`; without it (a plain `cargo test`) a test
+//! binary builds it on first use, once. Each build writes the source (otelcol/source.rs)
+//! into a fresh target/otelcol/src, lets `go mod tidy` resolve it from the Go module proxy
+//! and `go build`s it there; Go's build cache makes a rebuild take seconds.
+
+mod source;
 
 use std::{
     collections::BTreeMap,
     fs,
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Command, Stdio},
+    sync::OnceLock,
     time::Duration,
 };
 
@@ -16,46 +23,56 @@ use serde_json::Value;
 
 use crate::util::{free_port, wait_listening, work_dir, workspace};
 
-/// The collector's binary, built from tests/otelcol when missing or older than its source.
+/// The collector's binary: `HSTRACE_OTELCOL` when set, else built once by this process.
 pub fn otelcol_bin() -> PathBuf {
-    let src = workspace().join("tests/otelcol");
-    let bin = workspace().join("target/otelcol/otelcol");
-    let newest_src = ["main.go", "go.mod", "go.sum"]
-        .iter()
-        .filter_map(|f| fs::metadata(src.join(f)).and_then(|m| m.modified()).ok())
-        .max();
-    let built = fs::metadata(&bin).and_then(|m| m.modified()).ok();
-    if built.is_some() && built >= newest_src {
-        return bin;
-    }
-    build(&src, &bin);
-    bin
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| match std::env::var_os("HSTRACE_OTELCOL") {
+        Some(p) => PathBuf::from(p),
+        None => build(),
+    })
+    .clone()
 }
 
-/// `go build` the collector into `bin` (through a temporary name: a test that runs at the
-/// same time never sees half a binary).
-pub fn build(src: &Path, bin: &Path) {
-    fs::create_dir_all(bin.parent().unwrap()).unwrap();
-    let tmp = bin.with_extension("tmp");
+/// Write the source into a fresh target/otelcol/src, `go mod tidy` and `go build` it into
+/// target/otelcol/otelcol (through a temporary name: a test that runs at the same time
+/// never sees half a binary), and return the binary's path.
+pub fn build() -> PathBuf {
+    let dir = workspace().join("target/otelcol");
+    let src = dir.join("src");
+    let _ = fs::remove_dir_all(&src);
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("go.mod"), source::go_mod()).unwrap();
+    fs::write(src.join("main.go"), source::MAIN_GO).unwrap();
     let go = ["go", "/usr/local/go/bin/go"]
         .into_iter()
         .find(|g| Command::new(g).arg("version").output().is_ok())
         .expect("no Go toolchain: `cargo xtask setup` installs Debian's golang-go");
-    let out = Command::new(go)
-        .args(["build", "-o"])
-        .arg(&tmp)
-        .arg(".")
-        .current_dir(src)
-        .env("GOCACHE", workspace().join("target/go-cache"))
-        .env("GOFLAGS", "-buildvcs=false")
-        .output()
-        .expect("go build");
-    assert!(
-        out.status.success(),
-        "building the OpenTelemetry Collector (tests/otelcol) failed; its modules come from the Go module proxy:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    fs::rename(&tmp, bin).unwrap();
+    let bin = dir.join("otelcol");
+    let tmp = dir.join(format!("otelcol.tmp{}", std::process::id()));
+    let steps: [&[&str]; 2] = [
+        &["mod", "tidy"],
+        &["build", "-o", tmp.to_str().unwrap(), "."],
+    ];
+    for args in steps {
+        let out = Command::new(go)
+            .args(args)
+            .current_dir(&src)
+            .env("GOCACHE", workspace().join("target/go-cache"))
+            .env("GOFLAGS", "-buildvcs=false")
+            .output()
+            .expect("go");
+        assert!(
+            out.status.success(),
+            "`go {}` of the OpenTelemetry Collector {} in {} failed; its modules come from \
+             the Go module proxy:\n{}",
+            args.join(" "),
+            source::RELEASE,
+            src.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    fs::rename(&tmp, &bin).unwrap();
+    bin
 }
 
 /// TLS on the collector's receivers: its certificate and key, and the CA its clients'
@@ -99,9 +116,8 @@ impl Collector {
       grpc:
         endpoint: 127.0.0.1:{grpc_port}{tls}
 exporters:
-  file:
+  jsonlines:
     path: {}
-    flush_interval: 100ms
 service:
   telemetry:
     metrics:
@@ -109,7 +125,7 @@ service:
   pipelines:
     metrics:
       receivers: [otlp]
-      exporters: [file]
+      exporters: [jsonlines]
 ",
             out.display()
         );
@@ -173,10 +189,10 @@ service:
     pub fn last_export(&self, service: &str) -> Option<Export> {
         let text = fs::read_to_string(&self.out).unwrap_or_default();
         text.lines()
+            .rev()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter_map(|v| Export::parse(&v))
-            .filter(|e| e.resource.get("service.name").map(String::as_str) == Some(service))
-            .last()
+            .find(|e| e.resource.get("service.name").map(String::as_str) == Some(service))
     }
 }
 

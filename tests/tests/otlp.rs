@@ -1,5 +1,6 @@
 //! `hstrace serve --otlp-endpoint` against a real OpenTelemetry Collector (built from the
-//! Collector's Go modules: tests/otelcol) and a real nginx under the mix of every kind:
+//! Collector's Go modules, tests/src/otelcol/source.rs) and a real nginx under the mix of
+//! every kind:
 //! what the collector wrote matches the daemon's own /metrics, the attributes follow
 //! OpenTelemetry's conventions, a collector that is away for 30 s costs the Prometheus
 //! side nothing and the pushes resume, and TLS (mutual) works over HTTP and gRPC.
@@ -97,13 +98,15 @@ const CONVENTIONS: [&str; 11] = [
 ];
 
 type Key = (String, BTreeMap<String, String>);
+/// A histogram's count, sum and cumulative bucket counts by bound.
+type Hist = (u64, f64, Vec<(f64, u64)>);
 
 /// Both sides' values by (OTLP metric, attributes): counters' values, histograms'
 /// counts, sums and cumulative bucket counts by bound.
 #[derive(Debug, Default, PartialEq)]
 struct Side {
     numbers: BTreeMap<Key, f64>,
-    histograms: BTreeMap<Key, (u64, f64, Vec<(f64, u64)>)>,
+    histograms: BTreeMap<Key, Hist>,
 }
 
 fn prometheus_side(m: &Scrape) -> Side {
@@ -281,6 +284,70 @@ fn lines_with(text: &str, words: &[&str]) -> usize {
     text.lines()
         .filter(|l| words.iter().all(|w| l.contains(w)))
         .count()
+}
+
+/// The test collector itself (no root): what an OTLP/HTTP client posts comes back from
+/// `last_export` point for point, so the comparisons below read what the collector got.
+#[test]
+fn the_test_collector_writes_each_request_it_receives() {
+    let c = Collector::start("otlp-collector-itself", None);
+    let body = r#"{"resourceMetrics":[{"resource":{"attributes":[
+        {"key":"service.name","value":{"stringValue":"collector-check"}}]},
+      "scopeMetrics":[{"metrics":[
+        {"name":"c","unit":"1","sum":{"aggregationTemporality":2,"isMonotonic":true,
+          "dataPoints":[{"asInt":"7","attributes":[{"key":"tls.resumed","value":{"boolValue":true}}]}]}},
+        {"name":"h","unit":"s","histogram":{"aggregationTemporality":2,"dataPoints":[
+          {"count":"3","sum":0.25,"explicitBounds":[0.1],"bucketCounts":["2","1"]}]}}]}]}]}"#;
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--fail",
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+        ])
+        .arg(body)
+        .arg(format!("{}/v1/metrics", c.http_url("http")))
+        .output()
+        .expect("curl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let e = loop {
+        if let Some(e) = c.last_export("collector-check") {
+            break e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the collector wrote nothing to {}",
+            c.out.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(e.total("c"), 7.0);
+    let c_point = e.of("c").next().unwrap();
+    assert_eq!(
+        c_point.attrs.get("tls.resumed").map(String::as_str),
+        Some("true")
+    );
+    match &e.of("h").next().unwrap().value {
+        PointValue::Histogram {
+            count,
+            sum,
+            bounds,
+            counts,
+        } => {
+            assert_eq!((*count, *sum), (3, 0.25));
+            assert_eq!(
+                (bounds.as_slice(), counts.as_slice()),
+                (&[0.1][..], &[2, 1][..])
+            );
+        }
+        other => panic!("h is not an explicit-bucket histogram: {other:?}"),
+    };
 }
 
 #[test]

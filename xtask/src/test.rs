@@ -26,10 +26,10 @@ pub fn test(extra: &[String]) -> Result<()> {
     setup_test_machine(&[TEST_PACKAGES, IMAGE_PACKAGES, BROWSER_PACKAGES].concat())?;
     install_runtimes()?;
     install_python_packages()?;
-    // the OpenTelemetry Collector tests/otlp.rs pushes to, from its Go modules (once;
-    // rebuilt when tests/otelcol changes)
-    eprintln!("xtask: the OpenTelemetry Collector for tests/otlp.rs (tests/otelcol)");
-    hstrace_tests::otelcol::otelcol_bin();
+    // the OpenTelemetry Collector tests/otlp.rs pushes to, built from its Go modules once
+    // for the run (source in tests/src/otelcol/source.rs)
+    eprintln!("xtask: the OpenTelemetry Collector for tests/otlp.rs");
+    let otelcol = hstrace_tests::otelcol::build();
     let bin = build()?;
     // the load generator of the reduced model validation (xtask/src/validate.rs)
     let hsload = validate::build_hsload()?;
@@ -51,6 +51,7 @@ pub fn test(extra: &[String]) -> Result<()> {
         .args(binary_args)
         .env("HSTRACE_BIN", &bin)
         .env("HSTRACE_HSLOAD", &hsload)
+        .env("HSTRACE_OTELCOL", &otelcol)
         .env("HSTRACE_DEB", &packages.deb)
         .env("HSTRACE_DBGSYM_DEB", &packages.dbgsym)
         .env("HSTRACE_IMAGE", &image.name)

@@ -22,6 +22,7 @@
 
 mod export;
 mod recorder;
+mod series;
 
 use std::{
     path::PathBuf,

@@ -12,11 +12,11 @@ use std::{
 };
 
 use opentelemetry::{
-    metrics::{Counter, Gauge, Histogram, Meter},
+    metrics::{BoundCounter, BoundHistogram, Counter, Gauge, Histogram, Meter},
     KeyValue,
 };
 
-use super::{Msg, OtlpStats};
+use super::{series::Cache, Msg, OtlpStats};
 use crate::{
     container::Container,
     health::Health,
@@ -104,9 +104,64 @@ pub(super) struct Recorder {
     /// containers with attributes of their own, and whether each had a connection in
     /// this label window
     containers: HashMap<String, bool>,
+    series: Series,
     window_end: Instant,
     label_window: Duration,
     last: Health,
+}
+
+/// A server: process name, port, container (or "other").
+type ServerKey = (String, u16, Option<String>);
+/// `hstrace.connections`: server, kind, protocol, TLS version, cipher.
+type ConnectionKey = (
+    u64,
+    Kind,
+    &'static str,
+    &'static str,
+    Option<Cow<'static, str>>,
+);
+/// `hstrace.tls.handshakes`: server, SNI label, kind, resumed, offered, group.
+type HandshakeKey = (u64, String, Kind, bool, &'static str, &'static str);
+
+/// Each instrument's series, bound once (series.rs), keyed by the server's id and the
+/// labels past it (the `&'static str`s are the attribute values themselves).
+struct Series {
+    next_server: u64,
+    servers: Cache<ServerKey, (u64, Arc<[KeyValue]>)>,
+    last_server: Option<(ServerKey, u64, Arc<[KeyValue]>)>,
+    stage: Cache<(u64, Stage, Kind, &'static str), BoundHistogram<f64>>,
+    stage_cpu: Cache<(u64, Stage, Kind, &'static str), BoundCounter<f64>>,
+    connections: Cache<ConnectionKey, BoundCounter<u64>>,
+    failures: Cache<(u64, &'static str, Stage), BoundCounter<u64>>,
+    hello_retries: Cache<(u64, &'static str), BoundCounter<u64>>,
+    clients: Cache<(u64, String, Kind), BoundCounter<u64>>,
+    handshake: Cache<(u64, Kind, &'static str), BoundHistogram<f64>>,
+    handshakes: Cache<HandshakeKey, BoundCounter<u64>>,
+    key_exchanges: Cache<(u64, Kind, &'static str, &'static str), BoundCounter<u64>>,
+}
+
+impl Series {
+    fn new() -> Series {
+        Series {
+            next_server: 0,
+            servers: Cache::new(),
+            last_server: None,
+            stage: Cache::new(),
+            stage_cpu: Cache::new(),
+            connections: Cache::new(),
+            failures: Cache::new(),
+            hello_retries: Cache::new(),
+            clients: Cache::new(),
+            handshake: Cache::new(),
+            handshakes: Cache::new(),
+            key_exchanges: Cache::new(),
+        }
+    }
+}
+
+/// A server's attributes and then `extra`.
+fn with<const N: usize>(server: &[KeyValue], extra: [KeyValue; N]) -> Vec<KeyValue> {
+    server.iter().cloned().chain(extra).collect()
 }
 
 impl Recorder {
@@ -254,6 +309,7 @@ impl Recorder {
             sni: TopLabels::new(max_sni),
             ja4: TopLabels::new(max_ja4),
             containers: HashMap::new(),
+            series: Series::new(),
             window_end: Instant::now() + label_window,
             label_window,
             last: Health::default(),
@@ -266,12 +322,12 @@ impl Recorder {
             match m {
                 Msg::Stop(done) => return Some(done),
                 Msg::Batch(b) => {
-                    for c in &b.conns {
+                    let n = b.conns.len() as u64;
+                    for c in b.conns {
                         self.connection(c);
                     }
                     let record = |r| [KeyValue::new("hstrace.record", r)];
-                    self.records
-                        .add(b.conns.len() as u64, &record("connection"));
+                    self.records.add(n, &record("connection"));
                     self.records.add(b.closes, &record("close"));
                 }
                 Msg::Tick(h) => self.tick(&h),
@@ -281,137 +337,191 @@ impl Recorder {
     }
 
     /// Which server: `process.executable.name`, `server.port` and its container, folded
-    /// into `container.id="other"` past `MAX_CONTAINERS` as metrics.rs does.
-    fn server(&mut self, c: &Conn) -> Vec<KeyValue> {
-        let mut a = vec![
-            KeyValue::new("process.executable.name", c.comm.clone()),
-            KeyValue::new("server.port", i64::from(c.port)),
-        ];
-        if let Some(ct) = &c.container {
-            let known =
-                self.containers.len() < MAX_CONTAINERS || self.containers.contains_key(&ct.id);
-            if known {
+    /// into `container.id="other"` past `MAX_CONTAINERS` as metrics.rs does; its id and
+    /// attributes.
+    fn server(&mut self, c: &Conn) -> (u64, Arc<[KeyValue]>) {
+        let container = c.container.as_ref().map(|ct| {
+            if let Some(active) = self.containers.get_mut(&ct.id) {
+                *active = true;
+                ct.id.as_str()
+            } else if self.containers.len() < MAX_CONTAINERS {
                 self.containers.insert(ct.id.clone(), true);
-                a.push(KeyValue::new("container.id", ct.id.clone()));
-                if let Some(p) = &ct.pod {
+                ct.id.as_str()
+            } else {
+                OTHER
+            }
+        });
+        // most records come from the server the one before came from
+        if let Some(((comm, port, ct), id, attrs)) = &self.series.last_server {
+            if *comm == c.comm && *port == c.port && ct.as_deref() == container {
+                return (*id, attrs.clone());
+            }
+        }
+        let key = (c.comm.clone(), c.port, container.map(str::to_owned));
+        let next = &mut self.series.next_server;
+        let (id, attrs) = self.series.servers.get(key.clone(), || {
+            let mut a = vec![
+                KeyValue::new("process.executable.name", c.comm.clone()),
+                KeyValue::new("server.port", i64::from(c.port)),
+            ];
+            if let Some(id) = container {
+                a.push(KeyValue::new("container.id", id.to_owned()));
+                let pod = c.container.as_ref().and_then(|ct| ct.pod.as_ref());
+                if let Some(p) = pod.filter(|_| id != OTHER) {
                     a.push(KeyValue::new("k8s.namespace.name", p.namespace.clone()));
                     a.push(KeyValue::new("k8s.pod.name", p.name.clone()));
                 }
-            } else {
-                a.push(KeyValue::new("container.id", OTHER));
             }
-        }
-        a
+            *next += 1;
+            (*next, a.into())
+        });
+        let (id, attrs) = (*id, attrs.clone());
+        self.series.last_server = Some((key, id, attrs.clone()));
+        (id, attrs)
     }
 
-    fn connection(&mut self, c: &Conn) {
-        let server = self.server(c);
-        let kind = c.kind.name();
-        let with = |extra: &[KeyValue]| -> Vec<KeyValue> {
-            server
-                .iter()
-                .cloned()
-                .chain(extra.iter().cloned())
-                .collect()
-        };
+    fn connection(&mut self, mut c: Conn) {
+        let (id, server) = self.server(&c);
+        let kind = c.kind;
+        let k = kind.name();
+        let group = c.tls_group;
+        let s = &mut self.series;
         for (stage, ns) in &c.stages_ns {
-            self.stage.record(
-                *ns as f64 * 1e-9,
-                &with(&[
-                    KeyValue::new("hstrace.stage", stage.name()),
-                    KeyValue::new("hstrace.stage.class", stage.class().name()),
-                    KeyValue::new("hstrace.kind", kind),
-                    KeyValue::new("hstrace.tls.group", c.tls_group),
-                ]),
-            );
+            let stage = *stage;
+            s.stage
+                .get((id, stage, kind, group), || {
+                    self.stage.bind(&with(
+                        &server,
+                        [
+                            KeyValue::new("hstrace.stage", stage.name()),
+                            KeyValue::new("hstrace.stage.class", stage.class().name()),
+                            KeyValue::new("hstrace.kind", k),
+                            KeyValue::new("hstrace.tls.group", group),
+                        ],
+                    ))
+                })
+                .record(*ns as f64 * 1e-9);
         }
         for (stage, ns) in &c.cpu_ns {
-            self.stage_cpu.add(
-                *ns as f64 * 1e-9,
-                &with(&[
-                    KeyValue::new("hstrace.stage", stage.name()),
-                    KeyValue::new("hstrace.kind", kind),
-                    KeyValue::new("hstrace.tls.group", c.tls_group),
-                ]),
-            );
+            let stage = *stage;
+            s.stage_cpu
+                .get((id, stage, kind, group), || {
+                    self.stage_cpu.bind(&with(
+                        &server,
+                        [
+                            KeyValue::new("hstrace.stage", stage.name()),
+                            KeyValue::new("hstrace.kind", k),
+                            KeyValue::new("hstrace.tls.group", group),
+                        ],
+                    ))
+                })
+                .add(*ns as f64 * 1e-9);
         }
         let tls_version = c.tls_version.unwrap_or("none");
-        self.connections.add(
-            1,
-            &with(&[
-                KeyValue::new("hstrace.kind", kind),
-                KeyValue::new("network.protocol.name", c.app.unwrap_or("none")),
-                KeyValue::new("tls.protocol.version", tls_version),
-                KeyValue::new(
-                    "tls.cipher",
-                    c.cipher.as_deref().unwrap_or("none").to_owned(),
-                ),
-            ]),
-        );
+        let app = c.app.unwrap_or("none");
+        let cipher = c.cipher.take();
+        s.connections
+            .get((id, kind, app, tls_version, cipher.clone()), || {
+                self.connections.bind(&with(
+                    &server,
+                    [
+                        KeyValue::new("hstrace.kind", k),
+                        KeyValue::new("network.protocol.name", app),
+                        KeyValue::new("tls.protocol.version", tls_version),
+                        KeyValue::new("tls.cipher", cipher.as_deref().unwrap_or("none").to_owned()),
+                    ],
+                ))
+            })
+            .add(1);
         if let Some((reason, stage)) = c.failure {
-            self.failures.add(
-                1,
-                &with(&[
-                    KeyValue::new("error.type", reason),
-                    KeyValue::new("hstrace.stage", stage.name()),
-                ]),
-            );
+            s.failures
+                .get((id, reason, stage), || {
+                    self.failures.bind(&with(
+                        &server,
+                        [
+                            KeyValue::new("error.type", reason),
+                            KeyValue::new("hstrace.stage", stage.name()),
+                        ],
+                    ))
+                })
+                .add(1);
         }
         if let Some(cause) = c.hrr_cause {
             let cause = HRR_CAUSES[hrr_cause_index(cause)];
-            self.hello_retries
-                .add(1, &with(&[KeyValue::new("hstrace.cause", cause)]));
+            s.hello_retries
+                .get((id, cause), || {
+                    self.hello_retries
+                        .bind(&with(&server, [KeyValue::new("hstrace.cause", cause)]))
+                })
+                .add(1);
         }
-        if CLIENT_KINDS.contains(&c.kind) {
+        if CLIENT_KINDS.contains(&kind) {
             let ja4 = self.ja4.label(c.ja4.as_deref()).into_owned();
             if ja4 == OTHER {
                 self.ja4_folded.add(1, &[]);
             }
-            self.clients.add(
-                1,
-                &with(&[
-                    KeyValue::new("hstrace.tls.client.ja4", ja4),
-                    KeyValue::new("hstrace.kind", kind),
-                ]),
-            );
+            s.clients
+                .get((id, ja4.clone(), kind), || {
+                    self.clients.bind(&with(
+                        &server,
+                        [
+                            KeyValue::new("hstrace.tls.client.ja4", ja4),
+                            KeyValue::new("hstrace.kind", k),
+                        ],
+                    ))
+                })
+                .add(1);
         }
-        let resumed = match c.kind {
+        let resumed = match kind {
             Kind::Full => false,
             Kind::Resumed => true,
             Kind::Plain | Kind::Failed => return,
         };
         if let Some(h) = c.handshake_ns {
-            self.handshake.record(
-                h as f64 * 1e-9,
-                &with(&[
-                    KeyValue::new("hstrace.kind", kind),
-                    KeyValue::new("tls.protocol.version", tls_version),
-                ]),
-            );
+            s.handshake
+                .get((id, kind, tls_version), || {
+                    self.handshake.bind(&with(
+                        &server,
+                        [
+                            KeyValue::new("hstrace.kind", k),
+                            KeyValue::new("tls.protocol.version", tls_version),
+                        ],
+                    ))
+                })
+                .record(h as f64 * 1e-9);
         }
         let sni = self.sni.label(c.sni.as_deref()).into_owned();
         if sni == OTHER {
             self.sni_folded.add(1, &[]);
         }
-        let offer = offered_index(c.offered.or(if resumed { c.resumption } else { None }));
-        self.handshakes.add(
-            1,
-            &with(&[
-                KeyValue::new("server.address", sni),
-                KeyValue::new("hstrace.kind", kind),
-                KeyValue::new("tls.resumed", resumed),
-                KeyValue::new("hstrace.tls.resumption_offered", OFFERED[offer]),
-                KeyValue::new("hstrace.tls.group", c.tls_group),
-            ]),
-        );
-        self.key_exchanges.add(
-            1,
-            &with(&[
-                KeyValue::new("hstrace.kind", kind),
-                KeyValue::new("hstrace.tls.group", c.tls_group),
-                KeyValue::new("hstrace.tls.post_quantum_offered", c.pq_offered),
-            ]),
-        );
+        let offer = OFFERED[offered_index(c.offered.or(if resumed { c.resumption } else { None }))];
+        s.handshakes
+            .get((id, sni.clone(), kind, resumed, offer, group), || {
+                self.handshakes.bind(&with(
+                    &server,
+                    [
+                        KeyValue::new("server.address", sni),
+                        KeyValue::new("hstrace.kind", k),
+                        KeyValue::new("tls.resumed", resumed),
+                        KeyValue::new("hstrace.tls.resumption_offered", offer),
+                        KeyValue::new("hstrace.tls.group", group),
+                    ],
+                ))
+            })
+            .add(1);
+        let pq = c.pq_offered;
+        s.key_exchanges
+            .get((id, kind, group, pq), || {
+                self.key_exchanges.bind(&with(
+                    &server,
+                    [
+                        KeyValue::new("hstrace.kind", k),
+                        KeyValue::new("hstrace.tls.group", group),
+                        KeyValue::new("hstrace.tls.post_quantum_offered", pq),
+                    ],
+                ))
+            })
+            .add(1);
     }
 
     /// The tracer's totals as counter increments since the last tick, as metrics.rs

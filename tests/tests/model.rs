@@ -9,7 +9,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs,
-    io::Write,
+    io::{Read, Write},
     process::{Command, Stdio},
     thread,
     time::{Duration, SystemTime, UNIX_EPOCH},
@@ -20,7 +20,7 @@ use hstrace_tests::{
     clients::{curl, drive_mix, s_client, s_client_child, Mix},
     cpuset::CpuToItself,
     daemon::{Daemon, Scrape},
-    hstrace::{hstrace_bin, hstrace_output},
+    hstrace::{hstrace_bin, hstrace_output, spawn_until_ready},
     procs::pin,
     prometheus::Prometheus,
     servers::{Apache, Nginx, TestServer},
@@ -1480,22 +1480,29 @@ fn export_json(
     extra: &[&str],
 ) -> (Value, String) {
     let master = nginx.master_pid().to_string();
-    let child = Command::new(hstrace_bin())
-        .args(["export", "--duration", seconds, "--pid", &master])
+    let mut cmd = Command::new(hstrace_bin());
+    cmd.args(["export", "--duration", seconds, "--pid", &master])
         .args(extra)
         .args(["--format", "json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stdout(Stdio::piped());
+    // `after` counts from the attach (a busy machine may take seconds to get there), as
+    // the export's duration does
+    let (mut child, rest, seen) = spawn_until_ready(&mut cmd, "hstrace: measuring for");
     thread::sleep(after);
     for _ in 0..4 {
         assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
     }
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{err}");
-    (serde_json::from_slice(&out.stdout).unwrap(), err)
+    let mut stdout = Vec::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut stdout)
+        .unwrap();
+    let status = child.wait().unwrap();
+    let err = seen.into_iter().chain(rest).collect::<Vec<_>>().join("\n");
+    assert!(status.success(), "{err}");
+    (serde_json::from_slice(&stdout).unwrap(), err)
 }
 
 /// Other work on the server's CPU: nginx kept alone on CPU 0 (every other process moved

@@ -211,14 +211,17 @@ mod tests {
     /// the last curves left out, said under it.
     #[test]
     fn fig_8_with_measured_points() {
-        let r = build(
-            &seed(),
-            "seed".into(),
-            &Knobs::default(),
-            &[0.1, 0.2, 0.3],
-            Some(&[1, 100, 200]),
-        )
-        .unwrap();
+        let fig8 = |fractions: &[f64], users: &[u32]| {
+            build(
+                &seed(),
+                "seed".into(),
+                &Knobs::default(),
+                fractions,
+                Some(users),
+            )
+            .unwrap()
+        };
+        let r = fig8(&[0.1, 0.2, 0.3], &[1, 100, 200]);
         let measured = [
             Measured {
                 users: 100,
@@ -249,14 +252,7 @@ mod tests {
         let svg = svg::line_chart("t", &c);
         assert_eq!(svg.matches("<polyline").count(), 9);
 
-        let many = build(
-            &seed(),
-            "seed".into(),
-            &Knobs::default(),
-            &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
-            Some(&[1, 100]),
-        )
-        .unwrap();
+        let many = fig8(&[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], &[1, 100]);
         let c = chart(&many, &measured);
         assert_eq!(c.series.len(), 3 * 4 + 2);
         assert!(

@@ -780,23 +780,27 @@ fn bad_command_lines_get_one_clear_line() {
     assert!(!dir.join("no-such-dir").exists());
 }
 
+/// `hstrace model ARGS` on seed 002's Fig. 8 (its parameters, p = 0.1, 0.2, 0.3), as CSV.
+fn seed_figure_8(args: &[&str]) -> (Option<i32>, String, String) {
+    let seed = workspace().join("examples/seed002-parameters.json");
+    let fig8 = [
+        "--params",
+        seed.to_str().unwrap(),
+        "--secure-fraction",
+        "0.1,0.2,0.3",
+        "--format",
+        "csv",
+    ];
+    model(&[&fig8[..], args].concat())
+}
+
 /// Seed 002's Fig. 8: p = 0.1, 0.2, 0.3 from the seed's own stage means, as SVG and CSV.
 #[test]
 #[ignore = "needs the release build of hstrace: run `sudo cargo xtask test`"]
 fn seed_figure_8_as_svg_and_csv() {
     let dir = work_dir("model-fig8");
     let svg = dir.join("fig8.svg");
-    let seed = workspace().join("examples/seed002-parameters.json");
-    let (code, out, err) = model(&[
-        "--params",
-        seed.to_str().unwrap(),
-        "--secure-fraction",
-        "0.1,0.2,0.3",
-        "--plot",
-        svg.to_str().unwrap(),
-        "--format",
-        "csv",
-    ]);
+    let (code, out, err) = seed_figure_8(&["--plot", svg.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     let picture = fs::read_to_string(&svg).unwrap();
@@ -878,20 +882,13 @@ fn a_plot_as_chromium_sees_it() {
         "users,response_s,class\n100,0.0065,all\n300,0.02,\n200,0.04,tls_full\n",
     )
     .unwrap();
-    let seed = workspace().join("examples/seed002-parameters.json");
-    let (code, out, err) = model(&[
-        "--params",
-        seed.to_str().unwrap(),
-        "--secure-fraction",
-        "0.1,0.2,0.3",
+    let (code, out, err) = seed_figure_8(&[
         "--users",
         "1,100,200,300,400,500",
         "--plot",
         svg.to_str().unwrap(),
         "--measured",
         measured.to_str().unwrap(),
-        "--format",
-        "csv",
     ]);
     assert_eq!(code, Some(0), "{err}");
     // (series, users) -> response time in ms, as drawn: the CSV's and the measured file's

@@ -1219,6 +1219,14 @@ pub fn line_chart(id: &str, c: &LineChart) -> String {
                 .filter(|p| p.0.is_finite() && p.1.is_finite())
                 .map(|&(x, y)| (x.clamp(-1e300, 1e300), clean(y)))
                 .collect();
+            // a line thinned keeps its shape; points alone are each a datum
+            if s.draw == Draw::Points && pts.len() > MAX_POINTS {
+                notes.push(format!(
+                    "{MAX_POINTS} of the {} points of {} shown",
+                    pts.len(),
+                    clip(&s.label, 40)
+                ));
+            }
             (s, s.look.unwrap_or(Look::nth(i)), thin(pts, MAX_POINTS))
         })
         .collect();
@@ -2479,6 +2487,22 @@ mod tests {
             .iter()
             .any(|p| (num(p, "data-x"), num(p, "data-y")) == (200.0, 7.375)));
         assert!(texts(&els).contains(&"think time 2 s"));
+        // points alone are never thinned unsaid
+        let many = LineChart {
+            series: vec![Series {
+                label: "measured".into(),
+                points: (0..1000).map(|i| (f64::from(i), 1.0)).collect(),
+                draw: Draw::Points,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let thinned = check_common(&line_chart("n", &many));
+        assert!(
+            texts(&thinned).contains(&"400 of the 1000 points of measured shown"),
+            "{:?}",
+            texts(&thinned)
+        );
         // the taller plot: the axis from top to bottom spans 320 px
         let span = els
             .iter()

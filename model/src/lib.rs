@@ -11,6 +11,7 @@
 //! - `cold_start`: the cold start's figures (the tracer measures them)
 //! - `ordered`: a JSON object that keeps its keys' order (the stages, in wire order)
 //! - `http_client`: GET from a daemon or a Prometheus
+//! - `svg`: the one drawing layer, hand-written SVG charts (`hstrace report`'s and `plot`'s)
 //!
 //! The model:
 //! - `input`: the parameters (a `hstrace.parameters/v1` file, a daemon, Prometheus)
@@ -29,7 +30,7 @@
 //! - `sim`: nginx's event loops (one per worker) by discrete-event simulation
 //! - `ctmc` (tests only): the exact Markov chain, the check where product form holds
 //! - `report`: the table, JSON (`hstrace.model/v1`) and CSV
-//! - `plot`: the SVG picture, measured points overlaid
+//! - `plot`: the SVG picture (a `svg` line chart), measured points overlaid
 //!
 //! The model: a user thinks (mean Z), then makes a request of class tls_full, tls_resumed
 //! or plain with the measured shares. Its service stages (`server_flight_1`,
@@ -60,6 +61,7 @@ pub mod report;
 pub mod route;
 pub mod sim;
 pub mod stage;
+pub mod svg;
 pub mod warm;
 pub mod whatif;
 

@@ -1,6 +1,7 @@
 //! `--plot FILE.svg`: mean response time against users, a line per class (and the mix as
-//! `all`) for each curve, with measured points (`--measured FILE`) as circles. SVG only
-//! (plotters without default features: no font libraries).
+//! `all`) for each curve, with measured points (`--measured FILE`) as hollow circles:
+//! a line chart of `svg`, the drawing layer `hstrace report` draws with, in its look
+//! (a colour per class, a dash per curve).
 //!
 //! The measured file is CSV with a header: `users,response_s` and optionally `class`
 //! (`all`, `tls_full`, `tls_resumed` or `plain`; empty or absent: `all`); other columns are
@@ -9,10 +10,12 @@
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
-use plotters::prelude::*;
 
 use super::report::Report;
-use crate::stage::RequestClass;
+use crate::{
+    stage::RequestClass,
+    svg::{self, Draw, LineChart, Look, Series, MAX_SERIES},
+};
 
 /// One measured mean response time.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,22 +78,15 @@ pub fn read_measured(path: &Path) -> Result<Vec<Measured>> {
     Ok(out)
 }
 
-/// A colour per line: the mix dark, each class its own hue, paler for later curves.
-fn colour(class: Option<RequestClass>, curve: usize, curves: usize) -> RGBColor {
-    let (r, g, b) = match class {
-        None => (20, 20, 20),
-        Some(RequestClass::TlsFull) => (200, 30, 30),
-        Some(RequestClass::TlsResumed) => (20, 140, 40),
-        Some(RequestClass::Plain) => (30, 70, 200),
-    };
-    // later curves mix towards white, up to 60 %
-    let t = if curves > 1 {
-        0.6 * curve as f64 / (curves - 1) as f64
-    } else {
-        0.0
-    };
-    let pale = |v: u8| (f64::from(v) + (255.0 - f64::from(v)) * t) as u8;
-    RGBColor(pale(r), pale(g), pale(b))
+/// A class's colour in the drawing layer's palette: the mix black, full handshakes
+/// vermillion, resumed green, plain blue (the old plot's hues, in Okabe–Ito).
+fn colour(class: Option<RequestClass>) -> usize {
+    match class {
+        None => 6,
+        Some(RequestClass::TlsFull) => 4,
+        Some(RequestClass::TlsResumed) => 2,
+        Some(RequestClass::Plain) => 0,
+    }
 }
 
 fn name(class: Option<RequestClass>) -> &'static str {
@@ -114,8 +110,11 @@ pub fn check_path(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Draw the report (and the measured points) to `path` as SVG.
-pub fn draw(report: &Report, measured: &[Measured], path: &Path) -> Result<()> {
+/// The chart of the report (and the measured points): per curve a line per class, in
+/// the class's colour and the curve's dash; the measured points of each class alone,
+/// hollow circles in its colour. When more lines than the chart draws would be needed,
+/// the last curves are left out, and both the chart and stderr say so.
+pub fn chart(report: &Report, measured: &[Measured]) -> LineChart {
     let lines: Vec<Option<RequestClass>> = std::iter::once(None)
         .chain(
             RequestClass::ALL
@@ -128,95 +127,138 @@ pub fn draw(report: &Report, measured: &[Measured], path: &Path) -> Result<()> {
         None => p.response_s,
         Some(c) => p.class_response_s[c.index()],
     };
-    let mut x_max = 1.0_f64;
-    let mut y_max = 0.0_f64;
-    for curve in &report.curves {
-        for (p, _) in &curve.points {
-            x_max = x_max.max(f64::from(p.users));
-            for &class in &lines {
-                y_max = y_max.max(at(p, class) * 1e3);
-            }
-        }
+    let points: Vec<Series> = std::iter::once(None)
+        .chain(RequestClass::ALL.map(Some))
+        .filter_map(|class| {
+            let pts: Vec<(f64, f64)> = measured
+                .iter()
+                .filter(|m| m.class == class)
+                .map(|m| (f64::from(m.users), m.response_s * 1e3))
+                .collect();
+            (!pts.is_empty()).then(|| Series {
+                label: format!("measured: {}", name(class)),
+                points: pts,
+                look: Some(Look {
+                    colour: colour(class),
+                    pattern: 0,
+                }),
+                draw: Draw::Points,
+            })
+        })
+        .collect();
+    let fit = (MAX_SERIES - points.len()) / lines.len();
+    let mut notes = vec![format!(
+        "think time {}; {}",
+        report.knobs.think_time(),
+        report.knobs.web_server()
+    )];
+    if report.curves.len() > fit {
+        let left_out = format!(
+            "{} of {} curves drawn (at most {MAX_SERIES} series: the table has every one)",
+            fit,
+            report.curves.len()
+        );
+        eprintln!("hstrace: --plot: {left_out}");
+        notes.push(left_out);
     }
-    for m in measured {
-        x_max = x_max.max(f64::from(m.users));
-        y_max = y_max.max(m.response_s * 1e3);
-    }
-    let y_max = if y_max > 0.0 { y_max * 1.05 } else { 1.0 };
-    let draw_err =
-        |e: &dyn std::fmt::Display| anyhow!("cannot draw --plot {}: {e}", path.display());
-    let root = SVGBackend::new(path, (960, 640)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| draw_err(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "{}: mean response time (think time {}; {})",
-                report.server,
-                report.knobs.think_time(),
-                report.knobs.web_server()
-            ),
-            ("sans-serif", 18),
-        )
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0.0..x_max * 1.02, 0.0..y_max)
-        .map_err(|e| draw_err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("users N")
-        .y_desc("mean response time (ms)")
-        .draw()
-        .map_err(|e| draw_err(&e))?;
-    let curves = report.curves.len();
-    for (i, curve) in report.curves.iter().enumerate() {
+    let mut series: Vec<Series> = Vec::with_capacity(MAX_SERIES);
+    for (i, curve) in report.curves.iter().take(fit).enumerate() {
         for &class in &lines {
-            let c = colour(class, i, curves);
-            let label = match curve.secure_fraction {
-                Some(p) => format!("p = {p}: {}", name(class)),
-                None => name(class).to_owned(),
-            };
-            let width = if class.is_none() { 3 } else { 2 };
-            chart
-                .draw_series(LineSeries::new(
-                    curve
-                        .points
-                        .iter()
-                        .map(|(p, _)| (f64::from(p.users), at(p, class) * 1e3)),
-                    c.stroke_width(width),
-                ))
-                .map_err(|e| draw_err(&e))?
-                .label(label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(width))
-                });
+            series.push(Series {
+                label: match curve.secure_fraction {
+                    Some(p) => format!("p = {p}: {}", name(class)),
+                    None => name(class).to_owned(),
+                },
+                points: curve
+                    .points
+                    .iter()
+                    .map(|(p, _)| (f64::from(p.users), at(p, class) * 1e3))
+                    .collect(),
+                look: Some(Look {
+                    colour: colour(class),
+                    pattern: i,
+                }),
+                draw: Draw::Line,
+            });
         }
     }
-    for class in std::iter::once(None).chain(RequestClass::ALL.map(Some)) {
-        let points: Vec<&Measured> = measured.iter().filter(|m| m.class == class).collect();
-        if points.is_empty() {
-            continue;
-        }
-        let c = colour(class, 0, 1);
-        chart
-            .draw_series(points.iter().map(|m| {
-                Circle::new(
-                    (f64::from(m.users), m.response_s * 1e3),
-                    5,
-                    c.stroke_width(2),
-                )
-            }))
-            .map_err(|e| draw_err(&e))?
-            .label(format!("measured: {}", name(class)))
-            .legend(move |(x, y)| Circle::new((x + 10, y), 5, c.stroke_width(2)));
+    series.extend(points);
+    LineChart {
+        title: format!("{}: mean response time against users", report.server),
+        x_label: "users N".into(),
+        y_label: "mean response time (ms)".into(),
+        series,
+        plot_height: Some(360.0),
+        note: Some(notes.join("; ")),
+        ..Default::default()
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| draw_err(&e))?;
-    root.present().map_err(|e| draw_err(&e))?;
-    Ok(())
+}
+
+/// Draw the report (and the measured points) to `path` as SVG.
+pub fn draw(report: &Report, measured: &[Measured], path: &Path) -> Result<()> {
+    let picture = svg::line_chart("plot", &chart(report, measured));
+    std::fs::write(path, picture + "\n")
+        .with_context(|| format!("cannot write --plot {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{build, input::seed_parameters as seed, knobs::Knobs};
+
+    /// Seed 002's Fig. 8 with measured points: a line per curve and class (the class's
+    /// colour, the curve's dash), then the points alone; and, past what the chart draws,
+    /// the last curves left out, said under it.
+    #[test]
+    fn fig_8_with_measured_points() {
+        let fig8 = |fractions: &[f64], users: &[u32]| {
+            build(
+                &seed(),
+                "seed".into(),
+                &Knobs::default(),
+                fractions,
+                Some(users),
+            )
+            .unwrap()
+        };
+        let r = fig8(&[0.1, 0.2, 0.3], &[1, 100, 200]);
+        let measured = [
+            Measured {
+                users: 100,
+                response_s: 0.007,
+                class: None,
+            },
+            Measured {
+                users: 100,
+                response_s: 0.02,
+                class: Some(RequestClass::TlsFull),
+            },
+        ];
+        let c = chart(&r, &measured);
+        let labels: Vec<&str> = c.series.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels.len(), 3 * 3 + 2, "{labels:?}");
+        assert_eq!(labels[0], "p = 0.1: all");
+        assert_eq!(labels[8], "p = 0.3: plain");
+        assert_eq!(&labels[9..], ["measured: all", "measured: tls_full"]);
+        let look = |i: usize| c.series[i].look.unwrap();
+        assert_eq!(look(0).colour, look(3).colour, "a class one colour");
+        assert_ne!(look(0).pattern, look(3).pattern, "a curve one dash");
+        assert_eq!(look(9).colour, look(0).colour);
+        assert_eq!(c.series[9].draw, Draw::Points);
+        assert_eq!(c.series[10].points, [(100.0, 20.0)]);
+        assert_eq!(c.series[1].points.len(), 3);
+        let note = c.note.as_deref().unwrap();
+        assert!(note.starts_with("think time 2 s; "), "{note}");
+        let svg = svg::line_chart("t", &c);
+        assert_eq!(svg.matches("<polyline").count(), 9);
+
+        let many = fig8(&[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], &[1, 100]);
+        let c = chart(&many, &measured);
+        assert_eq!(c.series.len(), 3 * 4 + 2);
+        assert!(
+            c.note.as_deref().unwrap().contains("4 of 6 curves drawn"),
+            "{:?}",
+            c.note
+        );
+    }
 }

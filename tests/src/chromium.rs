@@ -305,6 +305,7 @@ fn content_type(file: &Path) -> &'static str {
         Some("html") => "text/html; charset=utf-8",
         Some("json") => "application/json",
         Some("png") => "image/png",
+        Some("svg") => "image/svg+xml",
         _ => "application/octet-stream",
     }
 }

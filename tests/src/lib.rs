@@ -26,6 +26,8 @@ pub mod http;
 pub mod ja4plus;
 /// A real OpenTelemetry Collector built from its Go modules, and what it received.
 pub mod otelcol;
+/// A page or a picture as Chromium sees it, and the checks every drawing passes there.
+pub mod page;
 /// podman with Debian's runc and this sandbox's containers.conf.
 pub mod podman;
 /// Children, CPU time, memory and CPU affinity of processes; stopped processes.

@@ -3,8 +3,9 @@
 //! out), real openssl and curl clients, and a real Prometheus scraping that daemon. What
 //! the model takes (class mix, service and delay demand per class) must be the daemon's
 //! own numbers, and its answer at one user their mix-weighted sum. Also every way the
-//! command line can be wrong, seed 002's Fig. 8 drawn and written as CSV, and a
-//! certificate key changed with its signatures measured by the real `openssl speed`.
+//! command line can be wrong, seed 002's Fig. 8 drawn and written as CSV, the drawing
+//! checked in Chromium as the report's page is, and a certificate key changed with its
+//! signatures measured by the real `openssl speed`.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -21,6 +22,7 @@ use hstrace_tests::{
     cpuset::CpuToItself,
     daemon::{Daemon, Scrape},
     hstrace::{hstrace_bin, hstrace_output, spawn_until_ready},
+    page::{assert_not_blank, has_drawing, load_offline, tags},
     procs::pin,
     prometheus::Prometheus,
     servers::{Apache, Nginx, TestServer},
@@ -790,23 +792,27 @@ fn bad_command_lines_get_one_clear_line() {
     assert!(!dir.join("no-such-dir").exists());
 }
 
+/// `hstrace model ARGS` on seed 002's Fig. 8 (its parameters, p = 0.1, 0.2, 0.3), as CSV.
+fn seed_figure_8(args: &[&str]) -> (Option<i32>, String, String) {
+    let seed = workspace().join("examples/seed002-parameters.json");
+    let fig8 = [
+        "--params",
+        seed.to_str().unwrap(),
+        "--secure-fraction",
+        "0.1,0.2,0.3",
+        "--format",
+        "csv",
+    ];
+    model(&[&fig8[..], args].concat())
+}
+
 /// Seed 002's Fig. 8: p = 0.1, 0.2, 0.3 from the seed's own stage means, as SVG and CSV.
 #[test]
 #[ignore = "needs the release build of hstrace: run `sudo cargo xtask test`"]
 fn seed_figure_8_as_svg_and_csv() {
     let dir = work_dir("model-fig8");
     let svg = dir.join("fig8.svg");
-    let seed = workspace().join("examples/seed002-parameters.json");
-    let (code, out, err) = model(&[
-        "--params",
-        seed.to_str().unwrap(),
-        "--secure-fraction",
-        "0.1,0.2,0.3",
-        "--plot",
-        svg.to_str().unwrap(),
-        "--format",
-        "csv",
-    ]);
+    let (code, out, err) = seed_figure_8(&["--plot", svg.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     let picture = fs::read_to_string(&svg).unwrap();
@@ -871,6 +877,104 @@ fn seed_figure_8_as_svg_and_csv() {
             r("all")
         );
     }
+}
+
+/// `--plot` as a browser sees it, with the checks `hstrace report`'s page passes
+/// (`hstrace_tests::page`): seed 002's Fig. 8 at six user counts, with measured points,
+/// loads in Chromium asking for nothing but itself; its DOM has a line per curve and class
+/// and every measured point, each marker where the CSV output (or the measured file) puts
+/// it; a screenshot of it is a picture.
+#[test]
+#[ignore = "needs the release build of hstrace and Debian's chromium: run `sudo cargo xtask test`"]
+fn a_plot_as_chromium_sees_it() {
+    let dir = work_dir("model-plot-chromium");
+    let (svg, measured) = (dir.join("plot.svg"), dir.join("measured.csv"));
+    fs::write(
+        &measured,
+        "users,response_s,class\n100,0.0065,all\n300,0.02,\n200,0.04,tls_full\n",
+    )
+    .unwrap();
+    let (code, out, err) = seed_figure_8(&[
+        "--users",
+        "1,100,200,300,400,500",
+        "--plot",
+        svg.to_str().unwrap(),
+        "--measured",
+        measured.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    // (series, users) -> response time in ms, as drawn: the CSV's and the measured file's
+    let mut want: BTreeMap<(String, u32), f64> = BTreeMap::new();
+    for line in out.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        if f[5].is_empty() {
+            continue; // a class not measured: no line
+        }
+        let series = format!("p = {}: {}", f[0], f[2]);
+        want.insert(
+            (series, f[1].parse().unwrap()),
+            f[5].parse::<f64>().unwrap() * 1e3,
+        );
+    }
+    assert_eq!(want.len(), 3 * 3 * 6, "{out}");
+    for (series, users, ms) in [
+        ("all", 100, 6.5),
+        ("all", 300, 20.0),
+        ("tls_full", 200, 40.0),
+    ] {
+        want.insert((format!("measured: {series}"), users), ms);
+    }
+
+    let dom = load_offline(&svg, "/plot.svg", 500 * 1024);
+    let tags = tags(&dom);
+    assert!(has_drawing(&tags), "no SVG with a mark in {dom}");
+    let lines: BTreeSet<&str> = tags
+        .iter()
+        .filter(|t| t.name == "polyline" && !t.closing)
+        .map(|t| t.attr("data-series").expect("a line's data-series"))
+        .collect();
+    let want_lines: BTreeSet<&str> = want
+        .keys()
+        .map(|(s, _)| s.as_str())
+        .filter(|s| !s.starts_with("measured"))
+        .collect();
+    assert_eq!(lines, want_lines);
+    let mut drawn: BTreeMap<(String, u32), f64> = BTreeMap::new();
+    for t in tags.iter().filter(|t| t.attr("class") == Some("point")) {
+        let get = |k: &str| t.attr(k).unwrap_or_else(|| panic!("a point without {k}"));
+        let x: f64 = get("data-x").parse().unwrap();
+        let y: f64 = get("data-y").parse().unwrap();
+        let fresh = drawn.insert((get("data-series").to_owned(), x as u32), y);
+        assert!(fresh.is_none(), "twice: {} at {x}", get("data-series"));
+    }
+    assert_eq!(
+        drawn.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "the points drawn"
+    );
+    for (k, y) in &drawn {
+        assert!(
+            close(*y, want[k], 1e-12),
+            "{k:?}: drawn {y}, want {}",
+            want[k]
+        );
+    }
+
+    // the whole picture: the SVG's own size
+    let root = tags.iter().find(|t| t.name == "svg").unwrap();
+    let view: Vec<f64> = root
+        .attr("viewbox")
+        .or(root.attr("viewBox"))
+        .unwrap()
+        .split(' ')
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_not_blank(
+        &svg,
+        "/plot.svg",
+        &dir.join("plot.png"),
+        (view[2] as u32, view[3].ceil() as u32),
+    );
 }
 
 /// A server measured with an RSA-2048 certificate, written by hand: 6 ms of first flight in

@@ -5,9 +5,8 @@
 //! waterfall's numbers are the embedded parameters' own; a screenshot of it is not blank.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet},
     fs,
-    io::BufReader,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     thread,
@@ -15,10 +14,14 @@ use std::{
 };
 
 use hstrace_tests::{
-    chromium::{dump_dom_with, screenshot_with, PageServer},
+    chromium::{dump_dom_with, PageServer},
     clients::{drive_mix, Mix},
     daemon::Daemon,
     hstrace::hstrace_bin,
+    page::{
+        assert_not_blank, by_id, close_of, external_references, has_drawing, load_offline, tags,
+        text_of, Tag,
+    },
     servers::Nginx,
     util::{wait_for, work_dir},
 };
@@ -35,9 +38,6 @@ const SECTIONS: &[&str] = &[
     "forecast",
     "accounting",
 ];
-
-/// What an SVG draws with: one of these makes it non-empty.
-const MARKS: &[&str] = &["rect", "path", "polyline", "polygon", "line", "circle"];
 
 /// One page may weigh this much, data and drawings included.
 const MAX_BYTES: u64 = 500 * 1024;
@@ -268,20 +268,7 @@ impl Page {
     /// server that records every request (only the page's own may come), and check its
     /// sections.
     fn load(file: &Path) -> Page {
-        let size = fs::metadata(file).unwrap().len();
-        assert!(size < MAX_BYTES, "{}: {size} bytes", file.display());
-        let html = fs::read_to_string(file).unwrap();
-        let found = external_references(&html);
-        assert!(found.is_empty(), "the page would fetch: {found:#?}");
-
-        let server = PageServer::start("/report.html", file);
-        let dom = dump_dom_with(&server.url(), &server.proxy_flags());
-        assert_eq!(
-            server.page_requests(),
-            ["/report.html"],
-            "the page asked for more than itself (every request: {:?})",
-            server.requests()
-        );
+        let dom = load_offline(file, "/report.html", MAX_BYTES);
         let tags = tags(&dom);
         for id in SECTIONS {
             let i = by_id(&tags, id).unwrap_or_else(|| panic!("no #{id} in the DOM"));
@@ -307,15 +294,7 @@ impl Page {
                 );
                 continue;
             }
-            let drawn = inside.iter().enumerate().any(|(k, t)| {
-                t.name == "svg"
-                    && !t.closing
-                    && inside[k + 1..]
-                        .iter()
-                        .take_while(|u| !(u.name == "svg" && u.closing))
-                        .any(|u| MARKS.contains(&u.name.as_str()))
-            });
-            assert!(drawn, "no SVG with a mark ({MARKS:?}) in #{id}");
+            assert!(has_drawing(inside), "no SVG with a mark in #{id}");
         }
         let pre = by_id(&tags, "parameters-json").unwrap();
         let text = text_of(&dom, &tags, pre);
@@ -440,38 +419,10 @@ impl Page {
         }
     }
 
-    /// A 1280×2400 screenshot of the page is a picture: many colours, and no one colour
-    /// (the background) covering nearly all of it.
+    /// A 1280×2400 screenshot of the page is a picture (`page::assert_not_blank`); the
+    /// DOM it came from is kept beside it, for whoever looks at it.
     fn assert_not_blank(&self, png: &Path) {
-        let server = PageServer::start("/report.html", &self.file);
-        let (width, height) = (1280, 2400);
-        screenshot_with(&server.url(), png, width, height, &server.proxy_flags());
-        assert_eq!(
-            server.page_requests(),
-            ["/report.html"],
-            "{:?}",
-            server.requests()
-        );
-        let mut decoder = png::Decoder::new(BufReader::new(fs::File::open(png).unwrap()));
-        decoder.set_transformations(png::Transformations::EXPAND);
-        let mut reader = decoder.read_info().unwrap();
-        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
-        let info = reader.next_frame(&mut buf).unwrap();
-        assert_eq!((info.width, info.height), (width, height));
-        assert_eq!(info.bit_depth, png::BitDepth::Eight);
-        let mut colours: HashMap<&[u8], u64> = HashMap::new();
-        for px in buf[..info.buffer_size()].chunks_exact(info.color_type.samples()) {
-            *colours.entry(px).or_default() += 1;
-        }
-        let background = *colours.values().max().unwrap() as f64 / (width * height) as f64;
-        assert!(
-            colours.len() > 50 && background < 0.97,
-            "{}: {} colours, the commonest covers {:.1} %",
-            png.display(),
-            colours.len(),
-            background * 100.0
-        );
-        // the DOM the screenshot came from is kept beside it, for whoever looks at it
+        assert_not_blank(&self.file, "/report.html", png, (1280, 2400));
         fs::write(png.with_extension("dom.html"), &self.dom).unwrap();
     }
 }
@@ -560,246 +511,8 @@ fn waterfall_rows(tags: &[Tag]) -> Vec<Row> {
     rows
 }
 
-/// What the page would fetch: a URL (not `data:` nor `#…`) where a browser loads one (an
-/// element's src, a link's or an SVG image's href, CSS's url() and @import). Links to
-/// follow (`<a href>`) are not fetched.
-fn external_references(html: &str) -> Vec<String> {
-    let local = |v: &str| {
-        let v = v.trim().trim_matches(['"', '\'']).trim();
-        v.is_empty() || v.starts_with('#') || v.to_ascii_lowercase().starts_with("data:")
-    };
-    let mut found = Vec::new();
-    for t in tags(html).iter().filter(|t| !t.closing) {
-        for (k, v) in &t.attrs {
-            let loads = match k.as_str() {
-                "src" | "srcset" | "poster" | "data" | "background" | "action" | "formaction"
-                | "xlink:href" => true,
-                "href" => t.name != "a",
-                _ => false,
-            };
-            if loads && !local(v) {
-                found.push(format!("<{} {k}={v:?}>", t.name));
-            }
-        }
-    }
-    let lower = html.to_ascii_lowercase();
-    for (at, _) in lower.match_indices("url(") {
-        let arg = &html[at + 4..];
-        let arg = &arg[..arg.find(')').unwrap_or(arg.len())];
-        if !local(arg) {
-            found.push(format!("url({arg})"));
-        }
-    }
-    if lower.contains("@import") {
-        found.push("@import".to_owned());
-    }
-    found
-}
-
-/// One tag of an HTML text: its name (lower case), attributes (values unescaped), whether
-/// it closes an element or closes itself, and where it is.
-struct Tag {
-    name: String,
-    attrs: Vec<(String, String)>,
-    closing: bool,
-    self_closing: bool,
-    start: usize,
-    end: usize,
-}
-
-impl Tag {
-    fn attr(&self, name: &str) -> Option<&str> {
-        self.attrs
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// The tags of `html`, in order: comments, doctypes and the text of scripts and styles
-/// passed over. Enough for Chromium's serialized DOM and a page written by a program.
-fn tags(html: &str) -> Vec<Tag> {
-    let b = html.as_bytes();
-    let skip_space = |mut j: usize| {
-        while j < b.len() && b[j].is_ascii_whitespace() {
-            j += 1;
-        }
-        j
-    };
-    let mut out = Vec::new();
-    let mut i = 0;
-    while let Some(off) = html[i..].find('<') {
-        let start = i + off;
-        let rest = &html[start..];
-        if rest.starts_with("<!--") {
-            i = start + rest.find("-->").map_or(rest.len(), |e| e + 3);
-            continue;
-        }
-        if rest.starts_with("<!") || rest.starts_with("<?") {
-            i = start + rest.find('>').map_or(rest.len(), |e| e + 1);
-            continue;
-        }
-        let closing = rest.starts_with("</");
-        let name_at = start + if closing { 2 } else { 1 };
-        let mut j = name_at;
-        while j < b.len() && !b[j].is_ascii_whitespace() && b[j] != b'>' && b[j] != b'/' {
-            j += 1;
-        }
-        let name = html[name_at..j].to_ascii_lowercase();
-        if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
-            // a '<' in text
-            i = start + 1;
-            continue;
-        }
-        let (mut attrs, mut self_closing) = (Vec::new(), false);
-        loop {
-            j = skip_space(j);
-            if j >= b.len() {
-                break;
-            }
-            if b[j] == b'>' {
-                j += 1;
-                break;
-            }
-            if b[j] == b'/' {
-                self_closing = true;
-                j += 1;
-                continue;
-            }
-            self_closing = false;
-            let at = j;
-            while j < b.len() && !b[j].is_ascii_whitespace() && !b"=>/".contains(&b[j]) {
-                j += 1;
-            }
-            if j == at {
-                // a stray '=': pass over it
-                j += 1;
-                continue;
-            }
-            let key = html[at..j].to_ascii_lowercase();
-            j = skip_space(j);
-            let mut value = String::new();
-            if j < b.len() && b[j] == b'=' {
-                j = skip_space(j + 1);
-                if j < b.len() && (b[j] == b'"' || b[j] == b'\'') {
-                    let q = b[j] as char;
-                    let end = html[j + 1..].find(q).map_or(b.len(), |e| j + 1 + e);
-                    value = unescape(&html[j + 1..end]);
-                    j = (end + 1).min(b.len());
-                } else {
-                    let v = j;
-                    while j < b.len() && !b[j].is_ascii_whitespace() && b[j] != b'>' {
-                        j += 1;
-                    }
-                    value = unescape(&html[v..j]);
-                }
-            }
-            attrs.push((key, value));
-        }
-        let raw_text = !closing && !self_closing && (name == "script" || name == "style");
-        let close = format!("</{name}");
-        out.push(Tag {
-            name,
-            attrs,
-            closing,
-            self_closing,
-            start,
-            end: j,
-        });
-        i = j;
-        if raw_text {
-            let lower = html[i..].to_ascii_lowercase();
-            i += lower.find(&close).unwrap_or(lower.len());
-        }
-    }
-    out
-}
-
-/// The index of the first tag with `id`.
-fn by_id(tags: &[Tag], id: &str) -> Option<usize> {
-    tags.iter()
-        .position(|t| !t.closing && t.attr("id") == Some(id))
-}
-
-/// The index of the tag that closes the element opened at `i` (the end if none does).
-fn close_of(tags: &[Tag], i: usize) -> usize {
-    let name = &tags[i].name;
-    let mut depth = 0;
-    for (k, t) in tags.iter().enumerate().skip(i + 1) {
-        if &t.name != name || t.self_closing {
-            continue;
-        }
-        if !t.closing {
-            depth += 1;
-        } else if depth == 0 {
-            return k;
-        } else {
-            depth -= 1;
-        }
-    }
-    tags.len()
-}
-
-/// The text of the element opened at `i` (its DOM textContent): tags inside dropped,
-/// character references unescaped.
-fn text_of(html: &str, tags: &[Tag], i: usize) -> String {
-    let close = close_of(tags, i);
-    let end = tags.get(close).map_or(html.len(), |t| t.start);
-    let mut text = String::new();
-    let mut at = tags[i].end;
-    for t in &tags[i + 1..close] {
-        text.push_str(&html[at..t.start]);
-        at = t.end;
-    }
-    text.push_str(&html[at..end]);
-    unescape(&text)
-}
-
-/// `s` with HTML character references replaced (&amp; &lt; &gt; &quot; &#39; &nbsp; and
-/// numeric ones); anything else left as it is.
-fn unescape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(p) = rest.find('&') {
-        out.push_str(&rest[..p]);
-        rest = &rest[p..];
-        let semi = rest.bytes().take(12).position(|c| c == b';');
-        let ch = semi.and_then(|semi| {
-            let name = &rest[1..semi];
-            let c = match name {
-                "amp" => Some('&'),
-                "lt" => Some('<'),
-                "gt" => Some('>'),
-                "quot" => Some('"'),
-                "apos" => Some('\''),
-                "nbsp" => Some('\u{a0}'),
-                _ => match name.strip_prefix('#') {
-                    Some(hex) if hex.starts_with(['x', 'X']) => u32::from_str_radix(&hex[1..], 16)
-                        .ok()
-                        .and_then(char::from_u32),
-                    Some(dec) => dec.parse().ok().and_then(char::from_u32),
-                    None => None,
-                },
-            };
-            Some((c?, semi))
-        });
-        match ch {
-            Some((c, semi)) => {
-                out.push(c);
-                rest = &rest[semi + 1..];
-            }
-            None => {
-                out.push('&');
-                rest = &rest[1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
 #[test]
-fn the_html_reading_reads_chromiums_dom() {
+fn the_waterfall_reading_reads_chromiums_dom() {
     let dom = "<!DOCTYPE html><html><head><style>a>b{x:url(#g)}</style></head><body>\
                <section id=\"waterfall\"><svg><rect data-row=\"TLS 1.3 full\" data-stage=\"a\" \
                data-class=\"service\" data-mean-s=\"1e-4\" data-p90-s=\"2e-4\" \
@@ -817,16 +530,4 @@ fn the_html_reading_reads_chromiums_dom() {
     );
     assert_eq!(rows[0].bars.len(), 2);
     assert_eq!(rows[1].bars[0].mean_s, 2.0);
-    let pre = by_id(&t, "p").unwrap();
-    assert_eq!(text_of(dom, &t, pre), "{\"a\":\"x & <y>\"}!");
-    assert_eq!(unescape("&#39;&#x41;&bogus; &"), "'A&bogus; &");
-    assert!(external_references(dom).is_empty());
-    let fetching = "<img src=x.png><a href=\"https://example.com\">ok</a>\
-                    <link rel=stylesheet href=\"s.css\"><div style=\"background:url('b.png')\">";
-    assert_eq!(
-        external_references(fetching).len(),
-        3,
-        "{:?}",
-        external_references(fetching)
-    );
 }

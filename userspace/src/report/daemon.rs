@@ -10,12 +10,11 @@ use serde_json::Value;
 
 use super::{
     gather::{bucket_edges_s, CACHE_STEPS},
-    kind_label, pick,
-    svg::{Distribution, Row, Segment},
-    wire_order, CacheView, View,
+    kind_label, pick, wire_order, CacheView, View,
 };
 use crate::{
     http_client::{self, Server},
+    model::svg::{Distribution, Row, Segment},
     params::v1::Parameters,
     stage::{Kind, Resumption, Stage},
 };

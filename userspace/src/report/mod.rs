@@ -1,17 +1,16 @@
 //! `hstrace report`: one self-contained HTML page of where a server's handshakes spend
 //! their time. Traced for `--duration` (the record source with `gather::Gather` as its
 //! sink, the parameter estimator fed the same records) or read from a running daemon
-//! (`daemon`); both make a `View`, which `page` writes with the charts of `svg`.
+//! (`daemon`); both make a `View`, which `page` writes with the charts of the model
+//! crate's `svg` (the one drawing layer, `hstrace model --plot`'s too).
 //!
 //! - `gather`: the figures of a traced window, and the sink that gathers them
 //! - `daemon`: the same figures from a daemon's /metrics, parameters, failures and health
-//! - `svg`: the charts, hand-written SVG
 //! - `page`: the HTML
 
 mod daemon;
 mod gather;
 mod page;
-pub mod svg;
 
 use std::{
     path::Path,
@@ -22,17 +21,18 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use crate::{
-    model::{self, input, knobs::Knobs},
+    model::{
+        self, input,
+        knobs::Knobs,
+        svg::{Distribution, Row, Segment},
+    },
     params::v1::Parameters,
     signal::stop_signal,
     source::{Options, Source},
     stage::{Kind, Stage},
 };
 
-use self::{
-    gather::{bucket_edges_s, Gather, ServerAcc, CACHE_STEPS},
-    svg::{Distribution, Row, Segment},
-};
+use self::gather::{bucket_edges_s, Gather, ServerAcc, CACHE_STEPS};
 
 /// Everything the page shows, whichever way it was measured.
 pub struct View {

@@ -6,13 +6,12 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
-use crate::stage::Resumption;
-
-use super::{
-    forecast,
-    svg::{self, esc, Bars, Class, LineChart, Series},
-    View,
+use crate::{
+    model::svg::{self, esc, Bars, Class, LineChart, Series},
+    stage::Resumption,
 };
+
+use super::{forecast, View};
 
 const STYLE: &str = "body{font-family:sans-serif;max-width:1180px;margin:1.5em auto;padding:0 1em;color:#222}\
 h1{font-size:1.5em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ccc}\
@@ -160,10 +159,12 @@ fn cache(o: &mut String, v: &View) {
             series: vec![Series {
                 label: "resumed / offered".into(),
                 points,
+                ..Default::default()
             }],
             marker: None,
             y_max: Some(1.0),
             y_percent: true,
+            ..Default::default()
         },
     ));
     o.push_str("</div></section>\n");
@@ -400,6 +401,7 @@ fn forecast_section(o: &mut String, v: &View) {
                         .iter()
                         .filter_map(|(n, r)| r[k].map(|r| (f64::from(*n), r * 1e3)))
                         .collect(),
+                    ..Default::default()
                 })
                 .filter(|s| !s.points.is_empty())
                 .collect();
@@ -411,8 +413,7 @@ fn forecast_section(o: &mut String, v: &View) {
                     y_label: "response time (ms)".into(),
                     series,
                     marker: now.map(|n| (n, format!("now: {n:.1} users"))),
-                    y_max: None,
-                    y_percent: false,
+                    ..Default::default()
                 },
             ));
         }
@@ -427,10 +428,7 @@ fn forecast_section(o: &mut String, v: &View) {
                         title: "Forecast: response time against users".into(),
                         x_label: "users".into(),
                         y_label: "response time (ms)".into(),
-                        series: Vec::new(),
-                        marker: None,
-                        y_max: None,
-                        y_percent: false,
+                        ..Default::default()
                     }
                 )
             );

@@ -1,6 +1,7 @@
-//! The charts of `hstrace report`, hand-written SVG: pure functions from plain data to one
-//! self-contained `<svg>` element each (no script, no font or file fetched, no reference
-//! outside the element), for an HTML page that holds several of them and prints.
+//! hstrace's one drawing layer: the charts of `hstrace report` and `hstrace model --plot`,
+//! hand-written SVG: pure functions from plain data to one self-contained `<svg>` element
+//! each (no script, no font or file fetched, no reference outside the element), for an
+//! HTML page that holds several of them and prints, or for a file of its own.
 //!
 //! What every builder does the same way:
 //! * `id` prefixes the ids the chart defines (its fill patterns). It is reduced to
@@ -10,7 +11,8 @@
 //! * Colours are Okabe–Ito: service #0072B2 (blue, solid), queue #E69F00 (orange, hatched),
 //!   delay #BBBBBB (light grey), on-CPU a dark blue band: four different greys in print,
 //!   and the queue's hatch tells it apart without colour. Lines differ by colour, dash
-//!   pattern and point marker; bars by colour and fill pattern.
+//!   pattern and point marker (a series may choose its own, e.g. a colour per request
+//!   class and a dash per curve); bars by colour and fill pattern.
 //! * Time axes read in ms, in µs when the whole range is under 1 ms (and in s past 100 s),
 //!   with ticks at 1, 2, 5 × 10^k.
 //! * A value that is negative, NaN or infinite counts as 0 (a marker or point whose
@@ -29,8 +31,9 @@ pub const MAX_ROWS: usize = 16;
 pub const MAX_SEGMENTS: usize = 20;
 /// A distribution draws at most this many bars (adjacent buckets are merged beyond).
 pub const MAX_BUCKETS: usize = 100;
-/// A line chart draws at most this many series…
-pub const MAX_SERIES: usize = 8;
+/// A line chart draws at most this many series (twice the palette: the second eight
+/// take other dashes)…
+pub const MAX_SERIES: usize = 16;
 /// …each of at most this many points (evenly thinned beyond, first and last kept).
 pub const MAX_POINTS: usize = 400;
 /// A bar chart draws at most this many bars in all (groups are cut beyond).
@@ -130,15 +133,56 @@ pub struct Distribution {
     pub markers: Vec<(String, f64)>,
 }
 
-/// One line of a [`LineChart`]: its points (x, y) in drawing order.
-#[derive(Debug, Clone, PartialEq)]
+/// One series of a [`LineChart`]: its points (x, y) in drawing order.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Series {
     pub label: String,
     pub points: Vec<(f64, f64)>,
+    /// its colour, dash and marker; None: by its place among the series
+    pub look: Option<Look>,
+    /// a line through the points, or the points alone
+    pub draw: Draw,
+}
+
+/// How a series looks: the palette's colour `colour` and the dash and point marker of
+/// `pattern` (each taken modulo how many there are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Look {
+    pub colour: usize,
+    pub pattern: usize,
+}
+
+impl Look {
+    /// The look of the `i`th series when it names none: each of the first eight its own
+    /// colour, dash and marker; the next eight the same colours with other dashes.
+    fn nth(i: usize) -> Look {
+        Look {
+            colour: i,
+            pattern: i + i / PALETTE.len(),
+        }
+    }
+
+    fn colour(self) -> &'static str {
+        PALETTE[self.colour % PALETTE.len()]
+    }
+
+    fn dash(self) -> &'static str {
+        DASHES[self.pattern % DASHES.len()]
+    }
+}
+
+/// How a series is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Draw {
+    /// a line through the points, each point marked when there are at most 60
+    #[default]
+    Line,
+    /// the points alone, every one marked hollow (e.g. measured points against a curve)
+    Points,
 }
 
 /// Lines over x, e.g. the hit ratio over time or the response time against users.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct LineChart {
     pub title: String,
     /// with its unit, e.g. "time (s)"
@@ -152,6 +196,10 @@ pub struct LineChart {
     pub y_max: Option<f64>,
     /// how to print y ticks: e.g. percent for ratios
     pub y_percent: bool,
+    /// the plot's height in px; None: 200 (a chart among others on a page)
+    pub plot_height: Option<f64>,
+    /// a line under the chart, e.g. the settings it was drawn with
+    pub note: Option<String>,
 }
 
 /// Grouped bars: per group one bar per member, in the members' order.
@@ -1105,32 +1153,53 @@ pub fn distribution(id: &str, d: &Distribution) -> String {
 // ---------------------------------------------------------------------------------------
 // Lines
 
-/// The point marker of series `i` centred at (x, y): circle, square, triangle, diamond.
-fn point_marker(out: &mut String, i: usize, x: f64, y: f64, colour: &str, attrs: &str) {
+/// The point marker of pattern `i` centred at (x, y): circle, square, triangle, diamond;
+/// filled, or `hollow` (white inside, the colour around).
+fn point_marker(
+    out: &mut String,
+    (i, colour, hollow): (usize, &str, bool),
+    x: f64,
+    y: f64,
+    attrs: &str,
+) {
     let d = match i % 4 {
         0 => format!("M{} {}a3 3 0 1 0 6 0a3 3 0 1 0 -6 0z", P(x - 3.0), P(y)),
         1 => format!("M{} {}h5.6v5.6h-5.6z", P(x - 2.8), P(y - 2.8)),
         2 => format!("M{} {}l3.5 6h-7z", P(x), P(y - 3.5)),
         _ => format!("M{} {}l3.5 3.5l-3.5 3.5l-3.5 -3.5z", P(x), P(y - 3.5)),
     };
-    w!(
-        out,
-        r#"<path d="{d}" fill="{colour}" stroke="white" stroke-width="0.5"{attrs}/>"#
-    );
+    if hollow {
+        w!(
+            out,
+            r#"<path d="{d}" fill="white" stroke="{colour}" stroke-width="1.5"{attrs}/>"#
+        );
+    } else {
+        w!(
+            out,
+            r#"<path d="{d}" fill="{colour}" stroke="white" stroke-width="0.5"{attrs}/>"#
+        );
+    }
 }
 
 /// Lines over x, each series its own colour, dash pattern and point marker (points get
-/// markers when a series has at most 60). y runs from 0 to `y_max` (values above are drawn
-/// at the top) or to the data's maximum rounded up to a nice number; x spans the data
-/// (and the marker). Each `<polyline>` carries `data-series`.
+/// markers when a series has at most 60; a `Draw::Points` series is its markers alone,
+/// hollow). y runs from 0 to `y_max` (values above are drawn at the top) or to the data's
+/// maximum rounded up to a nice number; x spans the data (and the marker). Each
+/// `<polyline>` carries `data-series`; each marker `class="point"`, `data-series`, and
+/// `data-x`, `data-y`: the point as drawn, in the shortest `{:e}` form that reads back to
+/// the same f64.
 pub fn line_chart(id: &str, c: &LineChart) -> String {
     const W: f64 = 640.0;
     const LEFT: f64 = 64.0;
     const RIGHT: f64 = W - 20.0;
-    const PLOT_H: f64 = 200.0;
+
+    let plot_h = c
+        .plot_height
+        .filter(|h| h.is_finite())
+        .map_or(200.0, |h| h.clamp(100.0, 1000.0));
 
     let _ = sanitize_id(id); // lines use no pattern; the prefix is kept for symmetry
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = c.note.iter().cloned().collect();
     if c.series.len() > MAX_SERIES {
         notes.push(format!(
             "{} more series not shown",
@@ -1138,21 +1207,30 @@ pub fn line_chart(id: &str, c: &LineChart) -> String {
         ));
     }
     // Points with a finite x and y; y below 0 counts as 0.
-    let series: Vec<(&str, Vec<(f64, f64)>)> = c
+    let series: Vec<Shown> = c
         .series
         .iter()
         .take(MAX_SERIES)
-        .map(|s| {
+        .enumerate()
+        .map(|(i, s)| {
             let pts: Vec<(f64, f64)> = s
                 .points
                 .iter()
                 .filter(|p| p.0.is_finite() && p.1.is_finite())
                 .map(|&(x, y)| (x.clamp(-1e300, 1e300), clean(y)))
                 .collect();
-            (s.label.as_str(), thin(pts, MAX_POINTS))
+            // a line thinned keeps its shape; points alone are each a datum
+            if s.draw == Draw::Points && pts.len() > MAX_POINTS {
+                notes.push(format!(
+                    "{MAX_POINTS} of the {} points of {} shown",
+                    pts.len(),
+                    clip(&s.label, 40)
+                ));
+            }
+            (s, s.look.unwrap_or(Look::nth(i)), thin(pts, MAX_POINTS))
         })
         .collect();
-    let all = || series.iter().flat_map(|s| s.1.iter());
+    let all = || series.iter().flat_map(|s| s.2.iter());
     if all().next().is_none() {
         return no_data(W, 280.0, &c.title);
     }
@@ -1177,13 +1255,17 @@ pub fn line_chart(id: &str, c: &LineChart) -> String {
         None => zero_axis(y_data, 5),
     };
 
-    let labels: Vec<String> = series.iter().map(|s| s.0.to_string()).collect();
+    let labels: Vec<String> = series.iter().map(|s| s.0.label.clone()).collect();
     let lines = legend_lines(10.0, W - 10.0, &labels);
     let top = 40.0 + lines as f64 * 15.0;
-    let bottom = top + PLOT_H;
-    let h = bottom + 46.0 + if notes.is_empty() { 0.0 } else { 14.0 };
+    let bottom = top + plot_h;
+    let foot = wrap(
+        &notes.join("; "),
+        ((W - 20.0) / text_px("x", 10.0)) as usize,
+    );
+    let h = bottom + 46.0 + foot.len() as f64 * 14.0;
     let x_of = |x: f64| LEFT + ((x - x_lo) / (x_hi - x_lo)).clamp(0.0, 1.0) * (RIGHT - LEFT);
-    let y_of = |y: f64| bottom - (y / y_top).clamp(0.0, 1.0) * PLOT_H;
+    let y_of = |y: f64| bottom - (y / y_top).clamp(0.0, 1.0) * plot_h;
 
     let mut out = String::with_capacity(4096 + series.len() * MAX_POINTS * 12);
     let names = labels.join(", ");
@@ -1202,16 +1284,20 @@ pub fn line_chart(id: &str, c: &LineChart) -> String {
     );
     heading(&mut out, W, &c.title);
     legend(&mut out, 10.0, 37.0, W - 10.0, &labels, |o, x, y, i| {
-        let dash = DASHES[i % DASHES.len()];
-        w!(
-            o,
-            r#"<path d="M{} {}h24" stroke="{}" stroke-width="2" fill="none"{}/>"#,
-            P(x),
-            P(y),
-            PALETTE[i % PALETTE.len()],
-            dash_attr(dash)
-        );
-        point_marker(o, i, x + 12.0, y, PALETTE[i % PALETTE.len()], "");
+        let (s, look, _) = &series[i];
+        let points_only = s.draw == Draw::Points;
+        if !points_only {
+            w!(
+                o,
+                r#"<path d="M{} {}h24" stroke="{}" stroke-width="2" fill="none"{}/>"#,
+                P(x),
+                P(y),
+                look.colour(),
+                dash_attr(look.dash())
+            );
+        }
+        let marker = (look.pattern, look.colour(), points_only);
+        point_marker(o, marker, x + 12.0, y, "");
     });
 
     let pct = c.y_percent;
@@ -1230,7 +1316,7 @@ pub fn line_chart(id: &str, c: &LineChart) -> String {
         &ticks(0.0, y_top, y_step),
         y_label_of,
     );
-    y_axis_label(&mut out, 14.0, (top + bottom) / 2.0, &c.y_label, PLOT_H);
+    y_axis_label(&mut out, 14.0, (top + bottom) / 2.0, &c.y_label, plot_h);
     for t in ticks(x_lo, x_hi, x_step) {
         let x = P(x_of(t));
         w!(
@@ -1258,28 +1344,44 @@ pub fn line_chart(id: &str, c: &LineChart) -> String {
         esc(&clip(&c.x_label, 90))
     );
 
-    for (i, (label, pts)) in series.iter().enumerate() {
+    // lines first, points alone over them
+    let mut order: Vec<&Shown> = series.iter().collect();
+    order.sort_by_key(|s| s.0.draw == Draw::Points);
+    for (s, look, pts) in order {
         if pts.is_empty() {
             continue;
         }
-        let colour = PALETTE[i % PALETTE.len()];
-        let label = esc(label);
-        w!(
-            out,
-            r#"<polyline fill="none" stroke="{colour}" stroke-width="2" stroke-linejoin="round"{} data-series="{label}" points=""#,
-            dash_attr(DASHES[i % DASHES.len()])
-        );
-        for (k, &(x, y)) in pts.iter().enumerate() {
-            if k > 0 {
-                out.push(' ');
+        let colour = look.colour();
+        let label = esc(&s.label);
+        let points_only = s.draw == Draw::Points;
+        if !points_only {
+            w!(
+                out,
+                r#"<polyline fill="none" stroke="{colour}" stroke-width="2" stroke-linejoin="round"{} data-series="{label}" points=""#,
+                dash_attr(look.dash())
+            );
+            for (k, &(x, y)) in pts.iter().enumerate() {
+                if k > 0 {
+                    out.push(' ');
+                }
+                w!(out, "{},{}", P(x_of(x)), P(y_of(y)));
             }
-            w!(out, "{},{}", P(x_of(x)), P(y_of(y)));
+            w!(out, r#""><title>{label}</title></polyline>"#);
         }
-        w!(out, r#""><title>{label}</title></polyline>"#);
-        if pts.len() <= MAX_MARKED_POINTS {
-            let attrs = format!(r#" class="point" data-series="{label}""#);
+        if points_only || pts.len() <= MAX_MARKED_POINTS {
             for &(x, y) in pts {
-                point_marker(&mut out, i, x_of(x), y_of(y), colour, &attrs);
+                let attrs = format!(
+                    r#" class="point" data-series="{label}" data-x="{}" data-y="{}""#,
+                    Exact(x),
+                    Exact(y)
+                );
+                point_marker(
+                    &mut out,
+                    (look.pattern, colour, points_only),
+                    x_of(x),
+                    y_of(y),
+                    &attrs,
+                );
             }
         }
     }
@@ -1304,10 +1406,43 @@ pub fn line_chart(id: &str, c: &LineChart) -> String {
             esc(&text)
         );
     }
-    footnote(&mut out, 10.0, bottom + 50.0, &notes);
+    for (k, line) in foot.into_iter().enumerate() {
+        footnote(&mut out, 10.0, bottom + 50.0 + k as f64 * 14.0, &[line]);
+    }
     out.push_str("</svg>");
     out
 }
+
+/// `text` in lines of at most `max` characters, broken at spaces (a longer word is cut);
+/// at most 4 lines, an ellipsis marking what is left out. None for an empty text.
+fn wrap(text: &str, max: usize) -> Vec<String> {
+    let max = max.max(8);
+    let mut out: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let word = clip(word, max);
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > max {
+            out.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&word);
+    }
+    if !line.is_empty() {
+        out.push(line);
+    }
+    if out.len() > 4 {
+        out.truncate(4);
+        let last = clip(&out[3], max.saturating_sub(1));
+        out[3] = format!("{}…", last.trim_end_matches('…'));
+    }
+    out
+}
+
+/// A series as a line chart draws it: its look, and its points with finite values,
+/// thinned.
+type Shown<'a> = (&'a Series, Look, Vec<(f64, f64)>);
 
 fn dash_attr(dash: &str) -> String {
     if dash.is_empty() {
@@ -2138,19 +2273,23 @@ mod tests {
                 Series {
                     label: "session id & ticket".into(),
                     points: vec![(0.0, 0.5), (10.0, 0.75), (20.0, 0.9)],
+                    ..Default::default()
                 },
                 Series {
                     label: "psk".into(),
                     points: vec![(0.0, 0.1), (20.0, 0.2)],
+                    ..Default::default()
                 },
                 Series {
                     label: "none".into(),
                     points: vec![],
+                    ..Default::default()
                 },
             ],
             marker: Some((12.0, "now: 12 users".into())),
             y_max: Some(1.0),
             y_percent: true,
+            ..Default::default()
         }
     }
 
@@ -2222,6 +2361,7 @@ mod tests {
             series: vec![Series {
                 label: "a".into(),
                 points: vec![(f64::NAN, 1.0), (1.0, f64::INFINITY)],
+                ..Default::default()
             }],
             ..empty.clone()
         };
@@ -2234,6 +2374,7 @@ mod tests {
             series: vec![Series {
                 label: "a".into(),
                 points: vec![(5.0, -3.0)],
+                ..Default::default()
             }],
             ..empty.clone()
         };
@@ -2253,6 +2394,7 @@ mod tests {
                     points: (0..10_000)
                         .map(|i| (i as f64 * 1e250, (i * s) as f64 * 1e290))
                         .collect(),
+                    ..Default::default()
                 })
                 .collect(),
             marker: Some((f64::INFINITY, "x".into())),
@@ -2268,7 +2410,108 @@ mod tests {
         assert!(svg.len() < 200_000, "{}", svg.len());
         assert!(texts(&els)
             .iter()
-            .any(|t| t.contains("12 more series not shown")));
+            .any(|t| t.contains("4 more series not shown")));
+        // every series drawn looks like no other
+        let looks: std::collections::BTreeSet<(Option<&str>, Option<&str>)> = polys
+            .iter()
+            .map(|p| (p.attr("stroke"), p.attr("stroke-dasharray")))
+            .collect();
+        assert_eq!(looks.len(), MAX_SERIES);
+    }
+
+    /// Curves and measured points, as `hstrace model --plot` draws them: a look per series
+    /// chosen by the caller, points alone hollow and over the lines, each marker's data
+    /// the point given; a taller plot and a note under it.
+    #[test]
+    fn line_chart_points_and_looks() {
+        let look = |colour, pattern| Some(Look { colour, pattern });
+        let c = LineChart {
+            title: "web:443: mean response time".into(),
+            x_label: "users N".into(),
+            y_label: "mean response time (ms)".into(),
+            series: vec![
+                Series {
+                    label: "p = 0.1: all".into(),
+                    points: vec![(1.0, 5.5), (100.0, 6.25), (200.0, 7.375)],
+                    look: look(6, 0),
+                    draw: Draw::Line,
+                },
+                Series {
+                    label: "p = 0.2: all".into(),
+                    points: vec![(1.0, 8.5), (100.0, 10.0), (200.0, 13.0)],
+                    look: look(6, 1),
+                    draw: Draw::Line,
+                },
+                Series {
+                    label: "measured: all".into(),
+                    points: vec![(50.0, 6.0), (150.0, -1.0)],
+                    look: look(6, 2),
+                    draw: Draw::Points,
+                },
+            ],
+            plot_height: Some(320.0),
+            note: Some("think time 2 s".into()),
+            ..Default::default()
+        };
+        let svg = line_chart("m", &c);
+        let els = check_common(&svg);
+        let polys: Vec<&El> = els.iter().filter(|e| e.name == "polyline").collect();
+        assert_eq!(polys.len(), 2, "points alone have no line");
+        assert_eq!(polys[0].attr("stroke"), Some(PALETTE[6]));
+        assert_eq!(polys[1].attr("stroke"), Some(PALETTE[6]));
+        assert_ne!(
+            polys[0].attr("stroke-dasharray"),
+            polys[1].attr("stroke-dasharray")
+        );
+        let points: Vec<&El> = els
+            .iter()
+            .filter(|e| e.attr("class") == Some("point"))
+            .collect();
+        assert_eq!(points.len(), 8);
+        let measured: Vec<(f64, f64)> = points
+            .iter()
+            .filter(|p| p.attr("data-series") == Some("measured: all"))
+            .map(|p| (num(p, "data-x"), num(p, "data-y")))
+            .collect();
+        assert_eq!(measured, [(50.0, 6.0), (150.0, 0.0)]);
+        let last = points.last().unwrap();
+        assert_eq!(last.attr("data-series"), Some("measured: all"), "on top");
+        assert_eq!(last.attr("fill"), Some("white"), "hollow");
+        assert_eq!(last.attr("stroke"), Some(PALETTE[6]));
+        assert_eq!(
+            points[0].attr("fill"),
+            Some(PALETTE[6]),
+            "a curve's: filled"
+        );
+        assert!(points
+            .iter()
+            .any(|p| (num(p, "data-x"), num(p, "data-y")) == (200.0, 7.375)));
+        assert!(texts(&els).contains(&"think time 2 s"));
+        // points alone are never thinned unsaid
+        let many = LineChart {
+            series: vec![Series {
+                label: "measured".into(),
+                points: (0..1000).map(|i| (f64::from(i), 1.0)).collect(),
+                draw: Draw::Points,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let thinned = check_common(&line_chart("n", &many));
+        assert!(
+            texts(&thinned).contains(&"400 of the 1000 points of measured shown"),
+            "{:?}",
+            texts(&thinned)
+        );
+        // the taller plot: the axis from top to bottom spans 320 px
+        let span = els
+            .iter()
+            .filter(|e| {
+                e.name == "line" && e.attr("x1") == Some("64") && e.attr("x2") == Some("64")
+            })
+            .map(|e| num(e, "y2") - num(e, "y1"))
+            .fold(0.0, f64::max);
+        assert_eq!(span, 320.0);
     }
 
     fn bar_chart() -> Bars {
@@ -2361,6 +2604,20 @@ mod tests {
         let els = check_common(&svg);
         assert!(data_rects(&els, "data-value").len() <= MAX_BARS);
         assert!(svg.len() < 200_000);
+    }
+
+    #[test]
+    fn wrap_breaks_at_spaces_and_is_bounded() {
+        assert!(wrap("", 20).is_empty());
+        assert_eq!(
+            wrap("think time 2 s; 1 processor", 16),
+            ["think time 2 s;", "1 processor"]
+        );
+        assert_eq!(wrap("abcdefghijklmnopqrstuvwxyz", 10), ["abcdefghi…"]);
+        let long = wrap(&"word ".repeat(100), 20);
+        assert_eq!(long.len(), 4);
+        assert!(long.iter().all(|l| l.chars().count() <= 20), "{long:?}");
+        assert!(long[3].ends_with('…'));
     }
 
     #[test]

@@ -344,9 +344,14 @@ HS_FUNC int walk_message(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 ava
 	st->body_have = 0;
 	type = st->body[0];
 	mlen = ((__u32)st->body[1] << 16) | ((__u32)st->body[2] << 8) | st->body[3];
-	f = (__u32)c->flight & 3;
-	if (type < 32 && (__u8)c->flight < HS_FLIGHTS)
+	if (type < 32 && (__u8)c->flight < HS_FLIGHTS) {
+		/* the mask on the register that indexes, loaded here: a value kept across the
+		 * calls below is spilled, and 5.10's verifier forgets a spilled value's bounds */
+		f = c->flight;
+		barrier_var(f);
+		f &= 3;
 		c->r.hs_types[f] |= 1u << type;
+	}
 	st->msg_left = mlen;
 	st->msg_len = mlen + 4;
 	st->hello_left = 0;

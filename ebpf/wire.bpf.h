@@ -301,7 +301,11 @@ static __always_inline void on_record_start(struct hs_conn_state *c, struct hs_s
 
 /* Up to `avail` (>= 1) bytes of a plaintext handshake record's body at user address `at`:
  * assemble the next message header, or pass over (and copy out, for a hello in pieces)
- * the current message's body. Returns the bytes taken (>= 1). */
+ * the current message's body. Returns the bytes taken (>= 1).
+ * It runs at every message header and body run a server writes or reads: keep its stack
+ * under 64 bytes (llvm-objdump shows the deepest r10 offset). From that size, newer
+ * kernels (6.13+) give a tracing program's subprogram a per-CPU stack of its own, which
+ * costs at every call (docs/cost.md). */
 HS_FUNC int walk_message(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 avail)
 {
 	struct hs_stream *st;
@@ -340,17 +344,25 @@ HS_FUNC int walk_message(struct hs_conn_state *c, __u32 dir, __u64 at, __u32 ava
 	st->body_have = 0;
 	type = st->body[0];
 	mlen = ((__u32)st->body[1] << 16) | ((__u32)st->body[2] << 8) | st->body[3];
-	f = (__u32)c->flight & 3;
-	if (type < 32 && (__u8)c->flight < HS_FLIGHTS)
+	if (type < 32 && (__u8)c->flight < HS_FLIGHTS) {
+		/* the mask on the register that indexes, loaded here: a value kept across the
+		 * calls below is spilled, and 5.10's verifier forgets a spilled value's bounds */
+		f = c->flight;
+		barrier_var(f);
+		f &= 3;
 		c->r.hs_types[f] |= 1u << type;
+	}
 	st->msg_left = mlen;
 	st->msg_len = mlen + 4;
 	st->hello_left = 0;
-	/* TLS 1.2's ServerKeyExchange: its first 3 body bytes name an ECDHE group, read when
-	 * the header and they are in this buffer (a server writes its flight at once) */
-	if (type == HT_SERVER_KEY_EXCHANGE && dir == HS_DIR_OUT && have == 0 && mlen >= 3 &&
-	    avail - need >= 3)
-		bpf_probe_read_user(c->r.ske_head, 3, (const void *)(at + need));
+	if (type == HT_SERVER_KEY_EXCHANGE) {
+		/* TLS 1.2's: its first 3 body bytes name an ECDHE group, read when the header
+		 * and they are in this buffer (a server writes its flight at once). Its own
+		 * branch, left at once: nothing of it is on any other message's path. */
+		if (dir == HS_DIR_OUT && have == 0 && mlen >= 3 && avail - need >= 3)
+			bpf_probe_read_user(c->r.ske_head, 3, (const void *)(at + need));
+		return need;
+	}
 	if ((type == HT_CLIENT_HELLO && dir == HS_DIR_IN) ||
 	    (type == HT_SERVER_HELLO && dir == HS_DIR_OUT)) {
 		take = avail - need; /* the body bytes in this buffer */

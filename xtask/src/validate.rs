@@ -34,7 +34,6 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use hstrace_tests::{
-    cpuset::CpuToItself,
     daemon::Daemon,
     fixtures::make_ecdsa_cert,
     procs::{
@@ -129,9 +128,9 @@ struct Arch {
 const NGINX_ONE: Arch = Arch {
     key: "nginx-1",
     title: "nginx, one worker",
-    how: "nginx with one worker process (one event loop), master and worker alone on CPU 0 \
-          (every other process moved off it); hsload pinned to CPU 1 at a real-time priority \
-          and the daemon beside it, that CPU kept from halting in its idle time",
+    how: "nginx with one worker process (one event loop), master and worker pinned to CPU 0; \
+          hsload pinned to CPU 1 at a real-time priority and the daemon beside it, that CPU \
+          kept from halting in its idle time",
     discipline: SIMULATED,
     servers: 1,
     users: &[1, 4, 16, 32, 48, 64, 80, 96],
@@ -158,7 +157,7 @@ const ARCHES: [Arch; 3] = [
         key: "apache-prefork",
         title: "Apache httpd, prefork",
         how: "Apache httpd with the prefork MPM: 100 single-threaded child processes, each \
-              serving one connection at a time, all alone on CPU 0 and sharing it (one \
+              serving one connection at a time, all pinned to CPU 0 and sharing it (one \
               processor: the machine's other CPU is the client's); hsload pinned to CPU 1 at \
               a real-time priority and the daemon beside it, that CPU kept from halting in \
               its idle time. The model is the \
@@ -511,9 +510,6 @@ struct Server {
     workers: Vec<u32>,
     /// the client's own CPU, where it has one, kept awake (`awake_cpu`)
     _client_cpu_awake: Option<PinnedLoop>,
-    /// CPU 0 kept for the server alone, where the client has a CPU of its own: whatever
-    /// else runs on the machine (a shared CI runner's jobs) cannot land on it
-    _kept: Option<CpuToItself>,
 }
 
 /// A CPU kept from halting in its idle time: a busy loop at the lowest priority there is
@@ -554,31 +550,17 @@ impl Server {
         };
         let workers: Vec<u32> = server.worker_pids().into_iter().collect();
         // nginx's workers each on a CPU of their own, its master with the first; Apache's
-        // children all on CPU 0 (children forked later inherit it); with a client CPU of
-        // its own, CPU 0 is the server's alone
-        let kept = match arch.client_cpu {
-            Some(_) => {
-                let kept = CpuToItself::reserve(0).context("keeping CPU 0 for the server")?;
-                kept.admit(server.master_pid())?;
-                for &w in &workers {
-                    kept.admit(w)?;
-                }
-                Some(kept)
-            }
-            None => {
-                pin(server.master_pid(), 0)?;
-                for (i, &w) in workers.iter().enumerate() {
-                    pin(w, i % arch.servers as usize)?;
-                }
-                None
-            }
-        };
+        // children all on CPU 0. (Not a CPU kept to the server alone: the daemon measures
+        // the cold start on the server's CPU.)
+        pin(server.master_pid(), 0)?;
+        for (i, &w) in workers.iter().enumerate() {
+            pin(w, i % arch.servers as usize)?;
+        }
         let _client_cpu_awake = arch.client_cpu.map(awake_cpu).transpose()?;
         Ok(Server {
             server,
             workers,
             _client_cpu_awake,
-            _kept: kept,
         })
     }
 

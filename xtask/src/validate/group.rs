@@ -19,7 +19,6 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use hstrace_tests::{
-    cpuset::CpuToItself,
     fixtures::make_ecdsa_cert,
     go_pqtls::pqtls_exe,
     procs::{pin_thread, process_run_secs, PinnedLoop},
@@ -58,14 +57,12 @@ const SERVER_CPU: usize = 0;
 const CLIENT_CPU: usize = 1;
 
 /// The Go server (`pqtls server`, Go's default groups: it takes `FROM` and `TO`) with an
-/// ECDSA P-256 certificate, alone on `SERVER_CPU` (every other process moved off it) with
-/// one thread for its goroutines; `CLIENT_CPU` kept from halting (`awake_cpu`). Stopped
-/// on drop.
+/// ECDSA P-256 certificate, pinned to `SERVER_CPU` with one thread for its goroutines;
+/// `CLIENT_CPU` kept from halting (`awake_cpu`). Stopped on drop.
 struct GoServer {
     child: Child,
     port: u16,
     _client_cpu_awake: PinnedLoop,
-    _kept: CpuToItself,
 }
 
 impl GoServer {
@@ -85,9 +82,7 @@ impl GoServer {
         unsafe {
             cmd.pre_exec(|| pin_thread(0, SERVER_CPU));
         }
-        let kept = CpuToItself::reserve(SERVER_CPU).context("keeping CPU 0 for the server")?;
         let mut child = cmd.spawn().context("starting pqtls server")?;
-        kept.admit(child.id())?;
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
         if line.trim() != "listening" {
@@ -98,7 +93,6 @@ impl GoServer {
             child,
             port,
             _client_cpu_awake,
-            _kept: kept,
         })
     }
 

@@ -166,10 +166,16 @@ mod tests {
         let changed = with_group(&s, Some("X25519MLKEM768")).unwrap();
         assert_eq!(full_stage(&changed, Stage::WaitClientHello.name()), 4e-3);
         assert_eq!(full_stage(&changed, Stage::WaitClientFlight2.name()), 20e-3);
-        assert_eq!(full_stage(&changed, Stage::WaitRequest.name()), wait_request);
+        assert_eq!(
+            full_stage(&changed, Stage::WaitRequest.name()),
+            wait_request
+        );
         assert_eq!(full_stage(&changed, Stage::ServerFlight1.name()), 1.5e-3);
         // the other classes keep theirs
-        assert_eq!(changed.classes[RequestClass::Plain.index()], s.classes[RequestClass::Plain.index()]);
+        assert_eq!(
+            changed.classes[RequestClass::Plain.index()],
+            s.classes[RequestClass::Plain.index()]
+        );
         let d = demand_s(&s, "X25519MLKEM768").unwrap();
         assert!(d.delays_by_group);
         assert!(

@@ -913,8 +913,14 @@ mod tests {
         let g = &v["knobs"]["group"];
         assert_eq!(g["delays_from"], "group");
         // the seed's wait_client_flight_2: 12.407 ms, 1 ms more with the group
-        let (m, w) = (&g["full_delay_s"]["measured"], &g["full_delay_s"]["with_group"]);
-        assert!((w.as_f64().unwrap() - m.as_f64().unwrap() - 1e-3).abs() < 1e-12, "{g}");
+        let (m, w) = (
+            &g["full_delay_s"]["measured"],
+            &g["full_delay_s"]["with_group"],
+        );
+        assert!(
+            (w.as_f64().unwrap() - m.as_f64().unwrap() - 1e-3).abs() < 1e-12,
+            "{g}"
+        );
         assert!((demand(&v, "delay") - demand(&before, "delay") - 1e-3).abs() < 1e-12);
         assert!((demand(&v, "service") - demand(&before, "service") - 1e-3).abs() < 1e-12);
         assert!(

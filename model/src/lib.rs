@@ -944,7 +944,7 @@ mod tests {
         assert_eq!(demand(&v, "delay"), demand(&before, "delay"));
         assert!((demand(&v, "service") - demand(&before, "service") - 1e-3).abs() < 1e-12);
         assert!(
-            r.text().contains("its waits for the client stay as measured, 19.336 ms: these parameters hold no group's delay stages"),
+            r.text().contains("its waits for the client stay as measured, 19.336 ms: these parameters hold no per-group delay stages (an older hstrace wrote them)"),
             "{}",
             r.text()
         );

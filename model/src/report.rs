@@ -304,7 +304,7 @@ impl Report {
                     ms(d.delay_s.1)
                 ),
                 false => format!(
-                    "; its waits for the client stay as measured, {} ms: these parameters hold no group's delay stages (an hstrace before them wrote them), so the group's client work is not in the forecast",
+                    "; its waits for the client stay as measured, {} ms: these parameters hold no per-group delay stages (an older hstrace wrote them), so the group's own client work is not in the forecast",
                     ms(d.delay_s.0)
                 ),
             };

@@ -85,9 +85,18 @@ impl GoServer {
         unsafe {
             cmd.pre_exec(|| pin_thread(0, SERVER_CPU));
         }
-        let kept = CpuToItself::reserve(SERVER_CPU).context("keeping CPU 0 for the server")?;
+        // spawned first: reserving the CPU moves every process (this one too, on cgroup v1)
+        // to the other CPUs, where a child could not be pinned to it (EINVAL)
         let mut child = cmd.spawn().context("starting pqtls server")?;
-        kept.admit(child.id())?;
+        let kept = CpuToItself::reserve(SERVER_CPU).and_then(|k| k.admit(child.id()).map(|()| k));
+        let kept = match kept {
+            Ok(k) => k,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e).context("keeping CPU 0 for the server");
+            }
+        };
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
         if line.trim() != "listening" {

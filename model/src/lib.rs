@@ -203,7 +203,7 @@ pub fn build(
         group_s: knobs
             .group
             .as_deref()
-            .map(|g| group::service_s(server, g))
+            .map(|g| group::demand_s(server, g))
             .transpose()?,
         measured: server.classes.each_ref().map(|c| c.measured()),
         base,
@@ -870,6 +870,85 @@ mod tests {
                 "-0.480 ms (0.480 → 0.000 ms: floored at 0, the signatures differ by 1.000 ms)"
             ),
             "{line}"
+        );
+    }
+
+    /// --group: the knobs say what the group's stages made of a full handshake's service
+    /// demand and its waits for the client, and the demands the rest of the JSON shows have
+    /// both; from parameters without the groups' delay stages, that the waits stayed.
+    #[test]
+    fn json_and_text_say_what_the_group_did() {
+        use crate::{
+            ordered::Ordered,
+            params::v1::{GroupParams, GroupStage},
+            stage::Stage,
+        };
+        let stage = |name: Stage, mean_s| {
+            let st = GroupStage {
+                count: 5,
+                mean_s,
+                cpu_mean_s: None,
+            };
+            (name.name().to_owned(), st)
+        };
+        let mut server = seed();
+        let hybrid = GroupParams {
+            group: "X25519MLKEM768".into(),
+            count: 5,
+            share: 1.0,
+            stages: Ordered(vec![stage(Stage::ServerFlight1, 1.48e-3)]),
+            service_s: 1.48e-3,
+            delay_stages: Some(Ordered(vec![stage(Stage::WaitClientFlight2, 13.407e-3)])),
+            delay_s: Some(13.407e-3),
+        };
+        server.key_exchange = vec![hybrid.clone()];
+        let k = Knobs {
+            group: Some("X25519MLKEM768".into()),
+            ..Knobs::default()
+        };
+        let plain = build(&seed(), "seed".into(), &Knobs::default(), &[], Some(&[1])).unwrap();
+        let before: Value = serde_json::from_str(&plain.to_json()).unwrap();
+        assert_eq!(before["knobs"]["group"], Value::Null);
+        let demand = |v: &Value, k: &str| v["demand_s"]["tls_full"][k].as_f64().unwrap();
+        let r = build(&server, "seed".into(), &k, &[], Some(&[1])).unwrap();
+        let v: Value = serde_json::from_str(&r.to_json()).unwrap();
+        let g = &v["knobs"]["group"];
+        assert_eq!(g["delays_from"], "group");
+        // the seed's wait_client_flight_2: 12.407 ms, 1 ms more with the group
+        let (m, w) = (
+            &g["full_delay_s"]["measured"],
+            &g["full_delay_s"]["with_group"],
+        );
+        assert!(
+            (w.as_f64().unwrap() - m.as_f64().unwrap() - 1e-3).abs() < 1e-12,
+            "{g}"
+        );
+        assert!((demand(&v, "delay") - demand(&before, "delay") - 1e-3).abs() < 1e-12);
+        assert!((demand(&v, "service") - demand(&before, "service") - 1e-3).abs() < 1e-12);
+        assert!(
+            r.text().contains(
+                "every full handshake on X25519MLKEM768 (its service stages 14.916 → 15.916 ms, its waits for the client 19.336 → 20.336 ms)"
+            ),
+            "{}",
+            r.text()
+        );
+        // an older document: the service stages only, and the text says what is missing
+        server.key_exchange = vec![GroupParams {
+            delay_stages: None,
+            delay_s: None,
+            ..hybrid
+        }];
+        let r = build(&server, "seed".into(), &k, &[], Some(&[1])).unwrap();
+        let v: Value = serde_json::from_str(&r.to_json()).unwrap();
+        let g = &v["knobs"]["group"];
+        assert_eq!(g["delays_from"], "window");
+        assert_eq!(g["full_delay_s"]["with_group"], Value::Null);
+        assert_eq!(demand(&v, "delay"), demand(&before, "delay"));
+        assert!((demand(&v, "service") - demand(&before, "service") - 1e-3).abs() < 1e-12);
+        assert!(
+            r.text().contains("its waits for the client stay as measured, 19.336 ms: these parameters hold no per-group delay stages (an older hstrace wrote them)"),
+            "{}",
+            r.text()
         );
     }
 

@@ -31,9 +31,9 @@ pub struct Report {
     /// `--key-change`: the full handshake's `server_flight_1` mean, measured and with the
     /// new key
     pub key_change_s: Option<(f64, f64)>,
-    /// with `--group`: a full handshake's service demand measured (all groups) and with
-    /// that group's stages
-    pub group_s: Option<(f64, f64)>,
+    /// with `--group`: a full handshake's service demand and waits for the client,
+    /// measured (all groups) and with that group's stages
+    pub group_s: Option<crate::group::GroupDemand>,
     /// which classes have stages measured (the others have no response time)
     pub measured: [bool; 3],
     /// the network of the measured mix (after `--hit-ratio`)
@@ -180,9 +180,16 @@ impl Report {
                 "cold_start_from": self.knobs.cold_start_from.name(),
                 "cold_start_measured": self.knobs.cold_start_measured,
                 "group": self.knobs.group.as_ref().zip(self.group_s)
-                    .map(|(g, (measured, with_group))| json!({
+                    .map(|(g, d)| json!({
                         "group": g,
-                        "full_service_s": {"measured": measured, "with_group": with_group},
+                        "full_service_s": {"measured": d.service_s.0, "with_group": d.service_s.1},
+                        // null with_group: the parameters hold no per-group delay stages,
+                        // and the waits stay as measured
+                        "full_delay_s": {
+                            "measured": d.delay_s.0,
+                            "with_group": d.delays_by_group.then_some(d.delay_s.1),
+                        },
+                        "delays_from": if d.delays_by_group { "group" } else { "window" },
                     })),
                 "key_change": self.knobs.key_change.as_ref().zip(self.key_change_s)
                     .map(|(k, (measured, with_key))| json!({
@@ -289,11 +296,22 @@ impl Report {
         for (st, f) in &k.scale_stages {
             what_if.push(format!("{st} x{f}"));
         }
-        if let (Some(g), Some((measured, with_group))) = (&k.group, self.group_s) {
+        if let (Some(g), Some(d)) = (&k.group, self.group_s) {
+            let waits = match d.delays_by_group {
+                true => format!(
+                    ", its waits for the client {} → {} ms",
+                    ms(d.delay_s.0),
+                    ms(d.delay_s.1)
+                ),
+                false => format!(
+                    "; its waits for the client stay as measured, {} ms: these parameters hold no per-group delay stages (an older hstrace wrote them), so the group's own client work is not in the forecast",
+                    ms(d.delay_s.0)
+                ),
+            };
             what_if.push(format!(
-                "every full handshake on {g} (its service stages {} → {} ms)",
-                ms(measured),
-                ms(with_group)
+                "every full handshake on {g} (its service stages {} → {} ms{waits})",
+                ms(d.service_s.0),
+                ms(d.service_s.1)
             ));
         }
         if let (Some(kc), Some((measured, with_key))) = (&k.key_change, self.key_change_s) {

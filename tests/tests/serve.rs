@@ -1411,6 +1411,49 @@ fn serve_counts_key_exchanges_retries_and_fingerprints_as_the_records_say() {
         );
         assert!(g["service_s"].as_f64() > Some(0.0), "{g}");
     }
+    // and each group's waits for its client (its delay stages), as the records say: the
+    // handshakes that had each, their mean, no CPU, and the sum of the means
+    for g in kx {
+        let name = g["group"].as_str().unwrap();
+        let mut want: BTreeMap<&str, (u64, f64)> = BTreeMap::new();
+        for r in records
+            .iter()
+            .filter(|r| r["kind"] == "full" && r["tls_group"] == name)
+        {
+            let classes = r["stage_classes"].as_object().expect("stage_classes");
+            for (stage, _) in classes.iter().filter(|(_, c)| *c == "delay") {
+                let e = want.entry(stage.as_str()).or_default();
+                e.0 += 1;
+                e.1 += r["stages_ns"][stage].as_f64().unwrap() / 1e9;
+            }
+        }
+        let delays = g["delay_stages"].as_object().expect("delay_stages");
+        let counts = |m: &BTreeMap<&str, (u64, f64)>| -> Vec<(String, u64)> {
+            m.iter().map(|(n, (c, _))| (n.to_string(), *c)).collect()
+        };
+        let got: BTreeMap<&str, (u64, f64)> = delays
+            .iter()
+            .map(|(n, st)| {
+                assert!(st["cpu_mean_s"].is_null(), "{g}");
+                let c = st["count"].as_u64().unwrap();
+                (n.as_str(), (c, st["mean_s"].as_f64().unwrap() * c as f64))
+            })
+            .collect();
+        assert_eq!(counts(&got), counts(&want), "{g}");
+        assert!(want.contains_key("wait_client_hello"), "{g}");
+        let mut sum = 0.0;
+        for (stage, (c, total)) in &want {
+            let mean = total / *c as f64;
+            let got_mean = got[stage].1 / *c as f64;
+            // (the daemon and the tracer time the same events each with its own probes)
+            assert!(
+                (got_mean - mean).abs() < 10e-6 + 0.05 * mean,
+                "{stage}: the records' mean {mean} s: {g}"
+            );
+            sum += got_mean;
+        }
+        assert!((g["delay_s"].as_f64().unwrap() - sum).abs() < 1e-12, "{g}");
+    }
     // the model's --group: the full handshakes' service stages take x25519's means; a
     // group no handshake agreed on is refused, naming those that were measured
     assert_eq!(full_by_group.keys().collect::<Vec<_>>(), ["x25519"]);
@@ -1436,6 +1479,10 @@ fn serve_counts_key_exchanges_retries_and_fingerprints_as_the_records_say() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // the waits for the client are the group's too
+    let delay = &v["knobs"]["group"]["full_delay_s"];
+    assert_eq!(v["knobs"]["group"]["delays_from"], "group", "{v}");
+    assert!(delay["with_group"].as_f64() > Some(0.0), "{delay}");
     let g = &v["knobs"]["group"]["full_service_s"];
     let (measured, with) = (
         g["measured"].as_f64().unwrap(),

@@ -406,9 +406,9 @@ enum Command {
         #[arg(long, value_name = "FROM:TO")]
         key_change: Option<String>,
         /// Predict response times if every full handshake agreed on this key-exchange
-        /// group (e.g. X25519MLKEM768): its measured service stages (the parameters'
-        /// key_exchange) replace the full handshakes' of all groups. Measure some clients
-        /// that negotiate it first
+        /// group (e.g. X25519MLKEM768): its measured service stages and waits for the
+        /// client (the parameters' key_exchange) replace the full handshakes' of all
+        /// groups. Measure some clients that negotiate it first
         #[arg(long, value_name = "GROUP")]
         group: Option<String>,
         /// With --key-change: each key's CPU per signature, measured elsewhere, instead of

@@ -119,8 +119,9 @@ pub struct ServerParams {
     pub key_exchange: Vec<GroupParams>,
 }
 
-/// The full TLS handshakes of one key-exchange group: how many, and the mean of each of
-/// their service stages, wall and on-CPU.
+/// The full TLS handshakes of one key-exchange group: how many, the mean of each of their
+/// service stages, wall and on-CPU, and of each of their delay stages (the waits for the
+/// client: its own key-share work, and the network).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GroupParams {
     /// the trace records' `tls_group` (`x25519`, `X25519MLKEM768`, `ffdhe`, `rsa`, …)
@@ -133,9 +134,18 @@ pub struct GroupParams {
     pub stages: Ordered<GroupStage>,
     /// the sum of those stages' means: a full handshake's service demand with this group
     pub service_s: f64,
+    /// each delay stage's mean wall time with this group, in stage order (`cpu_mean_s`
+    /// null: a delay stage's CPU is not the server's); absent in documents written before
+    /// it
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_stages: Option<Ordered<GroupStage>>,
+    /// the sum of those stages' means: a full handshake's waits for its client with this
+    /// group; absent likewise
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_s: Option<f64>,
 }
 
-/// One service stage of one group's full handshakes.
+/// One service (or delay) stage of one group's full handshakes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct GroupStage {
     pub count: u64,

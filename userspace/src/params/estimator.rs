@@ -136,8 +136,8 @@ impl StageAcc {
 /// groups it is configured with; any past these count under "other").
 const MAX_GROUPS: usize = 32;
 
-/// One key-exchange group's full handshakes in one slot: how many, and each service
-/// stage's (count, wall ns, on-CPU count, on-CPU ns), by `Stage::index`.
+/// One key-exchange group's full handshakes in one slot: how many, and each service and
+/// delay stage's (count, wall ns, on-CPU count, on-CPU ns), by `Stage::index`.
 #[derive(Clone, Default)]
 struct GroupAcc {
     count: u64,
@@ -246,7 +246,8 @@ impl ServerAcc {
         }
     }
 
-    /// A full handshake of `group`: its service stages, wall and on-CPU.
+    /// A full handshake of `group`: its service stages, wall and on-CPU, and its delay
+    /// stages (the client's part: a hybrid client's key generation and decapsulation).
     fn add_group(&mut self, group: &str, s: &Sample) {
         let key = if self.groups.contains_key(group) || self.groups.len() < MAX_GROUPS {
             group
@@ -256,7 +257,7 @@ impl ServerAcc {
         let g = self.groups.entry(key.to_owned()).or_default();
         g.count += 1;
         for (stage, ns) in s.stages {
-            if stage.class() == StageClass::Service {
+            if stage.class() != StageClass::Queue {
                 let a = &mut g.stages[stage.index()];
                 a.0 += 1;
                 a.1 += u128::from(*ns);
@@ -738,31 +739,40 @@ fn server_params(server: String, acc: &ServerAcc, seconds: f64, cpu: Cpu) -> Ser
         .groups
         .iter()
         .map(|(group, g)| {
-            let mut service_s = 0.0;
-            let stages = Stage::ALL
-                .into_iter()
-                .filter_map(|stage| {
-                    let (count, sum_ns, cpu_count, cpu_ns) = g.stages[stage.index()];
-                    (count > 0).then(|| {
-                        let mean_s = sum_ns as f64 / 1e9 / count as f64;
-                        service_s += mean_s;
-                        let cpu_mean_s =
-                            (cpu_count > 0).then(|| cpu_ns as f64 / 1e9 / cpu_count as f64);
-                        let stage_params = GroupStage {
-                            count,
-                            mean_s,
-                            cpu_mean_s,
-                        };
-                        (stage.name().to_owned(), stage_params)
+            // the stages of one class in stage order, and the sum of their means
+            let of = |class: StageClass| {
+                let mut sum_s = 0.0;
+                let stages = Stage::ALL
+                    .into_iter()
+                    .filter(|stage| stage.class() == class)
+                    .filter_map(|stage| {
+                        let (count, sum_ns, cpu_count, cpu_ns) = g.stages[stage.index()];
+                        (count > 0).then(|| {
+                            let mean_s = sum_ns as f64 / 1e9 / count as f64;
+                            sum_s += mean_s;
+                            let cpu_mean_s =
+                                (cpu_count > 0).then(|| cpu_ns as f64 / 1e9 / cpu_count as f64);
+                            let stage_params = GroupStage {
+                                count,
+                                mean_s,
+                                cpu_mean_s,
+                            };
+                            (stage.name().to_owned(), stage_params)
+                        })
                     })
-                })
-                .collect();
+                    .collect();
+                (Ordered(stages), sum_s)
+            };
+            let (stages, service_s) = of(StageClass::Service);
+            let (delay_stages, delay_s) = of(StageClass::Delay);
             GroupParams {
                 group: group.clone(),
                 count: g.count,
                 share: ratio(g.count, known).unwrap_or(0.0),
-                stages: Ordered(stages),
+                stages,
                 service_s,
+                delay_stages: Some(delay_stages),
+                delay_s: Some(delay_s),
             }
         })
         .collect();
@@ -903,8 +913,8 @@ mod tests {
     }
 
     /// Full handshakes by key-exchange group: each group's count, share of the known ones,
-    /// service stages (wall and on-CPU means) and their sum, most first, across slots;
-    /// resumed handshakes and unknown groups are not in it.
+    /// service stages (wall and on-CPU means) and their sum, delay stages and theirs, most
+    /// first, across slots; resumed handshakes and unknown groups are not in it.
     #[test]
     fn full_handshakes_by_key_exchange_group() {
         let mut e = Estimator::new(Duration::from_secs(60), 8);
@@ -916,7 +926,10 @@ mod tests {
             (Stage::ServerFlight2, 200_000),
         ];
         let hybrid = [
+            (Stage::WaitClientHello, 6_000_000),
             (Stage::ServerFlight1, 1_600_000),
+            (Stage::WaitClientFlight2, 700_000),
+            (Stage::ClientFlight2Queue, 50_000),
             (Stage::ServerFlight2, 200_000),
         ];
         let cpu = [(Stage::ServerFlight1, 800_000)];
@@ -956,10 +969,35 @@ mod tests {
         assert_eq!(sf1.count, 1);
         assert!((sf1.cpu_mean_s.unwrap() - 0.8e-3).abs() < 1e-12);
         assert_eq!(kx[1].stages.0[1].1.cpu_mean_s, None);
+        // the delay stages apart, in stage order, the queue stages in neither
+        let delays = |g: &GroupParams| {
+            let d = g.delay_stages.as_ref().unwrap();
+            d.0.iter()
+                .map(|(n, st)| (n.clone(), st.count, st.mean_s, st.cpu_mean_s))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            delays(&kx[0]),
+            [("wait_client_hello".to_owned(), 2, 5e-3, None)]
+        );
+        assert_eq!(
+            delays(&kx[1]),
+            [
+                ("wait_client_hello".to_owned(), 1, 6e-3, None),
+                ("wait_client_flight_2".to_owned(), 1, 0.7e-3, None)
+            ]
+        );
+        assert!((kx[0].delay_s.unwrap() - 5e-3).abs() < 1e-12);
+        assert!((kx[1].delay_s.unwrap() - 6.7e-3).abs() < 1e-12);
+        assert!(!kx[1].stages.0.iter().any(|(n, _)| n.ends_with("_queue")));
         // the JSON: added to each server, absent where empty
         let json = p.to_json();
         assert!(
             json.contains("\"key_exchange\":[{\"group\":\"x25519\",\"count\":2"),
+            "{json}"
+        );
+        assert!(
+            json.contains("\"delay_stages\":{\"wait_client_hello\":{\"count\":2,\"mean_s\":0.005,\"cpu_mean_s\":null}},\"delay_s\":0.005"),
             "{json}"
         );
     }

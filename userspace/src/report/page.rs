@@ -257,8 +257,9 @@ fn ms(s: f64) -> String {
     format!("{:.3}", s * 1e3)
 }
 
-/// The full handshakes by key-exchange group: each group's share and what each of its
-/// service stages cost the server (the parameters' `key_exchange`).
+/// The full handshakes by key-exchange group: each group's share, what each of its
+/// service stages cost the server, and its waits for the client (the parameters'
+/// `key_exchange`).
 fn key_exchange(o: &mut String, v: &View) {
     o.push_str("<section id=\"key-exchange\"><h2>Key exchange: what each group costs</h2>\n");
     let groups: Vec<_> = v
@@ -276,15 +277,16 @@ fn key_exchange(o: &mut String, v: &View) {
     o.push_str(
         "<p>Full TLS handshakes by the group the server agreed on, and the mean of each of \
          their service stages, wall and on CPU: the server's first flight holds the key \
-         share's computation (a post-quantum hybrid's encapsulation among it). \
-         <code>hstrace model --group</code> forecasts with one group's.</p>\n",
+         share's computation (a post-quantum hybrid's encapsulation among it); and the \
+         sum of their waits for the client (its delay stages), which hold the client's own \
+         key-share work. <code>hstrace model --group</code> forecasts with one group's.</p>\n",
     );
     for s in groups {
         let _ = writeln!(
             o,
             "<table><caption>{}</caption><tr><th class=\"l\">group</th><th>handshakes</th>\
              <th>share</th><th class=\"l\">stage</th><th>mean ms</th><th>on CPU ms</th>\
-             <th>service ms</th></tr>",
+             <th>service ms</th><th>client waits ms</th></tr>",
             esc(&s.server)
         );
         for g in &s.key_exchange {
@@ -293,7 +295,7 @@ fn key_exchange(o: &mut String, v: &View) {
                 let _ = writeln!(
                     o,
                     "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td>\
-                     <td>{}</td><td>{}</td><td>{}</td></tr>",
+                     <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                     if first { esc(&g.group) } else { String::new() },
                     if first {
                         g.count.to_string()
@@ -312,6 +314,11 @@ fn key_exchange(o: &mut String, v: &View) {
                         ms(g.service_s)
                     } else {
                         String::new()
+                    },
+                    match (first, g.delay_s) {
+                        (true, Some(d)) => ms(d),
+                        (true, None) => "–".into(),
+                        (false, _) => String::new(),
                     },
                 );
             }

@@ -291,7 +291,7 @@ pub fn run(bin: &Path, dir: &Path, plan: &Plan) -> Result<GroupWhatIf> {
         let mut classical_args = args(&classical.load, SIMULATED);
         classical_args.extend(["--group".into(), FROM.into()]);
         let answer = model(bin, &group_args(SIMULATED))?;
-        let scales: Vec<String> = delay_scales(&window.params, &hybrid.params)
+        let scales: Vec<String> = delay_scales(&as_forecast(&window.params, TO), &hybrid.params)
             .into_iter()
             .flat_map(|(stage, k)| ["--scale-stage".into(), format!("{stage}={k}")])
             .collect();
@@ -340,6 +340,32 @@ fn group_measured<'a>(params: &'a Value, group: &str, file: &Path) -> Result<&'a
                 file.display()
             )
         })
+}
+
+/// The window as the forecast with `--group group` takes it: each server's full
+/// handshakes' delay stages at the group's means (`key_exchange`'s `delay_stages`), so
+/// that `delay_scales` against it scales the forecast's waits to the point's.
+fn as_forecast(window: &Value, group: &str) -> Value {
+    let mut doc = window.clone();
+    for s in doc["servers"].as_array_mut().into_iter().flatten() {
+        let theirs = (s["key_exchange"].as_array().into_iter().flatten())
+            .find(|g| {
+                g["group"]
+                    .as_str()
+                    .is_some_and(|n| n.eq_ignore_ascii_case(group))
+            })
+            .map(|g| g["delay_stages"].clone());
+        let Some(Value::Object(delays)) = theirs else {
+            continue;
+        };
+        let stages = &mut s["classes"]["tls_full"]["stages"];
+        for (name, d) in delays {
+            if stages[&name]["class"] == "delay" {
+                stages[&name]["mean_s"] = d["mean_s"].clone();
+            }
+        }
+    }
+    doc
 }
 
 /// A group's service demand in a `key_exchange` entry: its service stages' on-CPU means
@@ -394,8 +420,8 @@ fn window_groups(params: &Value) -> String {
     }
 }
 
-/// The table's rows (`window`: the window's parameters, whose delays the forecast
-/// keeps); the points counted (the server busy below `UTIL_LIMIT`) and the forecast's
+/// The table's rows (`window`: the window's parameters, whose mixed delays the forecast
+/// replaces with the group's); the points counted (the server busy below `UTIL_LIMIT`) and the forecast's
 /// misses among them.
 fn rows(window: &Value, points: &[GroupPoint]) -> (String, usize, usize) {
     let (mut rows, mut counted, mut misses) = (String::new(), 0, 0);
@@ -421,7 +447,7 @@ fn rows(window: &Value, points: &[GroupPoint]) -> (String, usize, usize) {
         );
         let _ = writeln!(
             rows,
-            "| {} | {:.1} % / {:.1} % | {:.1} % | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} / {} | {demand} | {} |",
+            "| {} | {:.1} % / {:.1} % | {:.1} % | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} / {} / {} | {demand} | {} |",
             p.users,
             p.classical.cpu_busy * 100.0,
             p.hybrid.cpu_busy * 100.0,
@@ -440,6 +466,9 @@ fn rows(window: &Value, points: &[GroupPoint]) -> (String, usize, usize) {
             pct(told),
             pct(shared),
             ms(delays_s(window)),
+            p.forecast_group["full_delay_s"]["with_group"]
+                .as_f64()
+                .map_or("–".into(), ms),
             ms(delays_s(&p.hybrid.params)),
             verdict(is_counted, ok),
         );
@@ -452,9 +481,23 @@ fn rows(window: &Value, points: &[GroupPoint]) -> (String, usize, usize) {
 fn demands_words(points: &[GroupPoint]) -> String {
     match points.first() {
         Some(p) => {
-            let d = &p.forecast_group["full_service_s"];
+            let (d, w) = (
+                &p.forecast_group["full_service_s"],
+                &p.forecast_group["full_delay_s"],
+            );
+            let waits = match w["with_group"].as_f64() {
+                Some(with) => format!(
+                    "its waits for the client {} ms with `{TO}`'s, {} ms as the window measured them",
+                    ms(with),
+                    ms(f(&w["measured"]))
+                ),
+                None => format!(
+                    "its waits for the client {} ms as the window measured them (the parameters held no group's delay stages)",
+                    ms(f(&w["measured"]))
+                ),
+            };
             format!(
-                "a full handshake's service demand {} ms with `{TO}`'s stages, {} ms as the window measured it (its groups mixed)",
+                "a full handshake's service demand {} ms with `{TO}`'s stages, {} ms as the window measured it (its groups mixed); {waits}",
                 ms(f(&d["with_group"])),
                 ms(f(&d["measured"]))
             )

@@ -39,7 +39,10 @@ const REQUESTS: usize = 3;
 /// of BPF_ENABLE_STATS (5.8+), which keeps them on whatever another process writes to
 /// kernel.bpf_stats_enabled meanwhile (a bench on this machine turns the sysctl on and off
 /// around its own windows), and leaves the sysctl as it was.
-struct StatsOn(OwnedFd);
+struct StatsOn {
+    /// held, never read: closing it turns the statistics off
+    _fd: OwnedFd,
+}
 
 impl StatsOn {
     fn new() -> StatsOn {
@@ -63,7 +66,9 @@ impl StatsOn {
             std::io::Error::last_os_error()
         );
         // SAFETY: the fd was just returned to us and nothing else owns it
-        StatsOn(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        StatsOn {
+            _fd: unsafe { OwnedFd::from_raw_fd(fd as i32) },
+        }
     }
 }
 

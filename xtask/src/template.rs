@@ -2,7 +2,7 @@
 //! docs/model-validation.md under xtask/templates/, the Debian control files under
 //! deploy/debian/): each `@NAME@` placeholder filled in, none left.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 /// `text` with each `@NAME@` of `fields` (NAME, value) filled in; an error names any
 /// placeholder left without a value.
@@ -15,6 +15,23 @@ pub fn fill(text: &str, fields: &[(&str, String)]) -> Result<String> {
         bail!("no value for the placeholder @{name}@");
     }
     Ok(text)
+}
+
+/// `page` (the file `doc`) with the text between the markers `begin` and `end` replaced
+/// by `body` (which ends its own last line): a generated part of a hand-written page.
+pub fn replace_part(page: &str, doc: &str, begin: &str, end: &str, body: &str) -> Result<String> {
+    let b = page
+        .find(begin)
+        .with_context(|| format!("{doc} has no marker {begin}"))?;
+    let e = page[b..]
+        .find(end)
+        .map(|i| b + i)
+        .with_context(|| format!("{doc} has no marker {end} after its begin"))?;
+    Ok(format!(
+        "{}{begin}\n{body}{end}{}",
+        &page[..b],
+        &page[e + end.len()..]
+    ))
 }
 
 /// The `@NAME@` placeholders in `text` (NAME: capitals, digits and underscores), in order.

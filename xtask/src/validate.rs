@@ -36,9 +36,7 @@ use anyhow::{bail, Context, Result};
 use hstrace_tests::{
     daemon::Daemon,
     fixtures::make_ecdsa_cert,
-    procs::{
-        pin, pin_thread, process_cpu_secs, process_run_secs, schedule_thread, PinnedLoop,
-    },
+    procs::{pin, pin_thread, process_cpu_secs, process_run_secs, schedule_thread, PinnedLoop},
     servers::{Apache, Nginx, TestServer},
 };
 use serde_json::Value;

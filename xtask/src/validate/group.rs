@@ -319,20 +319,20 @@ pub fn run(bin: &Path, dir: &Path, plan: &Plan) -> Result<GroupWhatIf> {
     })
 }
 
+/// `server`'s `key_exchange` entry for `group` (named in any case).
+fn group_entry<'a>(server: &'a Value, group: &str) -> Option<&'a Value> {
+    (server["key_exchange"].as_array().into_iter().flatten()).find(|g| {
+        g["group"]
+            .as_str()
+            .is_some_and(|n| n.eq_ignore_ascii_case(group))
+    })
+}
+
 /// The window's full handshakes with `group` (`key_exchange`, any server), or why the
 /// forecast cannot be made.
 fn group_measured<'a>(params: &'a Value, group: &str, file: &Path) -> Result<&'a Value> {
-    let groups = params["servers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|s| s["key_exchange"].as_array().into_iter().flatten());
-    groups
-        .filter(|g| {
-            g["group"]
-                .as_str()
-                .is_some_and(|n| n.eq_ignore_ascii_case(group))
-        })
+    (params["servers"].as_array().into_iter().flatten())
+        .filter_map(|s| group_entry(s, group))
         .find(|g| f(&g["count"]) > 0.0)
         .with_context(|| {
             format!(
@@ -348,13 +348,7 @@ fn group_measured<'a>(params: &'a Value, group: &str, file: &Path) -> Result<&'a
 fn as_forecast(window: &Value, group: &str) -> Value {
     let mut doc = window.clone();
     for s in doc["servers"].as_array_mut().into_iter().flatten() {
-        let theirs = (s["key_exchange"].as_array().into_iter().flatten())
-            .find(|g| {
-                g["group"]
-                    .as_str()
-                    .is_some_and(|n| n.eq_ignore_ascii_case(group))
-            })
-            .map(|g| g["delay_stages"].clone());
+        let theirs = group_entry(s, group).map(|g| g["delay_stages"].clone());
         let Some(Value::Object(delays)) = theirs else {
             continue;
         };
@@ -368,14 +362,18 @@ fn as_forecast(window: &Value, group: &str) -> Value {
     doc
 }
 
-/// A group's service demand in a `key_exchange` entry: its service stages' on-CPU means
-/// summed (a stage's wall mean where no on-CPU time was read), as the model takes them.
+/// A service stage's demand as the model takes it: its on-CPU mean, or its wall mean
+/// where no on-CPU time was read.
+fn stage_demand_s(stage: &Value) -> f64 {
+    stage["cpu_mean_s"]
+        .as_f64()
+        .unwrap_or_else(|| f(&stage["mean_s"]))
+}
+
+/// A group's service demand in a `key_exchange` entry: its service stages' demands summed.
 fn group_demand_s(group: &Value) -> f64 {
-    group["stages"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(_, s)| s["cpu_mean_s"].as_f64().unwrap_or_else(|| f(&s["mean_s"])))
+    (group["stages"].as_object().into_iter().flatten())
+        .map(|(_, s)| stage_demand_s(s))
         .sum()
 }
 
@@ -392,7 +390,7 @@ fn full_demand_s(params: &Value) -> Option<f64> {
         }
         let demand: f64 = (class["stages"].as_object().into_iter().flatten())
             .filter(|(_, m)| m["class"] == "service")
-            .map(|(_, m)| m["cpu_mean_s"].as_f64().unwrap_or_else(|| f(&m["mean_s"])))
+            .map(|(_, m)| stage_demand_s(m))
             .sum();
         sum += count * demand;
         n += count;
@@ -578,19 +576,8 @@ pub fn picture(bin: &Path, dir: &Path, docs: &Path, w: &GroupWhatIf) -> Result<(
 /// `doc` (docs/model-validation.md) with the text between `BEGIN` and `END` replaced by
 /// `section`.
 pub fn splice(doc: &str, section: &str) -> Result<String> {
-    let b = doc
-        .find(BEGIN)
-        .with_context(|| format!("docs/model-validation.md has no marker {BEGIN}"))?;
-    let e = doc[b..]
-        .find(END)
-        .map(|i| b + i)
-        .with_context(|| format!("docs/model-validation.md has no marker {END} after its begin"))?;
-    Ok(format!(
-        "{}{BEGIN}\n{}\n{END}{}",
-        &doc[..b],
-        section.trim_end(),
-        &doc[e + END.len()..]
-    ))
+    let body = format!("{}\n", section.trim_end());
+    template::replace_part(doc, "docs/model-validation.md", BEGIN, END, &body)
 }
 
 #[cfg(test)]

@@ -214,25 +214,14 @@ mod tests {
         g.stages.0[0].1.cpu_mean_s = Some(1.2e-3);
         s.key_exchange = vec![g];
         let changed = with_group(&s, Some("X25519MLKEM768")).unwrap();
-        let flight_1 = changed.classes[RequestClass::TlsFull.index()]
-            .stages
-            .iter()
-            .find(|m| m.name == Stage::ServerFlight1.name())
-            .unwrap();
-        assert_eq!(flight_1.mean_s, 1.2e-3);
+        assert_eq!(full_stage(&changed, Stage::ServerFlight1.name()), 1.2e-3);
     }
 
     /// The group's first flight replaces the full class's; nothing else moves.
     #[test]
     fn a_group_changes_the_full_handshakes_service_stages_it_measured() {
         let mut s = seed_parameters();
-        let full = RequestClass::TlsFull.index();
-        let flight_1 = s.classes[full]
-            .stages
-            .iter()
-            .find(|m| m.name == Stage::ServerFlight1.name())
-            .expect("the seed's full handshakes have a first flight")
-            .mean_s;
+        let flight_1 = full_stage(&s, Stage::ServerFlight1.name());
         s.key_exchange = vec![group("x25519", 0.9e-3), group("X25519MLKEM768", 1.5e-3)];
         let changed = with_group(&s, Some("x25519mlkem768")).unwrap();
         for (before, after) in s.classes.iter().zip(&changed.classes) {

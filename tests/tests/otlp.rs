@@ -16,7 +16,7 @@ use std::{
 };
 
 use hstrace_tests::{
-    clients::{drive_mix, s_client},
+    clients::{curl, drive_mix, s_client},
     daemon::{Daemon, Scrape},
     fixtures::test_pki,
     hstrace::hstrace_bin,
@@ -298,22 +298,16 @@ fn the_test_collector_writes_each_request_it_receives() {
           "dataPoints":[{"asInt":"7","attributes":[{"key":"tls.resumed","value":{"boolValue":true}}]}]}},
         {"name":"h","unit":"s","histogram":{"aggregationTemporality":2,"dataPoints":[
           {"count":"3","sum":0.25,"explicitBounds":[0.1],"bucketCounts":["2","1"]}]}}]}]}]}"#;
-    let out = std::process::Command::new("curl")
-        .args([
-            "-sS",
+    curl(
+        &[
+            "-S",
             "--fail",
             "-H",
             "Content-Type: application/json",
             "--data-binary",
-        ])
-        .arg(body)
-        .arg(format!("{}/v1/metrics", c.http_url("http")))
-        .output()
-        .expect("curl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+            body,
+        ],
+        &[format!("{}/v1/metrics", c.http_url("http"))],
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     let e = loop {

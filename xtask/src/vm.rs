@@ -1103,6 +1103,12 @@ fn run_kernel(
         if let Some(b) = broken {
             failures.push(b);
             result.tails.push((shown(&log), tail(&log, 15)));
+        } else if !failures.is_empty() {
+            // why each named test failed, so that CI's output alone says it
+            let why = failure_sections(&text, &failures);
+            if !why.is_empty() {
+                result.tails.push((shown(&log), why));
+            }
         }
         result.targets.push(TargetResult {
             target,
@@ -1155,6 +1161,33 @@ fn failed_tests(log: &str) -> Vec<String> {
     }
     names.dedup();
     names
+}
+
+/// What libtest printed for each failed test of `names` (its `---- NAME stdout ----`
+/// section: the panic and its message), each cut to `FAILURE_LINES` lines of at most
+/// `FAILURE_LINE_CHARS` characters.
+fn failure_sections(log: &str, names: &[String]) -> String {
+    const FAILURE_LINES: usize = 30;
+    const FAILURE_LINE_CHARS: usize = 600;
+    let lines: Vec<&str> = log.lines().collect();
+    let mut out = Vec::new();
+    for name in names {
+        let head = format!("---- {name} stdout ----");
+        let Some(at) = lines.iter().position(|l| l.trim_end() == head) else {
+            continue;
+        };
+        out.push(head.clone());
+        let body = lines[at + 1..]
+            .iter()
+            .take_while(|l| !l.starts_with("---- ") && l.trim_end() != "failures:");
+        for l in body.take(FAILURE_LINES) {
+            out.push(match l.char_indices().nth(FAILURE_LINE_CHARS) {
+                Some((cut, _)) => format!("{} …", &l[..cut]),
+                None => l.to_string(),
+            });
+        }
+    }
+    out.join("\n")
 }
 
 /// The test libtest had started and not finished when the log ends.
@@ -1548,6 +1581,11 @@ test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 3 filtered out; 
 ";
         assert_eq!(result_counts(log), (1, 1));
         assert_eq!(failed_tests(log), ["six_kinds"]);
+        assert_eq!(
+            failure_sections(log, &failed_tests(log)),
+            "---- six_kinds stdout ----\nthread 'six_kinds' panicked\n"
+        );
+        assert_eq!(failure_sections(log, &["a".to_string()]), "");
         assert_eq!(running_test(log), None);
         assert_eq!(
             running_test("running 2 tests\ntest a ... ok\ntest b ... \n").as_deref(),

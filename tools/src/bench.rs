@@ -16,12 +16,31 @@ use hstrace::{
     sweep, tls,
 };
 
+/// What the userspace pipeline sustained: connections per second (wall), and the CPU
+/// the record path's own thread spent per connection (what other threads of the
+/// process, such as the OTLP recorder, spend beside it is not in it).
+pub struct PipelineRun {
+    pub per_sec: f64,
+    pub thread_cpu_ns_per_conn: f64,
+}
+
+/// The CPU time this thread has run, in ns (the scheduler's own account, first field
+/// of /proc/thread-self/schedstat).
+fn thread_cpu_ns() -> Result<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat")
+        .context("reading /proc/thread-self/schedstat")?;
+    text.split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .context("no run time in /proc/thread-self/schedstat")
+}
+
 /// Connections per second the userspace pipeline (hello parsing, classification, stages,
 /// and the sink: JSON lines, or `serve`'s metrics and parameters) sustains on one core,
 /// fed synthetic records built from real captured hellos at full speed. Each connection
 /// is 4 ring-buffer records (ClientHello, ServerHello, connection, close). An error if
 /// they did not all come out as the full TLS 1.3 handshakes they are.
-pub fn pipeline_connections_per_sec(n: u64, sink: Option<&mut dyn Sink>) -> Result<f64> {
+pub fn pipeline_connections_per_sec(n: u64, sink: Option<&mut dyn Sink>) -> Result<PipelineRun> {
     let mut printer = Printer::new(Format::Json, std::io::sink());
     let sink = sink.unwrap_or(&mut printer);
     let hello = |dir: u32, hex: &str| -> Hello<'static> {
@@ -80,6 +99,7 @@ pub fn pipeline_connections_per_sec(n: u64, sink: Option<&mut dyn Sink>) -> Resu
         ..Default::default()
     };
     let mut pipe = Pipeline::new(65536);
+    let cpu_before = thread_cpu_ns()?;
     let start = std::time::Instant::now();
     for id in 1..=n {
         ch.conn_id = id;
@@ -91,6 +111,7 @@ pub fn pipeline_connections_per_sec(n: u64, sink: Option<&mut dyn Sink>) -> Resu
         pipe.close(&close(id), sink)?;
     }
     let per_sec = n as f64 / start.elapsed().as_secs_f64();
+    let thread_cpu_ns_per_conn = (thread_cpu_ns()? - cpu_before) as f64 / n as f64;
     let full = pipe.reported(Kind::Full);
     if full != n || pipe.counts.by_kind.iter().sum::<u64>() != n || pipe.pending() != 0 {
         anyhow::bail!(
@@ -99,13 +120,16 @@ pub fn pipeline_connections_per_sec(n: u64, sink: Option<&mut dyn Sink>) -> Resu
             pipe.pending()
         );
     }
-    Ok(per_sec)
+    Ok(PipelineRun {
+        per_sec,
+        thread_cpu_ns_per_conn,
+    })
 }
 
 /// `pipeline_connections_per_sec` through trace's JSON printer, or through serve's
 /// sinks (metrics and parameters, as the daemon feeds them); with `otlp`, the daemon
 /// also hands every record to its OTLP side (pushing to that URL once a minute).
-pub fn pipeline(n: u64, serve: bool, otlp: Option<String>) -> Result<f64> {
+pub fn pipeline(n: u64, serve: bool, otlp: Option<String>) -> Result<PipelineRun> {
     if !serve {
         return pipeline_connections_per_sec(n, None);
     }
@@ -125,7 +149,7 @@ pub fn pipeline(n: u64, serve: bool, otlp: Option<String>) -> Result<f64> {
             ..ServeOptions::default()
         })?,
     };
-    let per_sec = pipeline_connections_per_sec(n, Some(&mut daemon.sink()))?;
+    let run = pipeline_connections_per_sec(n, Some(&mut daemon.sink()))?;
     // and what a scrape then costs: it must hold the counts of all n connections
     let text = daemon.metrics_text()?;
     anyhow::ensure!(
@@ -141,7 +165,7 @@ pub fn pipeline(n: u64, serve: bool, otlp: Option<String>) -> Result<f64> {
     {
         eprintln!("{line}");
     }
-    Ok(per_sec)
+    Ok(run)
 }
 
 /// Milliseconds one sweep takes over `n` live connections that all stay (nothing idle,

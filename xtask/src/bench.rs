@@ -27,6 +27,7 @@ use crate::{
 
 pub mod cost;
 pub mod memory;
+pub mod otlp;
 pub mod profile;
 
 /// The page's prose, with the tables and figures filled in.

@@ -177,6 +177,12 @@ struct BenchArgs {
 enum BenchPart {
     /// Only the daemon's RSS with 65,536 live connections, printed
     ServeMemory,
+    /// Only what the OTLP push adds to serve's record path per connection (its own
+    /// thread's CPU, and wall time), in interleaved pairs, printed
+    Otlp {
+        #[arg(long, value_name = "N", default_value_t = 7)]
+        pairs: usize,
+    },
 }
 
 fn main() {
@@ -208,8 +214,11 @@ fn run(job: Job) -> Result<()> {
                 b.workload.is_none() || b.cpu || b.profile || b.ab.is_some(),
                 "--workload picks the workload of --cpu, --profile or --ab"
             );
-            let mode = if b.part.is_some() {
-                return bench::memory::serve_memory();
+            let mode = if let Some(part) = b.part {
+                return match part {
+                    BenchPart::ServeMemory => bench::memory::serve_memory(),
+                    BenchPart::Otlp { pairs } => bench::otlp::otlp_cost(pairs),
+                };
             } else if b.profile {
                 bench::Mode::Profile {
                     seconds: b.seconds,
@@ -303,6 +312,10 @@ mod tests {
             Job::Bench(b) if b.ab.is_some() && b.ab_mode == "serve"
         ));
         assert!(matches!(parse("bench serve-memory"), Job::Bench(b) if b.part.is_some()));
+        assert!(matches!(
+            parse("bench otlp --pairs 3"),
+            Job::Bench(b) if matches!(b.part, Some(BenchPart::Otlp { pairs: 3 }))
+        ));
         assert!(matches!(
             parse("hold-connections 10 18091 18092"),
             Job::HoldConnections { count: 10, ports } if ports == [18091, 18092]

@@ -30,6 +30,10 @@ enum Command {
         /// --records / 4 under that to measure no drops)
         #[arg(long, value_name = "URL")]
         otlp: Option<String>,
+        /// Print the CPU the record path's own thread spent per connection, in ns,
+        /// instead of connections per second
+        #[arg(long)]
+        thread_cpu: bool,
     },
     /// Milliseconds one idle sweep takes over N live connections
     Sweep {
@@ -65,7 +69,15 @@ fn run(cli: Cli) -> Result<()> {
             records,
             serve,
             otlp,
-        } => println!("{:.0}", bench::pipeline(records, serve, otlp)?),
+            thread_cpu,
+        } => {
+            let run = bench::pipeline(records, serve, otlp)?;
+            if thread_cpu {
+                println!("{:.0}", run.thread_cpu_ns_per_conn)
+            } else {
+                println!("{:.0}", run.per_sec)
+            }
+        }
         Command::Sweep { conns } => println!("{:.1}", bench::sweep_ms(conns)?),
         Command::StatsFloor { calls } => println!("{:.1}", bench::stats_floor_ns(calls)?),
         Command::HooksAlone { hooks } => bench::hooks_alone(hooks)?,

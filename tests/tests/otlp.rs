@@ -8,10 +8,7 @@
 
 use std::{
     collections::BTreeMap,
-    fs,
-    io::{BufRead, BufReader},
-    process::{Command, Stdio},
-    thread,
+    fs, thread,
     time::{Duration, Instant},
 };
 
@@ -19,10 +16,8 @@ use hstrace_tests::{
     clients::{curl, drive_mix, s_client},
     daemon::{Daemon, Scrape},
     fixtures::test_pki,
-    hstrace::hstrace_bin,
     otelcol::{Collector, CollectorTls, Export, PointValue},
     servers::Nginx,
-    util::free_port,
 };
 use serde_json::Value;
 
@@ -469,41 +464,6 @@ fn otlp_push_matches_prometheus_and_survives_a_collector_away() {
     daemon.stop();
 }
 
-/// Whether this hstrace pushes over gRPC (`--features otlp-grpc`); without it, `serve
-/// --otlp-protocol grpc` must stop at start and say how to get it.
-fn grpc_built(master: &str) -> bool {
-    let listen = format!("127.0.0.1:{}", free_port());
-    let mut child = Command::new(hstrace_bin())
-        .args(["serve", "--pid", master, "--listen", &listen])
-        .args([
-            "--otlp-protocol",
-            "grpc",
-            "--otlp-endpoint",
-            "http://127.0.0.1:9",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = String::new();
-    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
-        let line = line.unwrap();
-        if line.contains("hstrace: serving") {
-            let _ = child.kill();
-            let _ = child.wait();
-            return true;
-        }
-        said += &line;
-    }
-    assert!(!child.wait().unwrap().success(), "{said}");
-    assert!(
-        said.contains("built without OTLP over gRPC") && said.contains("--features otlp-grpc"),
-        "{said}"
-    );
-    false
-}
-
 #[test]
 #[ignore = "needs root: run `sudo cargo xtask test`"]
 fn otlp_push_over_mutual_tls_http_and_grpc() {
@@ -536,26 +496,24 @@ fn otlp_push_over_mutual_tls_http_and_grpc() {
         &[("OTEL_SERVICE_NAME", "hstrace-https")],
         None,
     );
-    let grpc = grpc_built(&master);
-    let over_grpc = grpc.then(|| {
-        Daemon::start_with(
+    // gRPC is in the default build, the one the package ships
+    let over_grpc = Daemon::start_with(
+        &[
+            &common[..],
+            &tls,
             &[
-                &common[..],
-                &tls,
-                &[
-                    "--otlp-endpoint",
-                    &grpcs,
-                    "--otlp-protocol",
-                    "grpc",
-                    "--otlp-histograms",
-                    "exponential",
-                ],
-            ]
-            .concat(),
-            &[("OTEL_SERVICE_NAME", "hstrace-grpc")],
-            None,
-        )
-    });
+                "--otlp-endpoint",
+                &grpcs,
+                "--otlp-protocol",
+                "grpc",
+                "--otlp-histograms",
+                "exponential",
+            ],
+        ]
+        .concat(),
+        &[("OTEL_SERVICE_NAME", "hstrace-grpc")],
+        None,
+    );
     // the CA's certificate given, but no client certificate: the collector refuses it
     let mut no_client_cert = Daemon::start_with(
         &[
@@ -580,7 +538,7 @@ fn otlp_push_over_mutual_tls_http_and_grpc() {
     conventions(&e);
     // gRPC, with exponential histograms: their counts and sums are Prometheus's
     let start = Instant::now();
-    while let Some(over_grpc) = &over_grpc {
+    loop {
         let m = over_grpc.scrape();
         let prom = prometheus_side(&m);
         let got = collector.last_export("hstrace-grpc");
@@ -623,13 +581,10 @@ fn otlp_push_over_mutual_tls_http_and_grpc() {
         1,
         "{said}"
     );
-    for d in std::iter::once(&over_http).chain(&over_grpc) {
+    for d in [&over_http, &over_grpc] {
         assert_eq!(
             d.scrape().sum("hstrace_otlp_export_failures_total", &[]),
             0.0
         );
-    }
-    if !grpc {
-        println!("this hstrace has no gRPC (--features otlp-grpc): its refusal checked instead");
     }
 }

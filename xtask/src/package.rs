@@ -22,9 +22,10 @@ use crate::{
     util::{root, run},
 };
 
-/// The stripped binary must stay under this (the bound: a package an operator
-/// downloads, not a debug build).
-const MAX_BINARY_BYTES: u64 = 15 * 1024 * 1024;
+/// The stripped binary must stay under this (a package an operator downloads, not a
+/// debug build): 16.1 MiB with OTLP over both HTTP and gRPC (1.2 MiB of it the tonic
+/// stack), with room for growth that a reviewer should notice before it ships.
+const MAX_BINARY_BYTES: u64 = 17 * 1024 * 1024;
 
 /// What `package` built.
 pub struct Packages {

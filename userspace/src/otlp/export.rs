@@ -65,7 +65,7 @@ pub(super) fn build_exporter(opts: &OtlpOptions) -> Result<opentelemetry_otlp::M
         }
         #[cfg(not(feature = "otlp-grpc"))]
         Protocol::Grpc => bail!(
-            "this hstrace was built without OTLP over gRPC (cargo build --features otlp-grpc adds it): \
+            "this hstrace was built without OTLP over gRPC (--no-default-features; the default build has it): \
              use --otlp-protocol http/protobuf, which every OpenTelemetry Collector's OTLP receiver takes"
         ),
         #[cfg(feature = "otlp-grpc")]

@@ -66,6 +66,17 @@ impl Tables {
         let _ = self.conns.remove(&sk);
     }
 
+    /// Connection `conn_id`'s entry at `sk` as the kernel holds it now. None once the
+    /// kernel has ended it since the sweep read it, and None when the socket already
+    /// carries a newer connection (freed and reused in between): that entry is not the
+    /// sweep's to overwrite or forget. (A window of one map read remains, not a pass's.)
+    fn current(&self, sk: u64, conn_id: u64) -> Option<ConnState> {
+        self.conns
+            .get(&sk, 0)
+            .ok()
+            .filter(|s| !queued(s) && s.r.conn_id == conn_id)
+    }
+
     /// Count the accepted connections in the table, changing nothing.
     pub fn census(&self) -> Census {
         let mut c = Census::default();
@@ -137,11 +148,14 @@ fn eviction_bounds(capacity: u64) -> (u64, u64) {
 
 /// Which connections go first when the table is too full: those already reported (only
 /// their byte counts and close line are still owed) before handshakes in flight, and
-/// within each, the one idle longest. Returns the keys to evict.
-fn eviction_order(mut live: Vec<(bool, u64, u64)>, excess: usize) -> Vec<u64> {
-    // (unreported, last activity, key): false < true, older < newer
+/// within each, the one idle longest. Returns the keys and connection ids to evict.
+fn eviction_order(mut live: Vec<(bool, u64, u64, u64)>, excess: usize) -> Vec<(u64, u64)> {
+    // (unreported, last activity, key, connection): false < true, older < newer
     live.sort_unstable();
-    live.into_iter().take(excess).map(|(_, _, sk)| sk).collect()
+    live.into_iter()
+        .take(excess)
+        .map(|(_, _, sk, id)| (sk, id))
+        .collect()
 }
 
 /// Connections whose server exited (`gone`: reported and forgotten, with their close),
@@ -158,7 +172,7 @@ pub fn sweep(t: &mut Tables, gone: &[u32], idle_timeout: Duration, capacity: u32
     let mut records = Vec::new();
     let mut exited = Vec::new();
     let mut idle = Vec::new();
-    // (unreported, last activity, key) of every connection that stays
+    // (unreported, last activity, key, connection) of every connection that stays
     let mut live = Vec::new();
     let mut census = Census::default();
     // entries of sockets in an accept queue: they take room, but are not connections yet
@@ -182,7 +196,7 @@ pub fn sweep(t: &mut Tables, gone: &[u32], idle_timeout: Duration, capacity: u32
         let expired = unreported
             && (quiet >= idle_limit || (c.phase == abi::PH_RESPONSE && quiet >= response_idle));
         if !exit {
-            live.push((unreported && !expired, last, sk));
+            live.push((unreported && !expired, last, sk, c.conn_id));
         }
         if !exit && !expired {
             continue;
@@ -220,22 +234,27 @@ pub fn sweep(t: &mut Tables, gone: &[u32], idle_timeout: Duration, capacity: u32
             idle.push((sk, state));
         }
     }
+    // each read again just before it is changed: the pass's copy is as old as the pass
     for (sk, state) in &exited {
-        t.forget(*sk, state);
+        if let Some(now) = t.current(*sk, state.r.conn_id) {
+            t.forget(*sk, &now);
+        }
     }
     // reported here: the kernel only counts bytes and exchanges from now on
-    for (sk, mut state) in idle {
-        state.emitted = 1;
-        state.r.phase = abi::PH_DONE;
-        let _ = t.conns.insert(sk, state, BPF_EXIST);
+    for (sk, state) in idle {
+        if let Some(mut now) = t.current(sk, state.r.conn_id) {
+            now.emitted = 1;
+            now.r.phase = abi::PH_DONE;
+            let _ = t.conns.insert(sk, now, BPF_EXIST);
+        }
     }
     let mut evicted = Evicted::default();
     let (high, low) = eviction_bounds(u64::from(capacity));
     if census.open + waiting > high {
         let excess = (census.open + waiting).saturating_sub(low) as usize;
-        for sk in eviction_order(live, excess) {
-            // read again: the kernel may have ended it meanwhile (then it is not evicted)
-            let Ok(state) = t.conns.get(&sk, 0) else {
+        for (sk, conn_id) in eviction_order(live, excess) {
+            // (the kernel may have ended it meanwhile: then it is not evicted)
+            let Some(state) = t.current(sk, conn_id) else {
                 continue;
             };
             t.forget(sk, &state);
@@ -260,17 +279,21 @@ mod tests {
 
     #[test]
     fn reported_connections_go_before_handshakes_in_flight_oldest_first() {
-        // (unreported, last activity, key)
+        // (unreported, last activity, key, connection)
         let live = vec![
-            (true, 10, 1),  // a handshake idle since t=10
-            (false, 50, 2), // reported, idle since t=50
-            (true, 5, 3),   // the oldest handshake
-            (false, 20, 4), // reported, idle longest
-            (true, 90, 5),
+            (true, 10, 1, 11),  // a handshake idle since t=10
+            (false, 50, 2, 12), // reported, idle since t=50
+            (true, 5, 3, 13),   // the oldest handshake
+            (false, 20, 4, 14), // reported, idle longest
+            (true, 90, 5, 15),
         ];
-        assert_eq!(eviction_order(live.clone(), 3), vec![4, 2, 3]);
-        assert_eq!(eviction_order(live.clone(), 0), Vec::<u64>::new());
-        assert_eq!(eviction_order(live, 9), vec![4, 2, 3, 1, 5]);
+        let keys = |v: Vec<(u64, u64)>| v.into_iter().map(|(sk, _)| sk).collect::<Vec<_>>();
+        assert_eq!(
+            eviction_order(live.clone(), 3),
+            vec![(4, 14), (2, 12), (3, 13)]
+        );
+        assert_eq!(keys(eviction_order(live.clone(), 0)), Vec::<u64>::new());
+        assert_eq!(keys(eviction_order(live, 9)), vec![4, 2, 3, 1, 5]);
     }
 
     #[test]

@@ -75,6 +75,24 @@ impl Hstrace {
         self.child.id()
     }
 
+    /// Wait until a line it printed on stderr contains `text`; panics after `timeout`,
+    /// with what it said.
+    pub fn wait_for_stderr(&mut self, text: &str, timeout: Duration) {
+        let end = Instant::now() + timeout;
+        while !self.stderr_seen.iter().any(|l| l.contains(text)) {
+            match self
+                .stderr
+                .recv_timeout(end.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => self.stderr_seen.push(line),
+                Err(_) => panic!(
+                    "hstrace did not say {text:?} within {timeout:?}:\n{}",
+                    self.stderr_seen.join("\n")
+                ),
+            }
+        }
+    }
+
     /// Ctrl-C, then every record it printed and what it said at exit.
     pub fn stop(mut self) -> Traced {
         // let the last connections' TCP close reach the kernel side

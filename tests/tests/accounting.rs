@@ -53,12 +53,14 @@ fn a_flood_past_max_conns_is_counted_and_survived() {
     const HANDSHAKES: usize = 10;
     let nginx = Nginx::start("acct-flood", 1);
     let master = nginx.master_pid().to_string();
-    let tracer = Hstrace::start(&["--pid", &master, "--max-conns", &MAX_CONNS.to_string()]);
+    let mut tracer = Hstrace::start(&["--pid", &master, "--max-conns", &MAX_CONNS.to_string()]);
     let held: Vec<TcpStream> = (0..IDLE)
         .map(|_| TcpStream::connect(("127.0.0.1", nginx.plain_port)).unwrap())
         .collect();
-    // a sweep (once a second) finds the table over 7/8 full and makes room
-    thread::sleep(Duration::from_millis(2500));
+    // a sweep (once a second) finds the table over 7/8 full and makes room, and says so;
+    // then one more pass, for the connections nginx accepted after it (slow under TCG)
+    tracer.wait_for_stderr("the connection table is full", Duration::from_secs(30));
+    thread::sleep(Duration::from_millis(1500));
     let url = format!("https://127.0.0.1:{}/", nginx.port);
     for _ in 0..HANDSHAKES {
         curl(&["--tlsv1.3"], std::slice::from_ref(&url));
@@ -78,6 +80,14 @@ fn a_flood_past_max_conns_is_counted_and_survived() {
     assert!(
         out.stderr.contains("raise it to trace them all"),
         "{}",
+        out.stderr
+    );
+    assert_eq!(
+        out.stderr
+            .matches("hstrace: the connection table is full (--max-conns 64)")
+            .count(),
+        1,
+        "said once: {}",
         out.stderr
     );
     // the handshakes made while the table was full of idle connections

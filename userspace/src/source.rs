@@ -602,6 +602,13 @@ impl Source {
             self.opts.max_conns,
         );
         self.census = found.census;
+        // said once, when it first happens, not only in the totals at exit
+        if self.evicted.closes == 0 && found.evicted.closes > 0 {
+            eprintln!(
+                "hstrace: the connection table is full (--max-conns {}): the connections idle longest are evicted, each counted (state_evicted, close_evicted); raise --max-conns to trace them all",
+                self.opts.max_conns
+            );
+        }
         self.evicted.unreported += found.evicted.unreported;
         self.evicted.closes += found.evicted.closes;
         for s in found.records {

@@ -16,10 +16,11 @@
 //! `process.executable.name`, `network.protocol.name`, `error.type`, `container.id`,
 //! `k8s.*`); hstrace's own sit under `hstrace.`. docs/metrics.md has the table.
 //!
-//! Here: the settings, the handle the record path holds and the resource; `recorder.rs`
-//! counts records into the SDK's instruments; `export.rs` builds the exporter and counts
-//! its failures.
+//! Here: the settings, the handle the record path holds and the resource; `conn.rs` is
+//! a record as handed over; `recorder.rs` counts records into the SDK's instruments;
+//! `export.rs` builds the exporter and counts its failures.
 
+mod conn;
 mod export;
 mod recorder;
 mod series;
@@ -43,16 +44,17 @@ use opentelemetry_sdk::{
 use prometheus_client::metrics::counter::Counter as PromCounter;
 
 use crate::{health::Health, metrics::DURATION_BUCKETS_S, record::Record};
+use conn::Conn;
 use export::{build_exporter, Counted};
-use recorder::{Conn, Recorder};
+use recorder::Recorder;
 
 /// Records handed over together: one wake-up of the recorder per batch, not per record
 /// (waking it for each record doubled the record path's cost in the bench). A batch goes
 /// when full, and at each tick (once a second).
 pub const BATCH_RECORDS: usize = 256;
 
-/// Batches waiting for the OTLP recorder at most (16,384 records, about 150 bytes each);
-/// past that a batch is dropped and its records counted
+/// Batches waiting for the OTLP recorder at most (16,384 records, about 600 bytes each,
+/// conn.rs); past that a batch is dropped and its records counted
 /// (`hstrace_otlp_records_dropped_total`).
 pub const CHANNEL_BATCHES: usize = 64;
 

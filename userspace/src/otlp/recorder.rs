@@ -270,16 +270,23 @@ impl Recorder {
         }
     }
 
-    /// Until the daemon stops (the channel to answer it), or its end of the channel goes.
-    pub(super) fn run(mut self, rx: Receiver<Msg>) -> Option<SyncSender<()>> {
+    /// Until the daemon stops (the channel to answer it), or its end of the channel goes;
+    /// each batch emptied goes back to the record path on `spares` (dropped when enough
+    /// are there).
+    pub(super) fn run(
+        mut self,
+        rx: Receiver<Msg>,
+        spares: SyncSender<Vec<Conn>>,
+    ) -> Option<SyncSender<()>> {
         while let Ok(m) = rx.recv() {
             match m {
                 Msg::Stop(done) => return Some(done),
-                Msg::Batch(b) => {
+                Msg::Batch(mut b) => {
                     let n = b.conns.len() as u64;
-                    for c in b.conns {
+                    for c in b.conns.drain(..) {
                         self.connection(c);
                     }
+                    let _ = spares.try_send(b.conns);
                     let record = |r| [KeyValue::new("hstrace.record", r)];
                     self.records.add(n, &record("connection"));
                     self.records.add(b.closes, &record("close"));

@@ -254,20 +254,20 @@ pub(crate) fn hrr_cause_index(cause: &str) -> usize {
     HRR_CAUSES.iter().position(|c| *c == cause).unwrap_or(2)
 }
 
-/// The `tls_group` label value of `r`: a name of `tls::GROUPS` (or `rsa`/`ffdhe`, TLS
+/// The `tls_group` label value of a record's group and kind: a name of `tls::GROUPS` (or `rsa`/`ffdhe`, TLS
 /// 1.2's key exchanges without a named group), `none` (resumed without a key exchange,
 /// and plain connections), `unknown` (the hello that names it was not seen) or `other` (a
 /// code point without a name). So the label is bounded by the registry, and a server has
 /// a series only for the groups it negotiates.
-pub(crate) fn group_label(r: &Record) -> &'static str {
-    match r.tls_group.as_deref() {
+pub(crate) fn group_label(tls_group: Option<&str>, kind: Kind) -> &'static str {
+    match tls_group {
         Some(g) => tls::GROUPS
             .iter()
             .map(|(_, name)| *name)
             .chain(["none", "rsa", "ffdhe"])
             .find(|name| *name == g)
             .unwrap_or(OTHER),
-        None if r.kind == Kind::Plain => "none",
+        None if kind == Kind::Plain => "none",
         None => "unknown",
     }
 }
@@ -638,7 +638,7 @@ impl Metrics {
         series.active = true;
         let server = &series.labels;
         let kind = r.kind.name();
-        let group = group_label(r);
+        let group = group_label(r.tls_group.as_deref(), r.kind);
         let of_kind = &mut series.kinds[r.kind as usize];
         let of_group = cached(&mut of_kind.groups, group, GroupSeries::default);
         for (stage, ns) in &r.stages_ns.0 {

@@ -16,10 +16,11 @@
 //! `process.executable.name`, `network.protocol.name`, `error.type`, `container.id`,
 //! `k8s.*`); hstrace's own sit under `hstrace.`. docs/metrics.md has the table.
 //!
-//! Here: the settings, the handle the record path holds and the resource; `recorder.rs`
-//! counts records into the SDK's instruments; `export.rs` builds the exporter and counts
-//! its failures.
+//! Here: the settings, the handle the record path holds and the resource; `conn.rs` is
+//! a record as handed over; `recorder.rs` counts records into the SDK's instruments;
+//! `export.rs` builds the exporter and counts its failures.
 
+mod conn;
 mod export;
 mod recorder;
 mod series;
@@ -28,7 +29,7 @@ use std::{
     path::PathBuf,
     sync::{
         atomic::{AtomicBool, Ordering},
-        mpsc::{self, SyncSender},
+        mpsc::{self, Receiver, SyncSender},
         Arc, Mutex,
     },
     time::Duration,
@@ -43,18 +44,23 @@ use opentelemetry_sdk::{
 use prometheus_client::metrics::counter::Counter as PromCounter;
 
 use crate::{health::Health, metrics::DURATION_BUCKETS_S, record::Record};
+use conn::Conn;
 use export::{build_exporter, Counted};
-use recorder::{Conn, Recorder};
+use recorder::Recorder;
 
 /// Records handed over together: one wake-up of the recorder per batch, not per record
 /// (waking it for each record doubled the record path's cost in the bench). A batch goes
 /// when full, and at each tick (once a second).
 pub const BATCH_RECORDS: usize = 256;
 
-/// Batches waiting for the OTLP recorder at most (16,384 records, about 150 bytes each);
-/// past that a batch is dropped and its records counted
+/// Batches waiting for the OTLP recorder at most (16,384 records, about 600 bytes each,
+/// conn.rs); past that a batch is dropped and its records counted
 /// (`hstrace_otlp_records_dropped_total`).
 pub const CHANNEL_BATCHES: usize = 64;
+
+/// Batches the recorder has emptied and sends back to be filled again, at most: the
+/// record path then allocates none (and the recorder's thread frees none of its memory).
+const SPARE_BATCHES: usize = 4;
 
 /// Attribute sets one instrument keeps at most (the SDK folds the rest into one
 /// `otel.metric.overflow` point): the memory bound of the OTLP side's aggregation.
@@ -241,7 +247,6 @@ impl OtlpStats {
 }
 
 /// Records gathered on the record path until they go over together.
-#[derive(Default)]
 struct Batch {
     conns: Vec<Conn>,
     closes: u64,
@@ -261,11 +266,35 @@ enum Msg {
     Stop(SyncSender<()>),
 }
 
+/// The batch the record path fills, and the emptied ones to fill next.
+struct Filling {
+    batch: Batch,
+    spares: Receiver<Vec<Conn>>,
+}
+
+impl Filling {
+    /// Send the batch (when it has records) and start the next one in a spare.
+    fn send(&mut self, tx: &SyncSender<Msg>, stats: &OtlpStats) {
+        if self.batch.records() == 0 {
+            return;
+        }
+        let conns = self
+            .spares
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(BATCH_RECORDS));
+        let full = std::mem::replace(&mut self.batch, Batch { conns, closes: 0 });
+        let n = full.records();
+        if tx.try_send(Msg::Batch(full)).is_err() {
+            stats.records_dropped.inc_by(n);
+        }
+    }
+}
+
 /// The record path's end of the OTLP side.
 pub struct Otlp {
     tx: SyncSender<Msg>,
     /// filled by the one thread that feeds the sink: never contended
-    batch: Mutex<Batch>,
+    filling: Mutex<Filling>,
     stats: OtlpStats,
     timeout: Duration,
 }
@@ -329,10 +358,11 @@ impl Otlp {
         let meter = provider.meter("hstrace");
         let recorder = Recorder::new(&meter, max_sni, max_ja4, label_window, &stats);
         let (tx, rx) = mpsc::sync_channel(CHANNEL_BATCHES);
+        let (spare_tx, spares) = mpsc::sync_channel(SPARE_BATCHES);
         std::thread::Builder::new()
             .name("hstrace-otlp".into())
             .spawn(move || {
-                let stopped = recorder.run(rx);
+                let stopped = recorder.run(rx, spare_tx);
                 // a last export of everything counted, before the daemon exits
                 let _ = provider.shutdown();
                 if let Some(done) = stopped {
@@ -341,7 +371,13 @@ impl Otlp {
             })?;
         Ok(Otlp {
             tx,
-            batch: Mutex::new(Batch::default()),
+            filling: Mutex::new(Filling {
+                batch: Batch {
+                    conns: Vec::with_capacity(BATCH_RECORDS),
+                    closes: 0,
+                },
+                spares,
+            }),
             stats,
             timeout: opts.timeout,
         })
@@ -350,44 +386,32 @@ impl Otlp {
     /// Hand a record over, in its batch; a full queue drops the batch (counted), never
     /// waits.
     pub fn connection(&self, r: &Record) {
-        let mut b = self.batch.lock().expect("otlp batch lock");
-        b.conns.push(Conn::of(r));
-        if b.conns.len() >= BATCH_RECORDS {
-            self.send_batch(&mut b);
+        let mut f = self.filling.lock().expect("otlp batch lock");
+        f.batch.conns.push(Conn::of(r));
+        if f.batch.conns.len() >= BATCH_RECORDS {
+            f.send(&self.tx, &self.stats);
         }
     }
 
     pub fn close(&self) {
-        self.batch.lock().expect("otlp batch lock").closes += 1;
+        self.filling.lock().expect("otlp batch lock").batch.closes += 1;
     }
 
     /// Once a second: the batch so far, then the tracer's totals.
     pub fn tick(&self, h: &Health) {
-        self.send_batch(&mut self.batch.lock().expect("otlp batch lock"));
+        self.send_batch();
         let _ = self.tx.try_send(Msg::Tick(Box::new(h.clone())));
     }
 
-    fn send_batch(&self, b: &mut Batch) {
-        if b.records() == 0 {
-            return;
-        }
-        let full = std::mem::replace(
-            b,
-            Batch {
-                conns: Vec::with_capacity(BATCH_RECORDS),
-                closes: 0,
-            },
-        );
-        let n = full.records();
-        if self.tx.try_send(Msg::Batch(full)).is_err() {
-            self.stats.records_dropped.inc_by(n);
-        }
+    fn send_batch(&self) {
+        let mut f = self.filling.lock().expect("otlp batch lock");
+        f.send(&self.tx, &self.stats);
     }
 
     /// The daemon stops: count what is queued, export once more, wait for that (at
     /// most the export timeout and a second).
     pub fn finish(&self) {
-        self.send_batch(&mut self.batch.lock().expect("otlp batch lock"));
+        self.send_batch();
         let (done, wait) = mpsc::sync_channel(1);
         if self.tx.send(Msg::Stop(done)).is_ok() {
             let _ = wait.recv_timeout(self.timeout + Duration::from_secs(1));

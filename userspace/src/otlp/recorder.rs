@@ -16,65 +16,19 @@ use opentelemetry::{
     KeyValue,
 };
 
-use super::{series::Cache, Msg, OtlpStats};
+use super::{
+    conn::{Conn, Text},
+    series::Cache,
+    Msg, OtlpStats,
+};
 use crate::{
-    container::Container,
     health::Health,
     metrics::{
-        group_label, hrr_cause_index, offered_index, pq_offered_label, TopLabels, CLIENT_KINDS,
-        HRR_CAUSES, MAX_CONTAINERS, OFFERED, OTHER,
+        group_label, hrr_cause_index, offered_index, TopLabels, CLIENT_KINDS, HRR_CAUSES,
+        MAX_CONTAINERS, OFFERED, OTHER,
     },
-    record::Record,
-    stage::{Kind, Resumption, Stage},
+    stage::{Kind, Stage},
 };
-
-/// A record as the OTLP recorder needs it: what its labels and values are made of.
-pub(super) struct Conn {
-    comm: String,
-    port: u16,
-    container: Option<Arc<Container>>,
-    kind: Kind,
-    tls_version: Option<&'static str>,
-    cipher: Option<Cow<'static, str>>,
-    app: Option<&'static str>,
-    sni: Option<String>,
-    offered: Option<Resumption>,
-    resumption: Option<Resumption>,
-    handshake_ns: Option<u64>,
-    stages_ns: Vec<(Stage, u64)>,
-    cpu_ns: Vec<(Stage, u64)>,
-    failure: Option<(&'static str, Stage)>,
-    /// the key exchange's labels, as metrics.rs makes them
-    tls_group: &'static str,
-    pq_offered: &'static str,
-    hrr_cause: Option<&'static str>,
-    ja4: Option<String>,
-}
-
-impl Conn {
-    pub(super) fn of(r: &Record) -> Conn {
-        Conn {
-            comm: r.comm.clone(),
-            port: r.local.port,
-            container: r.container.clone(),
-            kind: r.kind,
-            tls_version: r.tls_version,
-            cipher: r.cipher.clone(),
-            app: r.app_protocol,
-            sni: r.sni.clone(),
-            offered: r.offered,
-            resumption: r.resumption,
-            handshake_ns: r.handshake_ns,
-            stages_ns: r.stages_ns.0.clone(),
-            cpu_ns: r.cpu_ns.0.clone(),
-            failure: r.failure.zip(r.failed_in),
-            tls_group: group_label(r),
-            pq_offered: pq_offered_label(r),
-            hrr_cause: r.hrr_cause,
-            ja4: r.ja4.clone(),
-        }
-    }
-}
 
 /// The instruments, and the label bounds kept as metrics.rs keeps them.
 pub(super) struct Recorder {
@@ -316,16 +270,23 @@ impl Recorder {
         }
     }
 
-    /// Until the daemon stops (the channel to answer it), or its end of the channel goes.
-    pub(super) fn run(mut self, rx: Receiver<Msg>) -> Option<SyncSender<()>> {
+    /// Until the daemon stops (the channel to answer it), or its end of the channel goes;
+    /// each batch emptied goes back to the record path on `spares` (dropped when enough
+    /// are there).
+    pub(super) fn run(
+        mut self,
+        rx: Receiver<Msg>,
+        spares: SyncSender<Vec<Conn>>,
+    ) -> Option<SyncSender<()>> {
         while let Ok(m) = rx.recv() {
             match m {
                 Msg::Stop(done) => return Some(done),
-                Msg::Batch(b) => {
+                Msg::Batch(mut b) => {
                     let n = b.conns.len() as u64;
-                    for c in b.conns {
+                    for c in b.conns.drain(..) {
                         self.connection(c);
                     }
+                    let _ = spares.try_send(b.conns);
                     let record = |r| [KeyValue::new("hstrace.record", r)];
                     self.records.add(n, &record("connection"));
                     self.records.add(b.closes, &record("close"));
@@ -353,15 +314,19 @@ impl Recorder {
         });
         // most records come from the server the one before came from
         if let Some(((comm, port, ct), id, attrs)) = &self.series.last_server {
-            if *comm == c.comm && *port == c.port && ct.as_deref() == container {
+            if comm == c.comm.as_str() && *port == c.port && ct.as_deref() == container {
                 return (*id, attrs.clone());
             }
         }
-        let key = (c.comm.clone(), c.port, container.map(str::to_owned));
+        let key = (
+            c.comm.as_str().to_owned(),
+            c.port,
+            container.map(str::to_owned),
+        );
         let next = &mut self.series.next_server;
         let (id, attrs) = self.series.servers.get(key.clone(), || {
             let mut a = vec![
-                KeyValue::new("process.executable.name", c.comm.clone()),
+                KeyValue::new("process.executable.name", c.comm.as_str().to_owned()),
                 KeyValue::new("server.port", i64::from(c.port)),
             ];
             if let Some(id) = container {
@@ -384,10 +349,9 @@ impl Recorder {
         let (id, server) = self.server(&c);
         let kind = c.kind;
         let k = kind.name();
-        let group = c.tls_group;
+        let group = group_label(c.tls_group.as_deref(), kind);
         let s = &mut self.series;
-        for (stage, ns) in &c.stages_ns {
-            let stage = *stage;
+        for (stage, ns) in c.stages_ns.iter() {
             s.stage
                 .get((id, stage, kind, group), || {
                     self.stage.bind(&with(
@@ -400,10 +364,9 @@ impl Recorder {
                         ],
                     ))
                 })
-                .record(*ns as f64 * 1e-9);
+                .record(ns as f64 * 1e-9);
         }
-        for (stage, ns) in &c.cpu_ns {
-            let stage = *stage;
+        for (stage, ns) in c.cpu_ns.iter() {
             s.stage_cpu
                 .get((id, stage, kind, group), || {
                     self.stage_cpu.bind(&with(
@@ -415,7 +378,7 @@ impl Recorder {
                         ],
                     ))
                 })
-                .add(*ns as f64 * 1e-9);
+                .add(ns as f64 * 1e-9);
         }
         let tls_version = c.tls_version.unwrap_or("none");
         let app = c.app.unwrap_or("none");
@@ -456,7 +419,10 @@ impl Recorder {
                 .add(1);
         }
         if CLIENT_KINDS.contains(&kind) {
-            let ja4 = self.ja4.label(c.ja4.as_deref()).into_owned();
+            let ja4 = self
+                .ja4
+                .label(c.ja4.as_ref().map(Text::as_str))
+                .into_owned();
             if ja4 == OTHER {
                 self.ja4_folded.add(1, &[]);
             }
@@ -490,7 +456,10 @@ impl Recorder {
                 })
                 .record(h as f64 * 1e-9);
         }
-        let sni = self.sni.label(c.sni.as_deref()).into_owned();
+        let sni = self
+            .sni
+            .label(c.sni.as_ref().map(Text::as_str))
+            .into_owned();
         if sni == OTHER {
             self.sni_folded.add(1, &[]);
         }

@@ -173,4 +173,20 @@ impl Scrape {
     pub fn series(&self) -> usize {
         self.samples.len()
     }
+
+    /// The series of this scrape that `earlier` did not have, and those it had that this
+    /// one has not, each as `name{labels}`.
+    pub fn series_changed(&self, earlier: &Scrape) -> (Vec<String>, Vec<String>) {
+        let keys = |s: &Scrape| -> std::collections::BTreeSet<String> {
+            s.samples
+                .iter()
+                .map(|(n, l, _)| format!("{n}{l:?}"))
+                .collect()
+        };
+        let (now, then) = (keys(self), keys(earlier));
+        (
+            now.difference(&then).cloned().collect(),
+            then.difference(&now).cloned().collect(),
+        )
+    }
 }

@@ -1007,7 +1007,8 @@ fn random_snis_leave_series_and_memory_flat() {
         })
     };
     settle(2_000);
-    let (series_a, rss_a) = (daemon.scrape().series(), daemon.rss_kib());
+    let first = daemon.scrape();
+    let (series_a, rss_a) = (first.series(), daemon.rss_kib());
     batch(2_000, 8_000);
     settle(10_000);
     let m = daemon.scrape();
@@ -1015,7 +1016,12 @@ fn random_snis_leave_series_and_memory_flat() {
     eprintln!(
         "after 2,000 random SNIs: {series_a} series, {rss_a} KiB; after 10,000: {series_b} series, {rss_b} KiB"
     );
-    assert_eq!(series_a, series_b, "the series count grew");
+    assert_eq!(
+        series_a,
+        series_b,
+        "the series count grew: (new, gone) {:?}",
+        m.series_changed(&first)
+    );
     assert!(rss_b <= rss_a + 8 * 1024, "RSS grew {rss_a} -> {rss_b} KiB");
     let snis: BTreeSet<&String> = m
         .samples

@@ -1300,8 +1300,12 @@ fn serve_says_when_its_pid_has_exited() {
 fn serve_counts_key_exchanges_retries_and_fingerprints_as_the_records_say() {
     let nginx = Nginx::start_with("serve-kx", 1, 2048, "ssl_ecdh_curve X25519;");
     let port = nginx.port.to_string();
-    let daemon = Daemon::start(&["--port", &port]);
-    let tracer = Hstrace::start(&["--port", &port]);
+    // by --pid both attach their uprobes at start; by --port each would at the first
+    // accept on its own, and a handshake one of them saw without them ends at another
+    // event, with another wait for the request
+    let master = nginx.master_pid().to_string();
+    let daemon = Daemon::start(&["--pid", &master]);
+    let tracer = Hstrace::start(&["--pid", &master]);
     let url = format!("https://127.0.0.1:{port}/");
     chromium::dump_dom_with(&url, &["--ignore-certificate-errors".to_owned()]);
     for _ in 0..2 {

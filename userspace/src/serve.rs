@@ -292,13 +292,14 @@ pub fn run(opts: Options, serve: ServeOptions) -> Result<()> {
             eprintln!("hstrace: every path behind {} (--web.config.file)", w.describe());
         }
         let http = http_thread(listener, daemon.clone(), web)?;
+        if let Some(o) = &serve.otlp {
+            eprintln!("hstrace: pushing OTLP metrics to {}", o.describe());
+        }
+        // the last line of the start: what a script (or a test) waits for
         eprintln!(
             "hstrace: serving {scheme}://{}/metrics, /healthz, /api/v1/parameters and /api/v1/failures; Ctrl-C stops",
             serve.listen
         );
-        if let Some(o) = &serve.otlp {
-            eprintln!("hstrace: pushing OTLP metrics to {}", o.describe());
-        }
         let mut sink = daemon.sink();
         let health = source.run(&mut sink, stop_signal(None)).await?;
         if let Some((otlp, _)) = &daemon.otlp {

@@ -488,17 +488,42 @@ fn tool(bin: &Path) -> std::path::PathBuf {
 
 /// The one number `hstrace-bench ARGS` prints.
 fn hstrace_number(tool: &Path, args: &[&str]) -> Result<f64> {
+    let [n] = hstrace_numbers(tool, args)?;
+    Ok(n)
+}
+
+/// The `N` numbers `hstrace-bench ARGS` prints, separated by spaces.
+fn hstrace_numbers<const N: usize>(tool: &Path, args: &[&str]) -> Result<[f64; N]> {
     let out = Command::new(tool).args(args).output()?;
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
+    let text = String::from_utf8_lossy(&out.stdout);
+    let numbers: Option<Vec<f64>> = text.split_whitespace().map(|n| n.parse().ok()).collect();
+    numbers
+        .and_then(|v| <[f64; N]>::try_from(v).ok())
         .with_context(|| {
             format!(
-                "hstrace-bench {}: {}",
+                "hstrace-bench {}: {} number(s) expected, got {:?}: {}",
                 args.join(" "),
+                N,
+                text.trim(),
                 String::from_utf8_lossy(&out.stderr).trim()
             )
         })
+}
+
+/// Pair `pair` of interleaved runs of `a` and `b`: `a` first in even pairs, `b` first in
+/// odd ones, so that neither always runs second (after the other's warm-up or drift).
+fn in_turn<T>(
+    pair: usize,
+    a: impl FnOnce() -> Result<T>,
+    b: impl FnOnce() -> Result<T>,
+) -> Result<(T, T)> {
+    if pair.is_multiple_of(2) {
+        let a = a()?;
+        Ok((a, b()?))
+    } else {
+        let b = b()?;
+        Ok((a()?, b))
+    }
 }
 
 /// The smallest and largest of `v`.

@@ -1,5 +1,6 @@
 //! `hstrace-bench`: the figures of `cargo xtask bench` that need hstrace's insides. Each
-//! command prints one number (or holds its programs until stopped).
+//! command prints one number (`pipeline --per-conn` two; or holds its programs until
+//! stopped).
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -30,10 +31,10 @@ enum Command {
         /// --records / 4 under that to measure no drops)
         #[arg(long, value_name = "URL")]
         otlp: Option<String>,
-        /// Print the CPU the record path's own thread spent per connection, in ns,
-        /// instead of connections per second
+        /// Print, per connection in ns, the CPU the record path's own thread spent and
+        /// the wall time (two numbers), instead of connections per second
         #[arg(long)]
-        thread_cpu: bool,
+        per_conn: bool,
     },
     /// Milliseconds one idle sweep takes over N live connections
     Sweep {
@@ -69,11 +70,11 @@ fn run(cli: Cli) -> Result<()> {
             records,
             serve,
             otlp,
-            thread_cpu,
+            per_conn,
         } => {
             let run = bench::pipeline(records, serve, otlp)?;
-            if thread_cpu {
-                println!("{:.0}", run.thread_cpu_ns_per_conn)
+            if per_conn {
+                println!("{:.0} {:.0}", run.thread_cpu_ns_per_conn, 1e9 / run.per_sec)
             } else {
                 println!("{:.0}", run.per_sec)
             }

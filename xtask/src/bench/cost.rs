@@ -631,13 +631,7 @@ pub fn ab(
     let (mut deltas, mut by_program) = (Vec::new(), HashMap::<String, Vec<f64>>::new());
     for pair in 0..pairs {
         let run = |b: &Path| per_op(b, nginx.master, extra, &cmd);
-        let (o, t) = if pair % 2 == 0 {
-            let o = run(other)?;
-            (o, run(bin)?)
-        } else {
-            let t = run(bin)?;
-            (run(other)?, t)
-        };
+        let (o, t) = super::in_turn(pair, || run(other), || run(bin))?;
         let net = |p: &PerOp| (p.counted_ns - p.runs * floor) / 1e3;
         deltas.push(net(&t) - net(&o));
         println!(

@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 
-use super::{hstrace_number, median, range, tool};
+use super::{hstrace_numbers, in_turn, median, range, tool};
 use crate::util::build_bench;
 
 /// Connections per run: 4 records each, under the OTLP side's queue (64 batches of 256
@@ -18,30 +18,19 @@ const NOWHERE: &str = "http://127.0.0.1:9";
 /// wall time per connection, off and on, and their differences.
 pub fn otlp_cost(pairs: usize) -> Result<()> {
     let bench = tool(&build_bench()?);
-    let run = |otlp: bool, thread_cpu: bool| -> Result<f64> {
-        let mut args = vec!["pipeline", "--serve", "--records", RECORDS];
+    // one run: (the record path thread's CPU, wall time) per connection, in ns
+    let run = |otlp: bool| -> Result<(f64, f64)> {
+        let mut args = vec!["pipeline", "--serve", "--records", RECORDS, "--per-conn"];
         if otlp {
             args.extend(["--otlp", NOWHERE]);
         }
-        if thread_cpu {
-            args.push("--thread-cpu");
-            hstrace_number(&bench, &args)
-        } else {
-            // connections per second: ns of wall time per connection
-            Ok(1e9 / hstrace_number(&bench, &args)?)
-        }
+        let [cpu, wall] = hstrace_numbers(&bench, &args)?;
+        Ok((cpu, wall))
     };
     let (mut cpu_diff, mut wall_diff) = (Vec::new(), Vec::new());
     let (mut cpu_off, mut wall_off) = (Vec::new(), Vec::new());
     for pair in 0..pairs {
-        let one = |otlp: bool| -> Result<(f64, f64)> { Ok((run(otlp, true)?, run(otlp, false)?)) };
-        let (off, on) = if pair % 2 == 0 {
-            let off = one(false)?;
-            (off, one(true)?)
-        } else {
-            let on = one(true)?;
-            (one(false)?, on)
-        };
+        let (off, on) = in_turn(pair, || run(false), || run(true))?;
         eprintln!(
             "pair {}: record path CPU {:.0} → {:.0} ns, wall {:.0} → {:.0} ns a connection",
             pair + 1,

@@ -24,15 +24,9 @@ pub struct PipelineRun {
     pub thread_cpu_ns_per_conn: f64,
 }
 
-/// The CPU time this thread has run, in ns (the scheduler's own account, first field
-/// of /proc/thread-self/schedstat).
+/// The CPU time this thread has run, in ns.
 fn thread_cpu_ns() -> Result<u64> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat")
-        .context("reading /proc/thread-self/schedstat")?;
-    text.split_whitespace()
-        .next()
-        .and_then(|n| n.parse().ok())
-        .context("no run time in /proc/thread-self/schedstat")
+    hstrace::clock::thread_cpu_ns().context("cannot read this thread's CPU clock")
 }
 
 /// Connections per second the userspace pipeline (hello parsing, classification, stages,

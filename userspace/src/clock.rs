@@ -17,6 +17,11 @@ pub fn read_ns(id: libc::clockid_t) -> Option<u64> {
     (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
+/// The CPU time the calling thread has run, ns (CLOCK_THREAD_CPUTIME_ID).
+pub fn thread_cpu_ns() -> Option<u64> {
+    read_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
 /// Now, on the kernel's clock (CLOCK_MONOTONIC ns, as bpf_ktime_get_ns).
 pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)

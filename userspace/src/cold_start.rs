@@ -409,8 +409,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn thread_cpu_ns() -> Result<u64> {
-    crate::clock::read_ns(libc::CLOCK_THREAD_CPUTIME_ID)
-        .ok_or_else(|| anyhow!("cannot read this thread's CPU clock"))
+    crate::clock::thread_cpu_ns().ok_or_else(|| anyhow!("cannot read this thread's CPU clock"))
 }
 
 /// The CPU that most of the processes (their allowed CPUs, `allowed`) may run on, the

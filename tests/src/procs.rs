@@ -150,23 +150,57 @@ pub fn schedule_thread(policy: i32, priority: i32) -> io::Result<()> {
     }
 }
 
-/// Run every thread of process `pid` on `cpu` only (threads it starts later inherit it).
-pub fn pin(pid: u32, cpu: usize) -> io::Result<()> {
+/// Run every thread of process `pid` at a scheduling `policy` (`libc::SCHED_*`) and
+/// `priority` (threads it starts later inherit it).
+pub fn schedule(pid: u32, policy: i32, priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    for_each_thread(pid, |tid| {
+        // SAFETY: the kernel only reads param
+        match unsafe { libc::sched_setscheduler(tid, policy, &param) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    })
+    .map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot schedule {pid} at policy {policy}: {e}"),
+        )
+    })
+}
+
+/// The scheduling policy (`libc::SCHED_*`) of thread or process `tid`.
+pub fn policy(tid: u32) -> io::Result<i32> {
+    // SAFETY: plain sched_getscheduler(2)
+    match unsafe { libc::sched_getscheduler(tid as i32) } {
+        -1 => Err(io::Error::last_os_error()),
+        p => Ok(p),
+    }
+}
+
+/// `each` for every thread of process `pid`; a thread that ended since the listing is
+/// skipped.
+fn for_each_thread(pid: u32, mut each: impl FnMut(i32) -> io::Result<()>) -> io::Result<()> {
     for task in fs::read_dir(format!("/proc/{pid}/task"))? {
         let tid: i32 = task?
             .file_name()
             .to_string_lossy()
             .parse()
             .map_err(io::Error::other)?;
-        match pin_thread(tid, cpu) {
-            // a thread that ended since the listing needs no pinning
+        match each(tid) {
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-            r => r.map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot pin {pid} to CPU {cpu}: {e}"))
-            })?,
+            r => r?,
         }
     }
     Ok(())
+}
+
+/// Run every thread of process `pid` on `cpu` only (threads it starts later inherit it).
+pub fn pin(pid: u32, cpu: usize) -> io::Result<()> {
+    for_each_thread(pid, |tid| pin_thread(tid, cpu))
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot pin {pid} to CPU {cpu}: {e}")))
 }
 
 /// A thread of its own on `cpu` alone at a scheduling `policy` (`libc::SCHED_*`, at

@@ -862,6 +862,10 @@ struct Rig<'a> {
     /// the harness's wake-up curve, given to the same-point fit of an event loop (None:
     /// the reduced run, which checks the forecast only)
     platform: Option<&'a Platform>,
+    /// the server's workers run at a real-time priority (`Server::at_real_time`): the
+    /// other work hstrace measures on their CPUs does not take it from them, and the
+    /// forecasts are told so (`--other-cpus 0`)
+    real_time: bool,
 }
 
 /// `hstrace model`'s arguments for `params` at `users` users thinking `think` seconds, with
@@ -943,7 +947,11 @@ fn predict(
     let live = point(&model(bin, &live_args)?);
     live_args.extend(["--other-cpus".into(), "0".into()]);
     let live_without_other = point(&model(bin, &live_args)?);
-    let other_cpus = params["host"]["other_cpus"].as_f64();
+    // other work cannot take a real-time server's CPU, however much of the rest it used
+    let other_cpus = match rig.real_time {
+        true => Some(0.0),
+        false => params["host"]["other_cpus"].as_f64(),
+    };
     // the stages alone: nothing outside them, no wake-up
     let mut args = with(file, arch.discipline);
     args.extend(["--overhead".into(), "0".into()]);
@@ -992,6 +1000,9 @@ fn predict(
     let forecast_args = |window: &Path| {
         let mut args = with(window, arch.discipline);
         args.extend(mix_args(&load));
+        if rig.real_time {
+            args.extend(["--other-cpus".into(), "0".into()]);
+        }
         args
     };
     let told_delays_from = |window: &Value| -> Vec<String> {
@@ -1010,11 +1021,14 @@ fn predict(
         ]
         .concat(),
     )?);
+    // the point's other work, told with its speed (a real-time server's forecasts were
+    // told none already)
+    let other_told = other_cpus.filter(|_| !rig.real_time);
     let busier_speed = host_speed(&windows.busier.params, &params);
     let busier_at_speed = match busier_speed {
         Some(k) => Some(point(&model(
             bin,
-            &[&busier_args[..], &at_speed_args(k, other_cpus)[..]].concat(),
+            &[&busier_args[..], &at_speed_args(k, other_told)[..]].concat(),
         )?)),
         None => None,
     };
@@ -1025,7 +1039,7 @@ fn predict(
     let host_speed = host_speed(base, &params);
     let (forecast_at_speed, forecast_told_delays) = match host_speed {
         Some(k) => {
-            args.extend(at_speed_args(k, other_cpus));
+            args.extend(at_speed_args(k, other_told));
             let at_speed = point(&model(bin, &args)?);
             args.extend(told_delays);
             (Some(at_speed), Some(point(&model(bin, &args)?)))
@@ -2190,6 +2204,7 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
             server: &server,
             dir: &dir,
             platform: Some(&platform),
+            real_time: false,
         };
         let mut mixes = Vec::new();
         for (i, mix) in MIXES.iter().enumerate() {
@@ -2263,7 +2278,7 @@ fn validate(bin: &Path, hsload: &Path, root: &Path, plan: &Plan, only: &[String]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hstrace_tests::procs::{stat_cpu_secs, stat_fields};
+    use hstrace_tests::procs::{policy, schedule, stat_cpu_secs, stat_fields};
     use serde_json::json;
 
     /// The reduced validation's forecast: within this...
@@ -2332,6 +2347,20 @@ mod tests {
         root().join("target/validate-model-reduced")
     }
 
+    /// A server's workers at a real-time priority (SCHED_FIFO 1, like hsload on the client's
+    /// CPU): other work on their CPU at an ordinary priority, a shared machine's, no longer
+    /// takes it from them, which the kernel is asked back.
+    fn at_real_time(server: &Server) -> Result<()> {
+        for &w in &server.workers {
+            schedule(w, libc::SCHED_FIFO, 1)?;
+            let got = policy(w)?;
+            if got != libc::SCHED_FIFO {
+                bail!("nginx worker {w} runs at policy {got} after SCHED_FIFO was set");
+            }
+        }
+        Ok(())
+    }
+
     /// The reduced validation CI runs: nginx with one worker, mix 1, measured at 1, 16 and 40
     /// users and at the busier window's (once more where it fell short) in short windows;
     /// each point with its forecasts from the one-user window and from the busier one.
@@ -2351,7 +2380,12 @@ mod tests {
             server: &server,
             dir: &dir,
             platform: None,
+            real_time: true,
         };
+        // a shared machine's other work (a CI runner's) at an ordinary priority would take
+        // nginx's CPU in the loads and not in the window, or the other way round: the
+        // model's input, other work on the server's CPU, would be a guess of the scheduler's
+        at_real_time(&server)?;
         run_mix(&rig, &MIXES[0], 0, &plan)
     }
 

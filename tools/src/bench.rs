@@ -351,12 +351,16 @@ pub fn hooks_alone(set: HookSet) -> Result<()> {
         "no hooks of the set {set:?} on this kernel: nothing to hold"
     );
     let names: Vec<&str> = chosen.iter().map(|h| h.name()).collect();
-    eprintln!("hstrace: tracing (empty programs at {})", names.join(", "));
-    // until Ctrl-C or SIGTERM, by handler: a shell's background job inherits SIGINT ignored
+    // until Ctrl-C or SIGTERM, by handler (a shell's background job inherits SIGINT
+    // ignored), taken before it says it is attached: a signal sent on that line is not lost
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(hstrace::signal::stop_signal(None));
+        .block_on(async {
+            let stop = hstrace::signal::stop_signal(None);
+            eprintln!("hstrace: tracing (empty programs at {})", names.join(", "));
+            stop.await
+        });
     drop(held);
     Ok(())
 }

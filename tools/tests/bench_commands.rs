@@ -81,7 +81,20 @@ fn hooks_held(args: &[&str]) -> Vec<String> {
         .args(["-INT", &pid.to_string()])
         .status()
         .unwrap();
-    let status = child.wait().unwrap();
+    // bounded: a signal lost (sent before the handler was in place, where the test's own
+    // parent left SIGINT ignored) would otherwise hang the suite
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("hstrace-bench hooks-alone did not stop within 30 s of SIGINT: {said}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert!(status.success(), "{status}");
     hooks
 }

@@ -24,14 +24,13 @@ pub enum ExportFormat {
 /// Trace for `duration` (or until Ctrl-C), then print the parameters of the whole run.
 pub async fn traced(opts: Options, duration: Duration, format: ExportFormat) -> Result<()> {
     let source = Source::attach(opts)?;
+    let stop = stop_signal(Some(duration));
     eprintln!(
         "hstrace: measuring for {:.0} s; Ctrl-C stops early",
         duration.as_secs_f64()
     );
     let mut estimator = Estimator::for_run(duration, MAX_SERVERS);
-    let health: Health = source
-        .run(&mut estimator, stop_signal(Some(duration)))
-        .await?;
+    let health: Health = source.run(&mut estimator, stop).await?;
     eprint!("{}", health.text());
     let p = estimator.parameters(Instant::now(), SystemTime::now());
     print!(

@@ -281,6 +281,7 @@ pub fn run(opts: Options, serve: ServeOptions) -> Result<()> {
         .build()?;
     rt.block_on(async {
         let source = Source::attach(opts)?;
+        let stop = stop_signal(None);
         let scheme = match &web {
             Some(w) if w.tls.is_some() => "https",
             _ => "http",
@@ -301,7 +302,7 @@ pub fn run(opts: Options, serve: ServeOptions) -> Result<()> {
             serve.listen
         );
         let mut sink = daemon.sink();
-        let health = source.run(&mut sink, stop_signal(None)).await?;
+        let health = source.run(&mut sink, stop).await?;
         if let Some((otlp, _)) = &daemon.otlp {
             otlp.finish();
         }

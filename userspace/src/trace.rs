@@ -14,10 +14,11 @@ use crate::{
 /// `Format::Json`, the same totals as one JSON line).
 pub async fn run(opts: Options, format: Format, duration: Option<Duration>) -> Result<()> {
     let source = Source::attach(opts)?;
+    let stop = stop_signal(duration);
     eprintln!("hstrace: tracing; Ctrl-C stops and prints totals");
     let stdout = io::stdout();
     let mut printer = Printer::new(format, stdout.lock());
-    match source.run(&mut printer, stop_signal(duration)).await {
+    match source.run(&mut printer, stop).await {
         Ok(health) => {
             eprint!("{}", health.text());
             if format == Format::Json {

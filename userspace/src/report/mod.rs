@@ -77,13 +77,14 @@ pub async fn traced(
     out: &Path,
 ) -> Result<()> {
     let source = Source::attach(opts)?;
+    let stop = stop_signal(Some(duration));
     eprintln!(
         "hstrace: measuring for {:.0} s for the report; Ctrl-C stops early",
         duration.as_secs_f64()
     );
     let mut gather = Gather::new(duration);
     let start_wall = SystemTime::now();
-    let health = source.run(&mut gather, stop_signal(Some(duration))).await?;
+    let health = source.run(&mut gather, stop).await?;
     eprint!("{}", health.text());
     gather.health = health;
     let seconds = gather.start.elapsed().as_secs_f64();

@@ -862,7 +862,7 @@ struct Rig<'a> {
     /// the harness's wake-up curve, given to the same-point fit of an event loop (None:
     /// the reduced run, which checks the forecast only)
     platform: Option<&'a Platform>,
-    /// the server's workers run at a real-time priority (`Server::at_real_time`): the
+    /// the server's workers run at a real-time priority (the reduced validation): the
     /// other work hstrace measures on their CPUs does not take it from them, and the
     /// forecasts are told so (`--other-cpus 0`)
     real_time: bool,

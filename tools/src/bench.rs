@@ -8,7 +8,7 @@ use aya::EbpfLoader;
 use hstrace::{
     abi::{self, Conn, ConnState, Hello},
     assemble::Pipeline,
-    clock::monotonic_ns,
+    clock::{monotonic_ns, thread_cpu_ns},
     print::{Format, Printer},
     serve::{Daemon, ServeOptions},
     sink::Sink,
@@ -22,11 +22,6 @@ use hstrace::{
 pub struct PipelineRun {
     pub per_sec: f64,
     pub thread_cpu_ns_per_conn: f64,
-}
-
-/// The CPU time this thread has run, in ns.
-fn thread_cpu_ns() -> Result<u64> {
-    hstrace::clock::thread_cpu_ns().context("cannot read this thread's CPU clock")
 }
 
 /// Connections per second the userspace pipeline (hello parsing, classification, stages,

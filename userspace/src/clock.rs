@@ -18,8 +18,9 @@ pub fn read_ns(id: libc::clockid_t) -> Option<u64> {
 }
 
 /// The CPU time the calling thread has run, ns (CLOCK_THREAD_CPUTIME_ID).
-pub fn thread_cpu_ns() -> Option<u64> {
+pub fn thread_cpu_ns() -> anyhow::Result<u64> {
     read_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+        .ok_or_else(|| anyhow::anyhow!("cannot read this thread's CPU clock"))
 }
 
 /// Now, on the kernel's clock (CLOCK_MONOTONIC ns, as bpf_ktime_get_ns).

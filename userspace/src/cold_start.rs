@@ -217,9 +217,9 @@ impl Probe {
 
 /// `work`'s CPU time on this thread, seconds; refused if the thread left `cpu`.
 fn timed(cpu: u32, work: impl FnOnce() -> Result<()>) -> Result<f64> {
-    let from = thread_cpu_ns()?;
+    let from = crate::clock::thread_cpu_ns()?;
     work()?;
-    let took = thread_cpu_ns()?.saturating_sub(from) as f64 / 1e9;
+    let took = crate::clock::thread_cpu_ns()?.saturating_sub(from) as f64 / 1e9;
     // SAFETY: no arguments; returns the CPU this thread runs on
     if unsafe { libc::sched_getcpu() } != cpu as i32 {
         bail!("the measuring thread was moved off CPU {cpu} (were hstrace's threads pinned elsewhere while it ran? pin hstrace before it starts, e.g. taskset -c CPUS hstrace ...)");
@@ -406,10 +406,6 @@ fn pause_for(pause: Duration) {
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-fn thread_cpu_ns() -> Result<u64> {
-    crate::clock::thread_cpu_ns().ok_or_else(|| anyhow!("cannot read this thread's CPU clock"))
 }
 
 /// The CPU that most of the processes (their allowed CPUs, `allowed`) may run on, the

@@ -1236,7 +1236,7 @@ fn the_cold_start_is_paid_by_a_visit_away_long() {
         assert!(
             err.contains(&format!(
                 "forecasting without a cold-start figure (the parameters hold none: {why})"
-            )) && err.contains("in the reduced validation it made the forecast response time"),
+            )) && err.contains("in the model's validation it made the forecast response time"),
             "{err}"
         );
         let v: Value = serde_json::from_str(&out).unwrap();

@@ -343,11 +343,9 @@ mod tests {
     fn a_process_cpu_time_and_start() {
         let me = std::process::id();
         let before = cpu_ns(me).unwrap();
-        std::thread::spawn(|| {
-            while clock::read_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap() < 30_000_000 {}
-        })
-        .join()
-        .unwrap();
+        std::thread::spawn(|| while clock::thread_cpu_ns().unwrap() < 30_000_000 {})
+            .join()
+            .unwrap();
         let after = cpu_ns(me).unwrap();
         assert!(
             after - before >= 30_000_000,

@@ -430,7 +430,7 @@ static __always_inline __u64 idle_exits(struct task_struct *t)
  * at each reader, its branches multiplied the verifier's paths (seconds more to load). */
 HS_FUNC int woke_code(__u64 ns)
 {
-	return hs_woke_code(ns / 1000);
+	return hs_woke_code(ns);
 }
 
 /* A traced handler runs on this CPU at `now`, its idle exits `exits`. */

@@ -135,19 +135,19 @@ pub const WOKE_RETRY: usize = 4;
 pub const WOKE_CALLS: usize = 5;
 
 /// A `Conn::woke` code as ns (the middle of the span it stands for); None for 0. The code
-/// is 1 + 8 x log2 of the whole microseconds, the three bits below the leading one its
-/// fraction (ebpf/include/woke.h); 255, the last, stands for 1.75 x 2^31 µs (63 minutes)
-/// and longer.
+/// is 1 + 8 x log2 of the time in whole units of 1,024 ns, the three bits below the
+/// leading one its fraction (ebpf/include/woke.h); 255, the last, stands for 1.75 x 2^31
+/// units (64 minutes) and longer.
 pub fn woke_ns(code: u8) -> Option<u64> {
     let q = u32::from(code.checked_sub(1)?);
     let (msb, frac) = (q / 8, f64::from(q % 8));
-    // below 8 µs the code is exact; above, the middle of its eighth of an octave
-    let us = if msb < 3 {
+    // below 8 units the code is exact; above, the middle of its eighth of an octave
+    let units = if msb < 3 {
         (8.0 + frac) * f64::from(1u32 << msb) / 8.0
     } else {
         (8.5 + frac) * 2f64.powi(msb as i32 - 3)
     };
-    Some((us * 1000.0) as u64)
+    Some((units * 1024.0) as u64)
 }
 
 pub const RT_CCS: u32 = 1 << 0;
@@ -587,25 +587,26 @@ mod tests {
         defines
     }
 
-    /// A `woke` code is 1 + 8 log2 of the microseconds, an eighth of an octave a step:
-    /// exact below 8 µs, the middle of its step above, within an eighth of any value in it.
+    /// A `woke` code is 1 + 8 log2 of the units of 1,024 ns, an eighth of an octave a
+    /// step: exact below 8 units, the middle of its step above, within an eighth of any
+    /// value in it.
     #[test]
     fn woke_codes_read_as_nanoseconds() {
         assert_eq!(woke_ns(0), None);
-        // 1 µs (and anything shorter, which the BPF side counts as 1): 0 octaves, no fraction
-        assert_eq!(woke_ns(1), Some(1_000));
-        // 3 µs: one octave, the bit below the leading one set
-        assert_eq!(woke_ns(1 + 8 + 4), Some(3_000));
-        // 1000 µs = 0b1111101000: 9 octaves, the three bits below the leading one 111
+        // 1 unit (and anything shorter, which the BPF side counts as 1): 0 octaves
+        assert_eq!(woke_ns(1), Some(1_024));
+        // 3 units: one octave, the bit below the leading one set
+        assert_eq!(woke_ns(1 + 8 + 4), Some(3 * 1_024));
+        // about 1 ms, 977 units = 0b1111010001: 9 octaves, the three bits below 111
         let ms = woke_ns(1 + 8 * 9 + 7).unwrap();
-        assert!((992_000..=1_000_000).contains(&ms), "{ms}");
-        // the longest: 1.75 x 2^31 µs (63 minutes) and more
-        assert!(woke_ns(255).unwrap() > 3_700_000_000_000);
+        assert!((960 * 1_024..=1_024 * 1_024).contains(&ms), "{ms}");
+        // the longest: 1.75 x 2^31 units (64 minutes) and more
+        assert!(woke_ns(255).unwrap() > 3_800_000_000_000);
     }
 
     /// The C side's coding (ebpf/include/woke.h, compiled for this host with the clang the
-    /// BPF programs are built with) reads back within an eighth, exact below 8 µs, and
-    /// keeps the order of the times it codes.
+    /// BPF programs are built with) reads back within an eighth, exact below 8 units of
+    /// 1,024 ns, and keeps the order of the times it codes.
     #[test]
     fn the_c_coding_reads_back_within_an_eighth() {
         let dir = std::env::temp_dir().join(format!("hstrace-woke-{}", std::process::id()));
@@ -631,10 +632,21 @@ mod tests {
             .status()
             .unwrap_or_else(|e| panic!("{clang}: {e} (cargo xtask setup installs it)"));
         assert!(built.success(), "{clang} could not compile woke.h");
+        // nanoseconds: whole units, and times between them
         let times: Vec<u64> = [0, 1, 2, 3, 7, 8, 9, 15, 100, 999, 1000, 4097, 65_535]
             .into_iter()
             .chain((0..40).map(|i| 3u64.pow(i / 2) * (1 + u64::from(i % 2))))
-            .chain([3_758_096_384, 1 << 40, u64::MAX])
+            .chain([3_758_096_384, 1 << 40])
+            .map(|units| units * 1_024)
+            .chain([
+                1,
+                1_023,
+                1_025,
+                999_999,
+                7 * 1_024 + 1_023,
+                1 << 62,
+                u64::MAX,
+            ])
             .collect();
         let out = std::process::Command::new(&exe)
             .args(times.iter().map(u64::to_string))
@@ -647,18 +659,18 @@ mod tests {
             .map(|l| l.parse().unwrap())
             .collect();
         assert_eq!(codes.len(), times.len());
-        for (&us, &code) in times.iter().zip(&codes) {
-            let back = woke_ns(code).unwrap() as f64 / 1e3;
-            let us = us.max(1) as f64;
-            if us < 8.0 {
-                assert_eq!(back, us, "{us} µs: code {code}");
+        for (&ns, &code) in times.iter().zip(&codes) {
+            let back = woke_ns(code).unwrap() as f64 / 1_024.0;
+            let units = (ns >> 10).max(1) as f64;
+            if units < 8.0 {
+                assert_eq!(back, units, "{ns} ns: code {code}");
             } else if code < 255 {
                 assert!(
-                    (back / us - 1.0).abs() <= 1.0 / 8.0,
-                    "{us} µs: code {code}, {back}"
+                    (back / units - 1.0).abs() <= 1.0 / 8.0,
+                    "{ns} ns: code {code}, {back}"
                 );
             } else {
-                assert!(us >= 1.75 * 2f64.powi(31), "{us} µs: code {code}");
+                assert!(units >= 1.75 * 2f64.powi(31), "{ns} ns: code {code}");
             }
         }
         let mut sorted: Vec<(u64, u8)> = times.iter().copied().zip(codes).collect();

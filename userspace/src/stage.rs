@@ -564,7 +564,7 @@ mod tests {
     /// for a ClientHello after a plaintext preamble).
     #[test]
     fn wakeups_pair_each_queue_with_its_readers_call() {
-        let code_1ms = 1 + 8 * 9 + 7; // ~992 µs
+        let code_1ms = 1 + 8 * 9 + 7; // ~1 ms (992 units of 1,024 ns)
         let one_ms = abi::woke_ns(code_1ms).unwrap();
         let stages = Stages(vec![
             (Stage::AcceptQueue, 100_000),

@@ -28,9 +28,9 @@
 /* Bytes of each flight looked at (the array is 2 * HS_PRE_PEEK for the verifier's masks). */
 #define HS_PRE_PEEK 16
 
-/* The byte array's address made opaque to the compiler: knowing it aligned, clang would
- * add a masked index to it with an OR, which the BPF verifier refuses on a pointer. */
-#define HS_OPAQUE(p) asm volatile("" : "+r"(p))
+/* (HS_OPAQUE hides the byte array's address: knowing it aligned, clang would add a masked
+ * index to it with an OR, which the BPF verifier refuses on a pointer.) */
+#include "opaque.h"
 
 /* The letter `c` in lower case. */
 HS_INLINE __u8 hs_lc(__u8 c)

@@ -9,6 +9,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/starttls_host.c");
     println!("cargo:rerun-if-changed=../ebpf/starttls.h");
     println!("cargo:rerun-if-changed=../ebpf/include/hstrace.h");
+    println!("cargo:rerun-if-changed=../ebpf/include/opaque.h");
     cc::Build::new()
         .file("src/starttls_host.c")
         .include("../ebpf")

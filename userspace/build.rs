@@ -17,6 +17,7 @@ const HEADERS: &[&str] = &[
     "ssl.bpf.h",
     "include/hstrace.h",
     "include/woke.h",
+    "include/opaque.h",
     "compile.rs",
 ];
 

@@ -6,13 +6,12 @@
 #ifndef HSTRACE_WOKE_H
 #define HSTRACE_WOKE_H
 
+#include "opaque.h"
+
 /* 1 if x > c, else 0, for x and c below 2^63, with no branch: (c - x) wraps past 2^63
  * exactly when x > c. The compiler must not know x's range, or it turns this back into a
  * compare, which BPF has only as a branch: HS_OPAQUE hides it. */
 #define HS_ABOVE(x, c) (((unsigned long long)(c) - (x)) >> 63)
-#ifndef HS_OPAQUE /* (starttls.h has the same) */
-#define HS_OPAQUE(p) asm volatile("" : "+r"(p))
-#endif
 
 /* A time of `ns` nanoseconds on a log scale, in units of 1,024 ns (a shift, where whole
  * microseconds would take a division at each call), 0 taken as 1: 1 + 8 x log2(units),

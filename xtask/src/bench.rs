@@ -533,6 +533,35 @@ fn range(v: &[f64]) -> (f64, f64) {
     (lo, hi)
 }
 
+/// How the differences of interleaved pairs split: "lower in L of N pairs, sign test p =
+/// P", where P is the two-sided sign test's: the chance of a split at least this uneven if
+/// the two sides were the same build (pairs that came out equal are left out). Above about
+/// 0.05 the pairs cannot tell the sides apart, whatever the median says.
+fn split(diffs: &[f64]) -> String {
+    let lower = diffs.iter().filter(|d| **d < 0.0).count();
+    let higher = diffs.iter().filter(|d| **d > 0.0).count();
+    format!(
+        "lower in {lower} of {} pairs, sign test p = {:.2}",
+        diffs.len(),
+        sign_test(lower, higher)
+    )
+}
+
+/// The two-sided exact sign test: the probability that `lower + higher` fair coin tosses
+/// split at least as unevenly as `lower` to `higher`.
+fn sign_test(lower: usize, higher: usize) -> f64 {
+    let n = lower + higher;
+    let k = lower.min(higher);
+    // P(X = 0) for X ~ Binomial(n, 1/2), then each next term from the one before
+    let mut term = 0.5f64.powi(n as i32);
+    let mut tail = 0.0;
+    for i in 0..=k {
+        tail += term;
+        term *= (n - i) as f64 / (i + 1) as f64;
+    }
+    (2.0 * tail).min(1.0)
+}
+
 pub struct BenchNginx {
     pub master: u32,
     pub tls_port: u16,
@@ -696,7 +725,34 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::TEMPLATE;
+    use super::{sign_test, split, TEMPLATE};
+
+    #[test]
+    fn the_sign_test_gives_the_binomial_tails() {
+        // 0 of 10 lower: 2 x (1/2)^10
+        assert!((sign_test(0, 10) - 2.0 / 1024.0).abs() < 1e-12);
+        // 4 of 30: 2 x (1 + 30 + 435 + 4,060 + 27,405) / 2^30
+        assert!((sign_test(4, 26) - 2.0 * 31_931.0 / 1_073_741_824.0).abs() < 1e-12);
+        // 28 of 50: 2 x P(X <= 22) = 0.4799
+        assert!(
+            (sign_test(28, 22) - 0.4799).abs() < 1e-4,
+            "{}",
+            sign_test(28, 22)
+        );
+        // an even split, and no pairs at all, tell nothing
+        assert_eq!(sign_test(5, 5), 1.0);
+        assert_eq!(sign_test(0, 0), 1.0);
+        // symmetric
+        assert_eq!(sign_test(3, 13), sign_test(13, 3));
+    }
+
+    #[test]
+    fn a_split_leaves_equal_pairs_out_of_the_test() {
+        assert_eq!(
+            split(&[-1.0, -2.0, 0.0, -0.5]),
+            "lower in 3 of 4 pairs, sign test p = 0.25"
+        );
+    }
 
     #[test]
     fn the_benchmarks_template_is_filled() {

@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 
 use hstrace_tests::{procs::process_run_secs, util::median};
 
-use super::{range, run_load, BenchNginx, Tracer, SERVE, WORKLOADS};
+use super::{range, run_load, split, BenchNginx, Tracer, SERVE, WORKLOADS};
 use crate::template;
 
 /// The section's prose, with its tables and figures filled in.
@@ -661,9 +661,9 @@ pub fn ab(
     }
     let (lo, hi) = range(&deltas);
     println!(
-        "this − other: median {:+.2} µs ({lo:+.2}…{hi:+.2}), lower in {} of {pairs} pairs",
+        "this − other: median {:+.2} µs ({lo:+.2}…{hi:+.2}), {}",
         median(deltas.clone()),
-        deltas.iter().filter(|d| **d < 0.0).count()
+        split(&deltas)
     );
     let mut programs: Vec<_> = by_program.into_iter().collect();
     programs.sort_by(|a, b| a.0.cmp(&b.0));

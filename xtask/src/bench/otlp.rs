@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 
-use super::{hstrace_numbers, in_turn, median, range, tool};
+use super::{hstrace_numbers, in_turn, median, range, split, tool};
 use crate::util::build_bench;
 
 /// Connections per run: 4 records each, under the OTLP side's queue (64 batches of 256
@@ -47,9 +47,10 @@ pub fn otlp_cost(pairs: usize) -> Result<()> {
     let (clo, chi) = range(&cpu_diff);
     let (wlo, whi) = range(&wall_diff);
     println!(
-        "OTLP on, per connection ({pairs} interleaved pairs, medians): the record path's own CPU {:.0} ns {:+.0} ns ({clo:+.0}…{chi:+.0}); wall time {:.0} ns {:+.0} ns ({wlo:+.0}…{whi:+.0}), the recorder thread's work beside it included",
+        "OTLP on, per connection ({pairs} interleaved pairs, medians): the record path's own CPU {:.0} ns {:+.0} ns ({clo:+.0}…{chi:+.0}, {}); wall time {:.0} ns {:+.0} ns ({wlo:+.0}…{whi:+.0}), the recorder thread's work beside it included",
         median(cpu_off),
-        median(cpu_diff),
+        median(cpu_diff.clone()),
+        split(&cpu_diff),
         median(wall_off),
         median(wall_diff),
     );

@@ -243,10 +243,15 @@ static __always_inline void on_sock_call(struct sock *sk, __u32 dir, int ret, in
 	if ((family != AF_INET && family != AF_INET6) || (port && !is_server_port(port)) ||
 	    sk->sk_protocol != IPPROTO_TCP)
 		return;
+	peek = dir == HS_DIR_IN && (flags & MSG_PEEK);
+	/* a peek that found bytes leaves them to the read after it and changes nothing of the
+	 * connection (nginx peeks at every new connection's first byte): it leaves before the
+	 * lookup, unless the settings say its fd may be learned here (HS_SET_LAZY_FD) */
+	if (peek && ret > 0 && !(settings_word() & HS_SET_LAZY_FD))
+		return;
 	c = bpf_map_lookup_elem(&conns, &skey);
 	if (!c)
 		return;
-	peek = dir == HS_DIR_IN && (flags & MSG_PEEK);
 	/* after the record is sent only bytes and exchanges are counted: no clock, and the
 	 * buffer only for the read that opens a TLS client flight (its first record header;
 	 * plain text has none: every client flight is a request) */

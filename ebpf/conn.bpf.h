@@ -391,22 +391,20 @@ static __always_inline __u64 thread_cpu_now(__u64 now)
 	return task_cpu_now(hs_task(), now);
 }
 
-/* Was the CPU idle before a service stage, or a handler call? Its idle task is switched
- * out once each time the CPU leaves idle, counted as a preemption (it never sleeps), so
- * `nivcsw` of the run queue's idle task counts the CPU's idle exits. Each CPU keeps that
- * count twice:
- *  - at the last service stage's end (`stage_exits`): a stage's start that finds it moved
+/* Was the CPU idle before a service stage, or a handler call? Each CPU has a mark that
+ * moves each time it goes idle (cpu_idles). Each CPU keeps that mark twice:
+ *  - at the last service stage's end (`stage_idles`): a stage's start that finds it moved
  *    ran on a CPU that had been idle in between (cold caches, a wake from an idle state),
  *    whatever the connection (hs_conn.idle_before);
- *  - at a traced server's last handler call (`call_exits`: an accept, a service stage's
+ *  - at a traced server's last handler call (`call_idles`: an accept, a service stage's
  *    first read or last write), with its time (`call_t`): a call that finds it moved woke
  *    the CPU, which had slept at most as long as that was ago less the message's wait
  *    (hs_conn.woke: the wake-up's cost by how long the CPU slept). Work no hook marks
  *    (a plaintext preamble's, later requests', a close's, other processes') lengthens
  *    that bound. */
 struct hs_cpu_mark {
-	__u64 stage_exits; /* 1 + the CPU's idle exits at the last service stage's end */
-	__u64 call_exits;  /* 1 + its idle exits at the last handler call */
+	__u64 stage_idles; /* 1 + the CPU's idle mark at the last service stage's end */
+	__u64 call_idles;  /* 1 + its idle mark at the last handler call */
 	__u64 call_t;      /* when that call was (ns; 0: none yet) */
 };
 
@@ -417,13 +415,22 @@ struct {
 	__type(value, struct hs_cpu_mark);
 } idle_mark SEC(".maps");
 
-/* 1 + the idle exits of the CPU `t` runs on; 0 when its run queue cannot be reached (no
- * `se.cfs_rq`). */
-static __always_inline __u64 idle_exits(struct task_struct *t)
+/* 1 + the idle mark of the CPU `t` runs on; 0 when its run queue cannot be reached (no
+ * `se.cfs_rq`). Where the run queue has `clock_idle` (Debian's 6.1 has it, 5.10 has not),
+ * that: the scheduler stamps it with the run queue's clock as the CPU goes idle, and it
+ * shares the cache line of the clock task_cpu_now reads. Else the `nivcsw` of the run
+ * queue's idle task, switched out once each time the CPU leaves idle and counted as a
+ * preemption (it never sleeps): a line no other reading keeps warm. */
+static __always_inline __u64 cpu_idles(struct task_struct *t)
 {
+	struct rq *rq;
+
 	if (!bpf_core_field_exists(t->se.cfs_rq))
 		return 0;
-	return 1 + HS_KREAD4(t, se.cfs_rq, rq, idle, nivcsw);
+	rq = HS_KREAD2(t, se.cfs_rq, rq);
+	if (bpf_core_field_exists(rq->clock_idle))
+		return 1 + HS_KREAD(rq, clock_idle);
+	return 1 + HS_KREAD2(rq, idle, nivcsw);
 }
 
 /* `ns` as hs_conn.woke codes it (woke.h). A function of its own, one copy for its callers:
@@ -433,23 +440,23 @@ HS_FUNC int woke_code(__u64 ns)
 	return hs_woke_code(ns);
 }
 
-/* A traced handler runs on this CPU at `now`, its idle exits `exits`. */
-static __always_inline void cpu_busy_now(struct hs_cpu_mark *m, __u64 exits, __u64 now)
+/* A traced handler runs on this CPU at `now`, its idle mark `idles`. */
+static __always_inline void cpu_busy_now(struct hs_cpu_mark *m, __u64 idles, __u64 now)
 {
-	m->call_exits = exits;
+	m->call_idles = idles;
 	m->call_t = now;
 }
 
 /* A handler call of connection `c` (`slot`: HS_WOKE_*) begins at `now` on a CPU whose idle
- * exits are `exits`: if the CPU idled since a traced handler last ran on it, keep how long
+ * mark is `idles`: if the CPU idled since a traced handler last ran on it, keep how long
  * ago that was. The CPU is busy from now. */
-static __always_inline void handler_call(struct hs_conn_state *c, int slot, __u64 exits,
+static __always_inline void handler_call(struct hs_conn_state *c, int slot, __u64 idles,
 					 struct hs_cpu_mark *m, __u64 now)
 {
-	int woke = exits && m->call_t && m->call_exits != exits && now > m->call_t;
+	int woke = idles && m->call_t && m->call_idles != idles && now > m->call_t;
 
 	c->r.woke[slot] = woke ? woke_code(now - m->call_t) : 0;
-	cpu_busy_now(m, exits, now);
+	cpu_busy_now(m, idles, now);
 }
 
 /* The accept of connection `c` at `now`: a handler call (`woke`). */
@@ -459,7 +466,7 @@ static __always_inline void accept_call(struct hs_conn_state *c, __u64 now)
 	struct hs_cpu_mark *m = bpf_map_lookup_elem(&idle_mark, &zero);
 
 	if (m)
-		handler_call(c, HS_WOKE_ACCEPT, idle_exits(hs_task()), m, now);
+		handler_call(c, HS_WOKE_ACCEPT, cpu_idles(hs_task()), m, now);
 }
 
 /* A service stage starts (its first read; `slot`: HS_WOKE_FLIGHT1, _FLIGHT2 or _RESPONSE):
@@ -470,17 +477,17 @@ static __always_inline __u64 stage_starts(struct hs_conn_state *c, int slot, __u
 {
 	struct task_struct *t = hs_task();
 	__u32 zero = 0;
-	__u64 exits = idle_exits(t);
+	__u64 idles = cpu_idles(t);
 	struct hs_cpu_mark *m = bpf_map_lookup_elem(&idle_mark, &zero);
 	__u8 bit = slot == HS_WOKE_FLIGHT1   ? HS_IDLE_FLIGHT1
 		   : slot == HS_WOKE_FLIGHT2 ? HS_IDLE_FLIGHT2
 					     : HS_IDLE_RESPONSE;
 
 	if (m) {
-		if (exits)
+		if (idles)
 			c->r.idle_before = (c->r.idle_before & ~bit) | HS_IDLE_KNOWN |
-					   (m->stage_exits != exits ? bit : 0);
-		handler_call(c, slot, exits, m, now);
+					   (m->stage_idles != idles ? bit : 0);
+		handler_call(c, slot, idles, m, now);
 	}
 	return task_cpu_now(t, now);
 }
@@ -494,8 +501,8 @@ static __always_inline __u64 stage_ends(__u64 now)
 	struct hs_cpu_mark *m = bpf_map_lookup_elem(&idle_mark, &zero);
 
 	if (m) {
-		m->stage_exits = idle_exits(t);
-		cpu_busy_now(m, m->stage_exits, now);
+		m->stage_idles = cpu_idles(t);
+		cpu_busy_now(m, m->stage_idles, now);
 	}
 	return task_cpu_now(t, now);
 }

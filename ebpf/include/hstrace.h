@@ -88,7 +88,7 @@
 
 /* hs_conn.idle_before: a service stage's first read found its CPU had gone idle since a
  * service stage last ended there (cold caches, a deeper idle state), by the stage that
- * starts there. HS_IDLE_KNOWN: the CPU's idle exits could be read (with group
+ * starts there. HS_IDLE_KNOWN: the CPU's idle mark could be read (with group
  * scheduling; without it no bit is set). */
 #define HS_IDLE_FLIGHT1 (1 << 0)  /* the ClientHello's read: server flight 1 */
 #define HS_IDLE_FLIGHT2 (1 << 1)  /* the client's second flight's read: server flight 2 */

@@ -118,7 +118,7 @@ pub const F_WIRE_ENDS: u32 = 1 << 11;
 pub const F_CLOSED: u32 = 1 << 12;
 
 /// `Conn::idle_before`: the service stages whose first read found the CPU had been idle
-/// since a service stage last ended on it; `IDLE_KNOWN`: the CPU's idle exits were read.
+/// since a service stage last ended on it; `IDLE_KNOWN`: the CPU's idle mark was read.
 pub const IDLE_FLIGHT1: u8 = 1 << 0;
 pub const IDLE_FLIGHT2: u8 = 1 << 1;
 pub const IDLE_RESPONSE: u8 = 1 << 2;

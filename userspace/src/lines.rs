@@ -79,7 +79,7 @@ pub struct ConnectionLine {
     pub wait_cpu_ns: Ordered<u64>,
     /// the service stages of `cpu_ns` whose first read found the CPU had been idle since a
     /// service stage last ran on it (cold caches, a wake from an idle state); absent when
-    /// the CPU's idle exits cannot be read
+    /// the CPU's idle mark cannot be read
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_before: Option<Vec<String>>,
     /// with `--uprobes all`: what SSL_read/SSL_write saw of the first exchange

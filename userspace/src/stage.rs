@@ -202,7 +202,7 @@ pub fn cpu(c: &Conn, wall: &Stages) -> Stages {
 
 /// The service stages with an on-CPU figure (`cpu`) whose first read found the CPU had
 /// been idle since a service stage last ended on it (whatever the connection): their
-/// caches were cold and the CPU woke from an idle state. None when the CPU's idle exits
+/// caches were cold and the CPU woke from an idle state. None when the CPU's idle mark
 /// could not be read.
 pub fn idle_before(c: &Conn, cpu: &Stages) -> Option<Vec<Stage>> {
     if c.idle_before & abi::IDLE_KNOWN == 0 {
@@ -242,7 +242,7 @@ pub struct Wakeup {
 }
 
 /// Each queue stage of `stages` whose message its reader took after its CPU had idled
-/// (`Conn::woke`); empty when the CPU's idle exits could not be read. Left out: the
+/// (`Conn::woke`); empty when the CPU's idle mark could not be read. Left out: the
 /// ClientHello after a plaintext preamble (no hook marks the preamble's calls: the CPU's
 /// last call would be the accept), and a wait longer than the distance to the last call
 /// beyond the coding's eighth (the message came before that call: no sleep of the CPU's

@@ -363,6 +363,9 @@ static __always_inline int io_exit(__u32 dir, long ret)
 		return 0;
 	a = *ap;
 	ap->tid = 0;
+	/* a peek that found bytes changes nothing of the connection (on_sock_call) */
+	if (a.peek && ret > 0)
+		return 0;
 	on_io(a.skey, dir, ret, a.ptr, a.iovcnt, a.peek, bpf_ktime_get_ns());
 	return 0;
 }

@@ -90,6 +90,12 @@ static __always_inline struct hs_conn_state *queued_conn(struct sock *sk, __u64 
 	c = new_conn(HS_SCRATCH_ACCEPT, &a);
 	if (!c)
 		return NULL;
+	/* taken from the queue ahead of its change to ESTABLISHED (accept hooked in the
+	 * kernel; see accepted_early): it waited there for no time */
+	if (BPF_CORE_READ(sk, __sk_common.skc_state) == TCP_SYN_RECV) {
+		c->r.flags = HS_F_EST_SEEN;
+		c->r.t_est = bpf_ktime_get_ns();
+	}
 	/* a full table (userspace's sweep keeps room by evicting idle connections): counted,
 	 * not tracked */
 	if (bpf_map_update_elem(&conns, &skey, c, BPF_ANY)) {
@@ -219,6 +225,17 @@ static __always_inline int server_closing(struct hs_conn_state *c)
 	return (bpf_get_current_pid_tgid() >> 32) == c->r.tgid && SYSCALL_NR(user_regs()) == NR_close;
 }
 
+/* Is `c`, the entry already on a socket reaching ESTABLISHED, its own connection's, made
+ * by accept (the same peer address and port)? A socket joins the accept queue before
+ * its state changes, so accept hooked in the kernel (before the fd is given) can take it
+ * first on another CPU. Replacing that entry would lose the connection. */
+static __always_inline int accepted_early(const struct hs_conn_state *c, const struct conn_addrs *a)
+{
+	const __u64 *x = (const __u64 *)c->r.daddr, *y = (const __u64 *)a->daddr;
+
+	return c->r.dport == a->dport && x[0] == y[0] && x[1] == y[1];
+}
+
 /* A server's child socket `sk` finished the three-way handshake (`fresh` holds its
  * addresses): it waits in the accept queue from now, its connection's entry made (no
  * process yet: t_accept 0) so that accept, its arrivals and its state changes all find
@@ -232,8 +249,8 @@ static __always_inline void on_established(const struct sock *sk, struct conn_ad
 	/* other servers' connections are not waited for */
 	if (!port_selected(fresh->sport))
 		return;
-	/* a TCP Fast Open child can be accepted before the handshake's last ACK: then accept
-	 * has built its connection already, and an entry now would outlive it */
+	/* accepted and given its fd already (a TCP Fast Open child, or an accept that held
+	 * the socket's lock while this change waited): accept built the connection's entry */
 	if (btf ? sk->sk_socket != NULL : BPF_CORE_READ(sk, sk_socket) != NULL)
 		return;
 	c = new_conn(HS_SCRATCH_ESTABLISHED, fresh);
@@ -241,10 +258,15 @@ static __always_inline void on_established(const struct sock *sk, struct conn_ad
 		return;
 	c->r.flags = HS_F_EST_SEEN;
 	c->r.t_est = bpf_ktime_get_ns();
-	/* a socket whose last connection's end was missed: counted, then replaced */
 	err = bpf_map_update_elem(&conns, &skey, c, BPF_NOEXIST);
 	if (err == -EEXIST) {
-		end_missed(bpf_map_lookup_elem(&conns, &skey));
+		struct hs_conn_state *old = bpf_map_lookup_elem(&conns, &skey);
+
+		/* accept came first: this connection's own entry, which it may be filling now */
+		if (old && accepted_early(old, fresh))
+			return;
+		/* a socket whose last connection's end was missed: counted, then replaced */
+		end_missed(old);
 		err = bpf_map_update_elem(&conns, &skey, c, BPF_ANY);
 	}
 	/* a full table: accept builds the entry, without t_est, if there is room then */

@@ -54,8 +54,8 @@ static __always_inline void end_missed(const struct hs_conn_state *old)
 
 /* A connection's entry as the handshake's last ACK left it (in the accept queue, no
  * process yet); or, for a socket whose handshake was not seen (established before hstrace
- * attached, or the table was full then), one built now from the socket. NULL: not a
- * connection to trace. */
+ * attached, the table full then, or taken from the queue before its state change: see
+ * accepted_early), one built now from the socket. NULL: not a connection to trace. */
 static __always_inline struct hs_conn_state *queued_conn(struct sock *sk, __u64 skey)
 {
 	struct hs_conn_state *c = bpf_map_lookup_elem(&conns, &skey);

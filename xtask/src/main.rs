@@ -180,8 +180,12 @@ enum BenchPart {
     /// Only what the OTLP push adds to serve's record path per connection (its own
     /// thread's CPU, and wall time), in interleaved pairs, printed
     Otlp {
+        /// Pairs (with --ab: rounds of both builds off and on; 50 take two minutes)
         #[arg(long, value_name = "N", default_value_t = 7)]
         pairs: usize,
+        /// This build's push cost against OTHER_HSTRACE's (its hstrace-bench beside it)
+        #[arg(long, value_name = "OTHER_HSTRACE")]
+        ab: Option<PathBuf>,
     },
 }
 
@@ -217,7 +221,11 @@ fn run(job: Job) -> Result<()> {
             let mode = if let Some(part) = b.part {
                 return match part {
                     BenchPart::ServeMemory => bench::memory::serve_memory(),
-                    BenchPart::Otlp { pairs } => bench::otlp::otlp_cost(pairs),
+                    BenchPart::Otlp { pairs, ab: None } => bench::otlp::otlp_cost(pairs),
+                    BenchPart::Otlp {
+                        pairs,
+                        ab: Some(other),
+                    } => bench::otlp::otlp_cost_ab(&other, pairs),
                 };
             } else if b.profile {
                 bench::Mode::Profile {
@@ -314,7 +322,11 @@ mod tests {
         assert!(matches!(parse("bench serve-memory"), Job::Bench(b) if b.part.is_some()));
         assert!(matches!(
             parse("bench otlp --pairs 3"),
-            Job::Bench(b) if matches!(b.part, Some(BenchPart::Otlp { pairs: 3 }))
+            Job::Bench(b) if matches!(b.part, Some(BenchPart::Otlp { pairs: 3, ab: None }))
+        ));
+        assert!(matches!(
+            parse("bench otlp --ab /tmp/other/hstrace --pairs 50"),
+            Job::Bench(b) if matches!(&b.part, Some(BenchPart::Otlp { pairs: 50, ab: Some(p) }) if p == std::path::Path::new("/tmp/other/hstrace"))
         ));
         assert!(matches!(
             parse("hold-connections 10 18091 18092"),

@@ -81,12 +81,7 @@ pub fn bench(mode: Mode) -> Result<()> {
             pairs,
             mode,
         } => {
-            let other = fs::canonicalize(&other).with_context(|| {
-                format!(
-                    "--ab {}: an hstrace binary built from another commit",
-                    other.display()
-                )
-            })?;
+            let other = other_build(&other)?;
             cost::ab(&bin, &other, &target, workload, pairs, &mode)
         }
         Mode::Cpu { workload } => {
@@ -478,6 +473,16 @@ fn scrape_ms() -> Result<f64> {
         Some((200, _)) => Ok(start.elapsed().as_secs_f64() * 1e3),
         _ => bail!("GET /metrics failed"),
     }
+}
+
+/// The hstrace binary `--ab` names, as an absolute path (its `hstrace-bench` beside it).
+fn other_build(other: &Path) -> Result<PathBuf> {
+    fs::canonicalize(other).with_context(|| {
+        format!(
+            "--ab {}: an hstrace binary built from another commit",
+            other.display()
+        )
+    })
 }
 
 /// `hstrace-bench` (the tools crate: the bench's own commands, never shipped), built

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use anyhow::{ensure, Result};
 
-use super::{hstrace_numbers, in_turn, median, range, split, tool};
+use super::{hstrace_numbers, in_turn, median, other_build, range, split, tool};
 use crate::util::build_bench;
 
 /// Connections per run: 4 records each, under the OTLP side's queue (64 batches of 256
@@ -72,7 +72,7 @@ pub fn otlp_cost(pairs: usize) -> Result<()> {
 /// nanoseconds, on and off alike, and the difference within a build cancels that.
 pub fn otlp_cost_ab(other: &Path, rounds: usize) -> Result<()> {
     let this = tool(&build_bench()?);
-    let that = tool(other);
+    let that = tool(&other_build(other)?);
     ensure!(
         that.exists(),
         "{} not found: --ab takes another build's hstrace, with its hstrace-bench beside it",

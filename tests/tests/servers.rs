@@ -161,8 +161,10 @@ fn drive_all_kinds(server: &TestServer) -> Vec<Expect> {
     ]
 }
 
-fn check_record(r: &Value, e: &Expect, server: &TestServer, hs_done_from: &str) {
-    let ctx = format!("{}: {r}", e.what);
+/// `about`: what else the run said of this connection (its close line, the exit totals),
+/// printed with any failure.
+fn check_record(r: &Value, e: &Expect, server: &TestServer, hs_done_from: &str, about: &str) {
+    let ctx = format!("{}: {r}\n{about}", e.what);
     assert_eq!(str_field(r, "kind"), Some(e.kind), "kind, {ctx}");
     assert_eq!(str_field(r, "protocol"), Some("tls"), "{ctx}");
     assert_eq!(str_field(r, "comm"), Some(server.comm()), "{ctx}");
@@ -274,7 +276,13 @@ fn six_kinds(server: &TestServer, extra: &[&str], hs_done_from: &str) -> String 
         listing.join("\n")
     );
     for (r, e) in out.records.iter().zip(&expect) {
-        check_record(r, e, server, hs_done_from);
+        let close = out.closes.iter().find(|c| c["conn_id"] == r["conn_id"]);
+        let about = format!(
+            "its close line: {}\nthe exit totals: {}",
+            close.unwrap_or(&Value::Null),
+            out.health
+        );
+        check_record(r, e, server, hs_done_from, &about);
     }
     // one close line per connection: one exchange (HTTP/1.0) when the handshake completed
     assert_eq!(out.closes.len(), expect.len(), "{:?}", out.closes);

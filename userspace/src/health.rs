@@ -51,6 +51,8 @@ pub struct Health {
     pub table_entries: Vec<(&'static str, u64)>,
     /// reads/writes missed because another thread held the same in-flight slot
     pub io_slot_taken: u64,
+    /// runs of hstrace's hooks the kernel skipped and counted (skipped.rs)
+    pub hook_runs_skipped: u64,
     /// connections whose record stream stopped parsing
     pub record_stream_desync: u64,
     /// sockets established while the connection table (`--max-conns`, which sockets
@@ -86,7 +88,7 @@ impl Health {
 
     /// Every way a connection record could have been missed, as (cause, count): the
     /// names are `hstrace_lost_total`'s `cause` label values.
-    pub fn losses(&self) -> [(&'static str, u64); 11] {
+    pub fn losses(&self) -> [(&'static str, u64); 12] {
         [
             ("ring_buffer_full", self.records_lost),
             ("hello_ring_buffer_full", self.hellos_lost),
@@ -95,6 +97,7 @@ impl Health {
             ("table_full", self.table_full),
             ("close_evicted", self.closes_evicted),
             ("io_slot_taken", self.io_slot_taken),
+            ("hook_run_skipped", self.hook_runs_skipped),
             ("hello_without_record", self.hellos_unmatched),
             ("hello_pieces_over_budget", self.hello_pieces_dropped),
             ("end_missed", self.end_missed),
@@ -141,7 +144,7 @@ impl Health {
             kinds.join(", ")
         );
         s.push_str(&format!(
-            "hstrace: accepted {}, tracked {}, still in progress {}, records lost (ring buffer full) {}, accepted while the table was full {}, evicted from the full table {} (their close lines {}), hellos lost {}, hellos without a record {}, close lines lost {}, reads/writes/SSL calls lost to a shared thread slot {}\n",
+            "hstrace: accepted {}, tracked {}, still in progress {}, records lost (ring buffer full) {}, accepted while the table was full {}, evicted from the full table {} (their close lines {}), hellos lost {}, hellos without a record {}, close lines lost {}, reads/writes/SSL calls lost to a shared thread slot {}, hook runs the kernel skipped {}\n",
             self.accepted,
             self.tracked,
             self.in_progress,
@@ -152,7 +155,8 @@ impl Health {
             self.hellos_lost,
             self.hellos_unmatched,
             self.closes_lost,
-            self.io_slot_taken
+            self.io_slot_taken,
+            self.hook_runs_skipped
         ));
         if self.table_full + self.state_evicted > 0 {
             s.push_str(
@@ -165,6 +169,12 @@ impl Health {
                 self.end_missed + self.close_missed,
                 self.end_missed,
                 self.end_missed + self.close_missed
+            ));
+        }
+        if self.hook_runs_skipped > 0 {
+            s.push_str(&format!(
+                "hstrace: the kernel skipped {} runs of hstrace's hooks (another BPF program was running on that CPU, or a kretprobe had no free instance): the events they would have seen are missing, so some records lack a stage or a request\n",
+                self.hook_runs_skipped
             ));
         }
         if self.accept_queue_unmeasured > 0 {
@@ -276,6 +286,22 @@ mod tests {
         assert_eq!(v["lost"]["close_ring_buffer_full"], 2);
         assert_eq!(v["probes"]["arrival"], serde_json::Value::Null);
         assert_eq!(v["accept_queue_unmeasured"], 0);
+    }
+
+    #[test]
+    fn skipped_hook_runs_are_a_loss_and_said() {
+        let h = Health {
+            hook_runs_skipped: 3,
+            ..Default::default()
+        };
+        assert!(h.text().contains("hook runs the kernel skipped 3\n"));
+        assert!(h
+            .text()
+            .contains("hstrace: the kernel skipped 3 runs of hstrace's hooks"));
+        let v: serde_json::Value = serde_json::from_str(&h.json()).unwrap();
+        assert_eq!(v["lost"]["hook_run_skipped"], 3);
+        // (a skipped run loses an event, not a connection: the accounting is unchanged)
+        assert_eq!(h.unaccounted(), 0);
     }
 
     #[test]

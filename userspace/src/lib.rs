@@ -74,6 +74,7 @@ pub mod self_cost;
 pub mod serve;
 pub mod signal;
 pub mod sink;
+pub mod skipped;
 pub mod sockdiag;
 pub mod source;
 pub mod stage;

@@ -28,6 +28,7 @@ use crate::{
     params::v1::ColdStartAbsent,
     preflight, probes,
     sink::Sink,
+    skipped::Skipped,
     sweep::{self, Census, Evicted, Tables},
     targets::{self, Selector},
     ties::{self, Ties},
@@ -102,6 +103,8 @@ pub struct Source {
     table_entries: Vec<(&'static str, u64)>,
     /// what `selection_exited` found at the last rescan
     exited: bool,
+    /// the kernel's counts of hook runs it skipped
+    skipped: Skipped,
     /// the ring buffer's items to finished records
     pipe: Pipeline,
     /// what the records said of the traced processes: forks, and whether each process's
@@ -281,6 +284,8 @@ impl Source {
             evicted: Evicted::default(),
             table_entries: Vec::new(),
             exited: false,
+            // (every kernel-side program is loaded and attached by now)
+            skipped: Skipped::find(),
             pipe: Pipeline::new(max_conns),
             procs: Processes::default(),
             resolved: None,
@@ -646,6 +651,7 @@ impl Source {
             close_missed: self.counter(abi::C_CLOSE_MISSED),
             table_entries: self.table_entries.clone(),
             io_slot_taken: self.counter(abi::C_IO_SLOT_TAKEN),
+            hook_runs_skipped: self.skipped.count(),
             record_stream_desync: self.counter(abi::C_DESYNC),
             accept_queue_unmeasured: self.counter(abi::C_EST_FULL),
             accepted_without_socket: self.counter(abi::C_NO_SOCK),

@@ -6,11 +6,13 @@
  *   arrival: sk_data_ready (tp_btf | tracepoint) | fentry or kprobe tcp_data_ready:
  *            t_arrive, matched by socket (on loopback it runs in the sender's context)
  *   I/O:     sock_recv_length (in) and sock_send_length (out), tp_btf, with the buffer
- *            from the arguments of the syscall the thread is in | fentry/fexit, or
- *            kprobe/kretprobe, on inet_recvmsg and inet6_recvmsg (in) and tcp_sendmsg
- *            (out), with the buffer from the call's msghdr | syscalls read/readv/recvfrom/
- *            recvmsg and write/writev/sendto/sendmsg, entry and exit (last: every read and
- *            write of every process on the host runs them)
+ *            from the arguments of the syscall the thread is in | fentry/fexit on
+ *            inet_recvmsg and inet6_recvmsg (in) and tcp_sendmsg (out), with the buffer
+ *            from the call's msghdr | syscalls read/readv/recvfrom/recvmsg and
+ *            write/writev/sendto/sendmsg, entry and exit (every read and write of every
+ *            process on the host runs them) | kprobe/kretprobe on the same functions as
+ *            fentry/fexit (last: a kretprobe skips returns once its instances are held by
+ *            threads asleep in the function)
  *   close:   syscalls:sys_enter_close, the end of a connection where tcp_destroy_sock
  *            (tcp.bpf.h) cannot be hooked
  *

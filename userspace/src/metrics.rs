@@ -343,6 +343,7 @@ pub struct Metrics {
     uprobe_failures: Counter,
     uprobes_untied: Counter,
     accept_queue_unmeasured: Counter,
+    hook_runs_skipped: Counter,
     sni_folded: Counter,
     sni_evicted: Counter,
     containers_evicted: Counter,
@@ -401,6 +402,7 @@ impl Metrics {
             uprobe_failures: Counter::default(),
             uprobes_untied: Counter::default(),
             accept_queue_unmeasured: Counter::default(),
+            hook_runs_skipped: Counter::default(),
             sni_folded: Counter::default(),
             sni_evicted: Counter::default(),
             containers_evicted: Counter::default(),
@@ -527,6 +529,11 @@ impl Metrics {
             "accept_queue_unmeasured",
             "Connections that waited to be accepted while --max-conns others did: reported without an accept_queue stage",
             m.accept_queue_unmeasured.clone(),
+        );
+        r.register(
+            "hook_runs_skipped",
+            "Runs of hstrace's hooks the kernel skipped and counted, for any process's calls: those of traced connections are events lost (a stage, a request)",
+            m.hook_runs_skipped.clone(),
         );
         let build = Family::<BuildLabels, Gauge>::default();
         build
@@ -952,6 +959,8 @@ impl Metrics {
             h.accept_queue_unmeasured
                 .saturating_sub(last.accept_queue_unmeasured),
         );
+        self.hook_runs_skipped
+            .inc_by(h.hook_runs_skipped.saturating_sub(last.hook_runs_skipped));
         self.in_progress.set(h.in_progress as i64);
         self.open.set(h.open as i64);
         self.traced.set(h.traced_processes as i64);
@@ -1714,6 +1723,7 @@ mod tests {
             "hstrace_lost_total{cause=\"ring_buffer_full\"} 0",
             "hstrace_connections_tracked_total 0",
             "hstrace_accept_queue_unmeasured_total 0",
+            "hstrace_hook_runs_skipped_total 0",
             "hstrace_sni_evicted_total 0",
             concat!(
                 "hstrace_build_info{version=\"",

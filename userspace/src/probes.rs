@@ -66,18 +66,20 @@ const fn p(program: &'static str, hook: Hook) -> Probe {
 /// and `send` programs run in the server's thread and read the scheduler's accounting of
 /// it (`se.sum_exec_runtime` and `se.exec_start`, through BTF).
 ///
-/// Hooks in the kernel come before the syscall tracepoints: a syscall tracepoint is paid
-/// by every syscall of every process on the host once any is attached (~20-300 ns each),
-/// a hook on a socket function only by the sockets. Reads and writes are hooked at the
-/// socket layer's tracepoints where the kernel has them (6.3+), else at inet_recvmsg and
-/// inet6_recvmsg (whose arguments have not changed since 4.x; tcp_recvmsg's have) and
-/// tcp_sendmsg by a BPF trampoline (fentry/fexit), else at the syscalls.
+/// Tracepoints and trampolines in the kernel come before the syscall tracepoints: a
+/// syscall tracepoint is paid by every syscall of every process on the host once any is
+/// attached (~20-300 ns each), a hook on a socket function only by the sockets. Reads and
+/// writes are hooked at the socket layer's tracepoints where the kernel has them (6.3+),
+/// else at inet_recvmsg and inet6_recvmsg (whose arguments have not changed since 4.x;
+/// tcp_recvmsg's have) and tcp_sendmsg by a BPF trampoline (fentry/fexit), else at the
+/// syscalls.
 ///
 /// A kretprobe comes last, after the syscalls: the kernel keeps max(10, 2 × CPUs) return
 /// instances for each, and a thread asleep inside the function (any process's blocking
 /// read, send or accept) holds one. Past that, the function's returns are skipped: on a
 /// host with more threads asleep in socket reads than that, nearly every read. (Counted:
-/// `hook_run_skipped`, skipped.rs; tests/tests/servers.rs has such a host.)
+/// `hook_runs_skipped`, skipped.rs; tests/tests/servers.rs has such a host.) A kprobe
+/// without a return (arrival) has no such limit.
 pub const GROUPS: &[Group] = &[
     Group {
         name: "tcp_state",

@@ -1,33 +1,37 @@
-//! Hook runs the kernel skipped: an event hstrace's programs never saw, counted by the
-//! kernel itself and read here once a second (the `hook_run_skipped` loss).
+//! Hook runs the kernel skipped: events hstrace's programs never saw, counted by the
+//! kernel itself and read once a second (`hook_runs_skipped`).
 //!
-//! - A BPF program is not run while another BPF program is running on the same CPU (an
-//!   interrupt in the middle of one, say): its `recursion_misses`, in its fdinfo. Counted
-//!   for trampolines (fentry/fexit) and BTF tracepoints since Linux 5.12, for kprobes and
-//!   tracepoints since 6.7.
-//! - A kprobe can miss on its own: a kretprobe whose return instances are all in use
-//!   (threads asleep inside the function hold them), or a kprobe hit inside another. Its
-//!   perf link's info says how many (`missed`, 6.7+).
+//! - A program's `recursion_misses`, in its fdinfo: runs skipped because it was already
+//!   running on that CPU (fentry/fexit since Linux 5.12, BTF tracepoints since about 6.2:
+//!   an interrupt in the middle of it), and for kprobes and tracepoints since 6.7, because
+//!   any such program was (or a `bpf()` map update was in progress there).
+//! - A kprobe's own misses, in its perf link's info (`missed`, 6.7+): a kretprobe whose
+//!   return instances are all in use (threads asleep inside the function hold them), or a
+//!   kprobe hit inside another.
 //!
-//! Older kernels skip runs all the same without counting them: there this reads 0.
+//! Both count every process's calls, not only the traced connections': the sum is an upper
+//! bound of the events traced connections lost. Older kernels skip runs all the same
+//! without counting them: there this reads 0.
 
-use std::{fs, os::fd::RawFd};
+use std::{cell::Cell, collections::BTreeSet, fs, os::fd::RawFd};
 
-/// The fds of the programs and kprobe links this process holds, found once after attach
-/// (neither is closed before exit; an fd that no longer is one reads as 0).
+/// The programs and kprobe links this process holds, found once after attach (neither is
+/// closed before exit), each with the highest count read from it: a read that fails, or
+/// a kernel count that lost an update made on two CPUs at once, never takes the sum back.
 #[derive(Debug, Default)]
 pub struct Skipped {
-    programs: Vec<RawFd>,
-    links: Vec<RawFd>,
+    programs: Vec<(RawFd, Cell<u64>)>,
+    links: Vec<(RawFd, Cell<u64>)>,
 }
 
 impl Skipped {
-    /// Find this process's BPF program and link fds.
+    /// Find this process's BPF programs (each once, by its id) and links.
     pub fn find() -> Skipped {
         let mut s = Skipped::default();
         let Ok(fds) = fs::read_dir("/proc/self/fd") else {
             return s;
         };
+        let mut ids = BTreeSet::new();
         for fd in fds.flatten() {
             let Some(n) = fd.file_name().to_str().and_then(|n| n.parse().ok()) else {
                 continue;
@@ -37,8 +41,13 @@ impl Skipped {
                 .as_ref()
                 .and_then(|t| t.to_str())
             {
-                Some("anon_inode:bpf-prog") => s.programs.push(n),
-                Some("anon_inode:bpf_link") => s.links.push(n),
+                Some("anon_inode:bpf-prog") => {
+                    let id = fdinfo(n).and_then(|i| field(&i, "prog_id:"));
+                    if id.is_some_and(|id| ids.insert(id)) {
+                        s.programs.push((n, Cell::new(0)));
+                    }
+                }
+                Some("anon_inode:bpf_link") => s.links.push((n, Cell::new(0))),
                 _ => {}
             }
         }
@@ -47,22 +56,35 @@ impl Skipped {
 
     /// Runs skipped so far, all programs and kprobes summed.
     pub fn count(&self) -> u64 {
-        let programs: u64 = self
-            .programs
+        let programs = self.programs.iter().map(|(fd, last)| {
+            highest(
+                last,
+                fdinfo(*fd).and_then(|i| field(&i, "recursion_misses:")),
+            )
+        });
+        let kprobes = self
+            .links
             .iter()
-            .filter_map(|fd| fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok())
-            .filter_map(|info| recursion_misses(&info))
-            .sum();
-        let kprobes: u64 = self.links.iter().filter_map(|fd| kprobe_missed(*fd)).sum();
-        programs + kprobes
+            .map(|(fd, last)| highest(last, kprobe_missed(*fd)));
+        programs.chain(kprobes).sum()
     }
 }
 
-/// A program's `recursion_misses` from its fdinfo (`None` before 5.12, or not a program).
-fn recursion_misses(fdinfo: &str) -> Option<u64> {
+/// The highest of `last` and `now` (kept in `last`).
+fn highest(last: &Cell<u64>, now: Option<u64>) -> u64 {
+    last.set(last.get().max(now.unwrap_or(0)));
+    last.get()
+}
+
+fn fdinfo(fd: RawFd) -> Option<String> {
+    fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()
+}
+
+/// A number field of an fdinfo (`recursion_misses:` is there since 5.12).
+fn field(fdinfo: &str, name: &str) -> Option<u64> {
     fdinfo
         .lines()
-        .find_map(|l| l.strip_prefix("recursion_misses:"))
+        .find_map(|l| l.strip_prefix(name))
         .and_then(|v| v.trim().parse().ok())
 }
 
@@ -126,8 +148,18 @@ mod tests {
     #[test]
     fn misses_are_read_from_a_programs_fdinfo() {
         let prog = "pos:\t0\nflags:\t02000002\nprog_type:\t26\nprog_id:\t77\nrun_time_ns:\t0\nrun_cnt:\t0\nrecursion_misses:\t5\nverified_insns:\t10\n";
-        assert_eq!(recursion_misses(prog), Some(5));
-        assert_eq!(recursion_misses("pos:\t0\nflags:\t02\n"), None);
+        assert_eq!(field(prog, "recursion_misses:"), Some(5));
+        assert_eq!(field(prog, "prog_id:"), Some(77));
+        assert_eq!(field("pos:\t0\nflags:\t02\n", "recursion_misses:"), None);
+    }
+
+    #[test]
+    fn a_count_never_goes_back() {
+        let last = Cell::new(0);
+        assert_eq!(highest(&last, Some(7)), 7);
+        assert_eq!(highest(&last, None), 7);
+        assert_eq!(highest(&last, Some(6)), 7);
+        assert_eq!(highest(&last, Some(9)), 9);
     }
 
     #[test]

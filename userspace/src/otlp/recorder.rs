@@ -45,6 +45,7 @@ pub(super) struct Recorder {
     uprobe_failures: Counter<u64>,
     uprobes_untied: Counter<u64>,
     accept_queue_unmeasured: Counter<u64>,
+    hook_runs_skipped: Counter<u64>,
     sni_folded: Counter<u64>,
     key_exchanges: Counter<u64>,
     hello_retries: Counter<u64>,
@@ -219,6 +220,11 @@ impl Recorder {
                 "hstrace.accept_queue.unmeasured",
                 "{connection}",
                 "Connections reported without an accept_queue stage",
+            ),
+            hook_runs_skipped: count(
+                "hstrace.hook_runs.skipped",
+                "{run}",
+                "Runs of hstrace's hooks the kernel skipped, for any process's calls",
             ),
             sni_folded: count(
                 "hstrace.sni.folded",
@@ -517,6 +523,10 @@ impl Recorder {
         self.accept_queue_unmeasured.add(
             h.accept_queue_unmeasured
                 .saturating_sub(last.accept_queue_unmeasured),
+            &[],
+        );
+        self.hook_runs_skipped.add(
+            h.hook_runs_skipped.saturating_sub(last.hook_runs_skipped),
             &[],
         );
         self.in_progress.record(h.in_progress as i64, &[]);

@@ -196,17 +196,20 @@ impl BpfRuns {
 /// A BPF program's (`prog_id`, `run_cnt`, `run_time_ns`) from its fdinfo; `None` for
 /// another fd (a link's names its program's id too, but has no counts).
 fn prog_runs(fdinfo: &str) -> Option<(u64, u64, u64)> {
-    let field = |name: &str| {
-        fdinfo
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-    };
     Some((
-        field("prog_id:")?,
-        field("run_cnt:")?,
-        field("run_time_ns:")?,
+        fdinfo_field(fdinfo, "prog_id:")?,
+        fdinfo_field(fdinfo, "run_cnt:")?,
+        fdinfo_field(fdinfo, "run_time_ns:")?,
     ))
+}
+
+/// A number field of a BPF object's fdinfo (`name` with its colon), `None` where it has
+/// none (an older kernel's, or another kind of fd).
+pub(crate) fn fdinfo_field(fdinfo: &str, name: &str) -> Option<u64> {
+    fdinfo
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Whether the kernel counts BPF programs' runs now (kernel.bpf_stats_enabled); `None`

@@ -15,6 +15,8 @@
 
 use std::{cell::Cell, collections::BTreeSet, fs, os::fd::RawFd};
 
+use crate::self_cost::fdinfo_field;
+
 /// The programs and kprobe links this process holds, found once after attach (neither is
 /// closed before exit), each with the highest count read from it: a read that fails, or
 /// a kernel count that lost an update made on two CPUs at once, never takes the sum back.
@@ -42,7 +44,7 @@ impl Skipped {
                 .and_then(|t| t.to_str())
             {
                 Some("anon_inode:bpf-prog") => {
-                    let id = fdinfo(n).and_then(|i| field(&i, "prog_id:"));
+                    let id = fdinfo(n).and_then(|i| fdinfo_field(&i, "prog_id:"));
                     if id.is_some_and(|id| ids.insert(id)) {
                         s.programs.push((n, Cell::new(0)));
                     }
@@ -59,7 +61,7 @@ impl Skipped {
         let programs = self.programs.iter().map(|(fd, last)| {
             highest(
                 last,
-                fdinfo(*fd).and_then(|i| field(&i, "recursion_misses:")),
+                fdinfo(*fd).and_then(|i| fdinfo_field(&i, "recursion_misses:")),
             )
         });
         let kprobes = self
@@ -78,14 +80,6 @@ fn highest(last: &Cell<u64>, now: Option<u64>) -> u64 {
 
 fn fdinfo(fd: RawFd) -> Option<String> {
     fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()
-}
-
-/// A number field of an fdinfo (`recursion_misses:` is there since 5.12).
-fn field(fdinfo: &str, name: &str) -> Option<u64> {
-    fdinfo
-        .lines()
-        .find_map(|l| l.strip_prefix(name))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 /// `bpf_link_info` up to its perf_event kprobe's `missed` (UAPI since 6.7; the kernel
@@ -147,10 +141,14 @@ mod tests {
 
     #[test]
     fn misses_are_read_from_a_programs_fdinfo() {
+        // (`recursion_misses:` is there since 5.12)
         let prog = "pos:\t0\nflags:\t02000002\nprog_type:\t26\nprog_id:\t77\nrun_time_ns:\t0\nrun_cnt:\t0\nrecursion_misses:\t5\nverified_insns:\t10\n";
-        assert_eq!(field(prog, "recursion_misses:"), Some(5));
-        assert_eq!(field(prog, "prog_id:"), Some(77));
-        assert_eq!(field("pos:\t0\nflags:\t02\n", "recursion_misses:"), None);
+        assert_eq!(fdinfo_field(prog, "recursion_misses:"), Some(5));
+        assert_eq!(fdinfo_field(prog, "prog_id:"), Some(77));
+        assert_eq!(
+            fdinfo_field("pos:\t0\nflags:\t02\n", "recursion_misses:"),
+            None
+        );
     }
 
     #[test]

@@ -66,7 +66,7 @@ fn close(a: f64, b: f64, rel: f64) -> bool {
 /// The same JSON, every number the same to EXACT.
 fn same_numbers(a: &Value, b: &Value) -> bool {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => close(num(a), num(b), EXACT) || x == y,
+        (Value::Number(_), Value::Number(_)) => close(num(a), num(b), EXACT),
         (Value::Object(x), Value::Object(y)) => {
             x.len() == y.len()
                 && x.iter()

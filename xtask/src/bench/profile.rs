@@ -4,7 +4,8 @@
 //! mapped to its source line through the program's jited line info (bpf_prog_info), which
 //! is what `bpftool prog dump jited linum` shows where bpftool has libbfd (Debian's has
 //! not). A sample in a kernel function that a program called (a helper, a map's lookup,
-//! the clock) is counted by that function and the program it returns to. Samples that
+//! the clock) is counted by that function, the program it returns to and the source line
+//! it was called from (the line of the address it returns to). Samples that
 //! land on a program's first line are mostly the cost of entering it (the indirect call, a
 //! cold instruction cache).
 
@@ -274,10 +275,14 @@ pub fn run(bin: &Path, nginx: &BenchNginx, w: &Workload, secs: u32, out: &Path) 
     let (mut progs, lines) = attribute(&table, own);
     let own_total: u64 = progs.values().sum();
     let (mut calls, mut called_by) = (HashMap::new(), HashMap::<&str, u64>::new());
+    let mut call_sites = HashMap::<(&str, &str, u32, &str), u64>::new();
     for s in &samples {
         if let InProgram::Called(ip, f) = s {
             if let Some(l) = line_at(&table, *ip) {
                 *calls.entry(*f).or_insert(0u64) += 1;
+                *call_sites
+                    .entry((l.prog.as_str(), l.file.as_str(), l.line, *f))
+                    .or_insert(0) += 1;
                 *called_by.entry(l.prog.as_str()).or_insert(0) += 1;
                 *progs.entry(l.prog.as_str()).or_insert(0) += 1;
             }
@@ -311,6 +316,12 @@ pub fn run(bin: &Path, nginx: &BenchNginx, w: &Workload, secs: u32, out: &Path) 
     println!("kernel functions the programs call (with what they call in turn):");
     for (f, n) in calls.iter().take(20) {
         println!("  {:5.1} %  {f}", pct(*n));
+    }
+    let mut call_sites: Vec<_> = call_sites.into_iter().collect();
+    call_sites.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+    println!("where the programs call them (the program, then file:line, then the function):");
+    for ((prog, file, line, f), n) in call_sites.iter().take(20) {
+        println!("  {:5.1} %  {prog:<15} {file}:{line}  {f}", pct(*n));
     }
     let mut lines: Vec<_> = lines.into_iter().collect();
     lines.sort_by_key(|&(_, n)| std::cmp::Reverse(n));

@@ -18,20 +18,34 @@
 #include "conn.bpf.h"
 #include "task.bpf.h"
 
-/* A socket's local port as inet_sport keeps it, past struct sock (a helper call): where
- * a close, or a reset, has cleared skc_num (inet_put_port). */
+/* A socket's local port as inet_sport keeps it, past struct sock, by a helper copy (for a
+ * socket pointer that is not BTF-typed, as accept's): where a close, or a reset, has
+ * cleared skc_num (inet_put_port). */
 static __always_inline __u16 released_port(const struct sock *sk)
 {
 	return bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
 }
 
-/* A socket's local port: skc_num (a plain load) until a close clears it (by the time the
- * tracepoints fire for TCP_CLOSE and the socket's destruction); then released_port. */
+/* A BTF-typed socket's local port: skc_num (a plain load) until a close clears it (by the
+ * time the tracepoints fire for TCP_CLOSE and the socket's destruction); then inet_sport,
+ * a plain load too, through the socket as the TCP socket it is (bpf_skc_to_tcp_sock checks
+ * its type; released_port's helper copy costs more). 0: no full TCP socket. */
 static __always_inline __u16 local_port(const struct sock *sk)
 {
 	__u16 port = sk->__sk_common.skc_num;
+	struct tcp_sock *tp;
 
-	return port ? port : released_port(sk);
+	if (port)
+		return port;
+	tp = bpf_skc_to_tcp_sock((struct sock *)sk);
+	return tp ? bpf_ntohs(tp->inet_conn.icsk_inet.inet_sport) : 0;
+}
+
+/* Does a process hold the socket (its sk_socket set)? Not before accept, nor after the
+ * server's close. A plain load where `sk` is BTF-typed (`btf`), else a helper copy. */
+static __always_inline int held_by_process(const struct sock *sk, int btf)
+{
+	return btf ? sk->sk_socket != NULL : BPF_CORE_READ(sk, sk_socket) != NULL;
 }
 
 /* ---- accept ---------------------------------------------------------------------- */
@@ -251,7 +265,7 @@ static __always_inline void on_established(const struct sock *sk, struct conn_ad
 		return;
 	/* accepted and given its fd already (a TCP Fast Open child, or an accept that held
 	 * the socket's lock while this change waited): accept built the connection's entry */
-	if (btf ? sk->sk_socket != NULL : BPF_CORE_READ(sk, sk_socket) != NULL)
+	if (held_by_process(sk, btf))
 		return;
 	c = new_conn(HS_SCRATCH_ESTABLISHED, fresh);
 	if (!c)
@@ -279,7 +293,10 @@ static __always_inline int is_established(int oldstate, int newstate)
 	return newstate == TCP_ESTABLISHED && oldstate == TCP_SYN_RECV;
 }
 
-static __always_inline void on_set_state(struct sock *sk, int oldstate, int newstate, __u16 sport)
+/* Socket `sk` (BTF-typed: `btf`) on local port `sport` changed state, other than to
+ * ESTABLISHED from SYN_RECV. */
+static __always_inline void on_set_state(struct sock *sk, int oldstate, int newstate, __u16 sport,
+					 int btf)
 {
 	__u64 skey = (__u64)sk;
 	struct hs_conn_state *c;
@@ -311,7 +328,7 @@ static __always_inline void on_set_state(struct sock *sk, int oldstate, int news
 		 * accepted one. */
 		if (newstate != TCP_CLOSE)
 			return;
-		if (!BPF_CORE_READ(sk, sk_socket))
+		if (!held_by_process(sk, btf))
 			bpf_map_delete_elem(&conns, &skey);
 		else if (oldstate == TCP_ESTABLISHED)
 			c->r.flags |= HS_F_PEER_RESET;
@@ -331,7 +348,7 @@ static __always_inline void on_set_state(struct sock *sk, int oldstate, int news
 	 * a reset can land inside the server's own write: its close() (the socket's
 	 * destruction, below) ends the connection. Only a socket the server already let go
 	 * of ends here. */
-	if (BPF_CORE_READ(sk, sk_socket))
+	if (held_by_process(sk, btf))
 		return;
 	end_conn(c, skey);
 }
@@ -360,7 +377,7 @@ int BPF_PROG(set_state_btf, const struct sock *sk, const int oldstate, const int
 		on_established(sk, &fresh, 1);
 		return 0;
 	}
-	on_set_state((struct sock *)sk, oldstate, newstate, local_port(sk));
+	on_set_state((struct sock *)sk, oldstate, newstate, local_port(sk), 1);
 	return 0;
 }
 
@@ -395,7 +412,7 @@ int sock_set_state(struct trace_event_raw_inet_sock_set_state *ctx)
 		on_established((const struct sock *)ctx->skaddr, &fresh, 0);
 		return 0;
 	}
-	on_set_state((struct sock *)ctx->skaddr, ctx->oldstate, ctx->newstate, ctx->sport);
+	on_set_state((struct sock *)ctx->skaddr, ctx->oldstate, ctx->newstate, ctx->sport, 0);
 	return 0;
 }
 

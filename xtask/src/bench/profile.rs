@@ -235,6 +235,13 @@ pub fn attribute(
     (progs, lines)
 }
 
+/// Counts, the largest first.
+fn most_first<K>(counts: HashMap<K, u64>) -> Vec<(K, u64)> {
+    let mut v: Vec<_> = counts.into_iter().collect();
+    v.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+    v
+}
+
 /// Profile the tracer (wire only) under new TLS 1.2 handshakes for `secs`: print the
 /// samples by program, split between their own code and the kernel functions they call,
 /// those functions, and the hottest source lines.
@@ -300,8 +307,7 @@ pub fn run(bin: &Path, nginx: &BenchNginx, w: &Workload, secs: u32, out: &Path) 
         pct(own_total),
         pct(total - own_total)
     );
-    let mut progs: Vec<_> = progs.into_iter().collect();
-    progs.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+    let progs = most_first(progs);
     for (p, n) in &progs {
         let c = called_by.get(p).copied().unwrap_or(0);
         println!(
@@ -311,20 +317,17 @@ pub fn run(bin: &Path, nginx: &BenchNginx, w: &Workload, secs: u32, out: &Path) 
             pct(c)
         );
     }
-    let mut calls: Vec<_> = calls.into_iter().collect();
-    calls.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+    let calls = most_first(calls);
     println!("kernel functions the programs call (with what they call in turn):");
     for (f, n) in calls.iter().take(20) {
         println!("  {:5.1} %  {f}", pct(*n));
     }
-    let mut call_sites: Vec<_> = call_sites.into_iter().collect();
-    call_sites.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+    let call_sites = most_first(call_sites);
     println!("where the programs call them (the program, then file:line, then the function):");
     for ((prog, file, line, f), n) in call_sites.iter().take(20) {
         println!("  {:5.1} %  {prog:<15} {file}:{line}  {f}", pct(*n));
     }
-    let mut lines: Vec<_> = lines.into_iter().collect();
-    lines.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+    let lines = most_first(lines);
     println!("hottest lines of the programs' own code (the program, then file:line):");
     for ((prog, file, line, text), n) in lines.iter().take(40) {
         println!(

@@ -524,6 +524,32 @@ fn otlp_push_over_mutual_tls_http_and_grpc() {
         &[("OTEL_SERVICE_NAME", "hstrace-no-client-cert")],
         None,
     );
+    // no CA file: the collector's certificate is checked against the system's CA
+    // certificates, here the test CA by SSL_CERT_FILE; and a CA file is the only one
+    // trusted, even beside a system store that would do
+    let (client, system_ca) = (
+        ["--otlp-client-cert", &cert, "--otlp-client-key", &key],
+        [("SSL_CERT_FILE", ca.as_str())],
+    );
+    let by_system_ca = |name: &'static str, endpoint: &[&str], ca_file: &[&str]| {
+        Daemon::start_with(
+            &[&common[..], &client, endpoint, ca_file].concat(),
+            &[system_ca[0], ("OTEL_SERVICE_NAME", name)],
+            None,
+        )
+    };
+    let other_ca = path("other-ca.crt");
+    let system_https = by_system_ca("hstrace-system-ca-https", &["--otlp-endpoint", &https], &[]);
+    let system_grpc = by_system_ca(
+        "hstrace-system-ca-grpc",
+        &["--otlp-endpoint", &grpcs, "--otlp-protocol", "grpc"],
+        &[],
+    );
+    let mut wrong_ca_file = by_system_ca(
+        "hstrace-other-ca-file",
+        &["--otlp-endpoint", &https],
+        &["--otlp-ca-file", &other_ca],
+    );
     let n = 4;
     for _ in 0..n {
         assert!(s_client(nginx.port, &["-tls1_3"]).contains("New, TLS"));
@@ -568,20 +594,40 @@ fn otlp_push_over_mutual_tls_http_and_grpc() {
         );
         thread::sleep(Duration::from_millis(300));
     }
-    let m = no_client_cert.scrape();
-    assert!(
-        m.sum("hstrace_otlp_export_failures_total", &[]) >= 1.0,
-        "{}",
-        m.text
-    );
-    assert!(collector.last_export("hstrace-no-client-cert").is_none());
-    let said = no_client_cert.stderr_now();
-    assert_eq!(
-        lines_with(&said, &["OTLP export to", ") failed:"]),
-        1,
-        "{said}"
-    );
-    for d in [&over_http, &over_grpc] {
+    // a daemon whose TLS the collector (or it) refuses: its exports fail, counted and
+    // said once, and none arrives
+    let refused = |d: &mut Daemon, name: &str| {
+        let m = d.scrape();
+        assert!(
+            m.sum("hstrace_otlp_export_failures_total", &[]) >= 1.0,
+            "{name}: {}",
+            m.text
+        );
+        assert!(collector.last_export(name).is_none(), "{name}");
+        let said = d.stderr_now();
+        assert_eq!(
+            lines_with(&said, &["OTLP export to", ") failed:"]),
+            1,
+            "{name}: {said}"
+        );
+    };
+    refused(&mut no_client_cert, "hstrace-no-client-cert");
+    for name in ["hstrace-system-ca-https", "hstrace-system-ca-grpc"] {
+        let start = Instant::now();
+        while !collector
+            .last_export(name)
+            .is_some_and(|e| e.total("hstrace.connections") == n as f64)
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{name}: no export with the {n} connections: {:?}",
+                collector.last_export(name)
+            );
+            thread::sleep(Duration::from_millis(300));
+        }
+    }
+    refused(&mut wrong_ca_file, "hstrace-other-ca-file");
+    for d in [&over_http, &over_grpc, &system_https, &system_grpc] {
         assert_eq!(
             d.scrape().sum("hstrace_otlp_export_failures_total", &[]),
             0.0

@@ -108,7 +108,7 @@ struct SourceArgs {
     /// OpenSSL functions hooked in the traced processes: none; handshake
     /// (SSL_do_handshake); all (also SSL_read/SSL_write: the library's view of the
     /// first request and response, at a uprobe hit per call) [default: handshake for
-    /// trace and export, none for serve]
+    /// trace, export and report, none for serve]
     #[arg(long, value_enum)]
     uprobes: Option<UprobesArg>,
     /// Report a connection idle this long as it stands (a handshake that never
@@ -143,8 +143,9 @@ struct SourceArgs {
 #[derive(Args)]
 #[command(next_help_heading = "OpenTelemetry (OTLP push)")]
 struct OtlpArgs {
-    /// Also push the metrics as OTLP to an OpenTelemetry Collector at this base URL
-    /// (e.g. http://127.0.0.1:4318; https:// for TLS). Without it,
+    /// Also push the metrics as OTLP to an OpenTelemetry Collector at this URL (e.g.
+    /// http://127.0.0.1:4318, to which HTTP adds /v1/metrics, as to any URL without a
+    /// path; https:// for TLS). Without it,
     /// OTEL_EXPORTER_OTLP_METRICS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT turns the push on.
     /// OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, OTEL_RESOURCE_ATTRIBUTES and
     /// OTEL_SERVICE_NAME apply. docs/metrics.md#opentelemetry
@@ -159,7 +160,8 @@ struct OtlpArgs {
     /// The duration histograms: explicit (the Prometheus buckets) or exponential (base-2)
     #[arg(long, value_enum, default_value = "explicit", value_name = "KIND")]
     otlp_histograms: crate::otlp::HistogramKind,
-    /// CA certificates (PEM) that sign the collector's certificate
+    /// CA certificates (PEM) that sign the collector's certificate, the only ones
+    /// trusted; without it, the system's (SSL_CERT_FILE and SSL_CERT_DIR apply)
     #[arg(long, env = "OTEL_EXPORTER_OTLP_CERTIFICATE", value_name = "FILE")]
     otlp_ca_file: Option<PathBuf>,
     /// Client certificate (PEM) for mutual TLS with the collector

@@ -38,12 +38,12 @@ pub(super) fn build_exporter(opts: &OtlpOptions) -> Result<opentelemetry_otlp::M
     let exporter = match opts.protocol {
         Protocol::HttpProtobuf => {
             let mut client = reqwest::Client::builder().timeout(opts.timeout);
+            // the CA file's certificates only, as over gRPC; without it, the system's
             if let Some(ca) = &ca {
-                for cert in reqwest::Certificate::from_pem_bundle(ca)
-                    .context("--otlp-ca-file holds no PEM certificate")?
-                {
-                    client = client.add_root_certificate(cert);
-                }
+                client = client.tls_certs_only(
+                    reqwest::Certificate::from_pem_bundle(ca)
+                        .context("--otlp-ca-file holds no PEM certificate")?,
+                );
             }
             if let Some((cert, key)) = &identity {
                 let pem = [cert.as_slice(), b"\n", key.as_slice()].concat();
@@ -77,23 +77,75 @@ pub(super) fn build_exporter(opts: &OtlpOptions) -> Result<opentelemetry_otlp::M
                 .with_tonic()
                 .with_protocol(opentelemetry_otlp::Protocol::Grpc)
                 .with_timeout(opts.timeout);
-            if ca.is_some() || identity.is_some() {
-                let mut tls = ClientTlsConfig::new();
-                if let Some(ca) = &ca {
-                    tls = tls.ca_certificate(Certificate::from_pem(ca));
-                }
-                if let Some((cert, key)) = &identity {
-                    tls = tls.identity(Identity::from_pem(cert, key));
-                }
+            // tonic trusts no certificate unless told: the CA file's, else (over TLS
+            // only, since tonic loads them even for a plain endpoint and a host may have
+            // none) the system's, as reqwest does over HTTP
+            let system_roots = ca.is_none() && grpc_over_tls(&opts.url(), grpc_insecure());
+            let mut tls = match &ca {
+                Some(ca) => Some(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca))),
+                None if system_roots => Some(ClientTlsConfig::new().with_native_roots()),
+                None => None,
+            };
+            if let Some((cert, key)) = &identity {
+                let with = tls.unwrap_or_else(ClientTlsConfig::new);
+                tls = Some(with.identity(Identity::from_pem(cert, key)));
+            }
+            if let Some(tls) = tls {
                 b = b.with_tls_config(tls);
             }
             if let Some(e) = &opts.endpoint {
                 b = b.with_endpoint(e.clone());
             }
-            b.build()
+            let built = b.build();
+            if system_roots {
+                return built.context(
+                    "the OTLP exporter's settings: over gRPC with TLS and no --otlp-ca-file, the \
+                     collector's certificate is checked against the system's CA certificates \
+                     (install ca-certificates, set SSL_CERT_FILE, or give --otlp-ca-file)",
+                );
+            }
+            built
         }
     };
     exporter.context("the OTLP exporter's settings (--otlp-*, OTEL_EXPORTER_OTLP_*)")
+}
+
+/// Whether gRPC to `url` runs over TLS, by the OTLP exporter spec's rule that
+/// opentelemetry-otlp applies: an `https://` URL, or one with no scheme unless insecure.
+#[cfg(feature = "otlp-grpc")]
+fn grpc_over_tls(url: &str, insecure: bool) -> bool {
+    match url.split_once("://") {
+        Some((scheme, _)) if !scheme.contains(['/', '?', '#']) => {
+            scheme.eq_ignore_ascii_case("https")
+        }
+        _ => !insecure,
+    }
+}
+
+/// `OTEL_EXPORTER_OTLP_METRICS_INSECURE`, else `OTEL_EXPORTER_OTLP_INSECURE`, read as
+/// opentelemetry-otlp reads them.
+#[cfg(feature = "otlp-grpc")]
+fn grpc_insecure() -> bool {
+    std::env::var("OTEL_EXPORTER_OTLP_METRICS_INSECURE")
+        .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_INSECURE"))
+        .is_ok_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+#[cfg(all(test, feature = "otlp-grpc"))]
+mod tests {
+    use super::grpc_over_tls;
+
+    #[test]
+    fn grpc_runs_over_tls_by_the_scheme_or_else_unless_insecure() {
+        assert!(grpc_over_tls("https://collector:4317", true));
+        assert!(grpc_over_tls("HTTPS://collector:4317", false));
+        assert!(!grpc_over_tls("http://collector:4317", false));
+        assert!(!grpc_over_tls("unix:///run/otel.sock", false));
+        assert!(grpc_over_tls("collector:4317", false));
+        assert!(!grpc_over_tls("collector:4317", true));
+        // a "://" after the path starts is no scheme
+        assert!(grpc_over_tls("collector:4317/p://q", false));
+    }
 }
 
 /// The OTLP exporter, counting its failures: one log line when exports start failing,

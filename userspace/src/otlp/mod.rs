@@ -177,7 +177,8 @@ impl OtlpOptions {
         if client_cert.is_some() != client_key.is_some() {
             bail!("--otlp-client-cert and --otlp-client-key go together: give both, or neither");
         }
-        // the flag is a base URL, like OTEL_EXPORTER_OTLP_ENDPOINT: HTTP adds the signal's path
+        // HTTP adds the signal's path to a URL without one (http://collector:4318), as to
+        // OTEL_EXPORTER_OTLP_ENDPOINT; a URL with a path is taken as is
         let endpoint = endpoint.map(|e| match protocol {
             Protocol::HttpProtobuf => {
                 let trimmed = e.trim_end_matches('/');
@@ -204,15 +205,20 @@ impl OtlpOptions {
         }))
     }
 
-    /// Where the metrics go, for the start line.
-    pub fn describe(&self) -> String {
-        let to = self.endpoint.clone().unwrap_or_else(|| {
+    /// The endpoint as given: the flag's, else the environment's.
+    pub(super) fn url(&self) -> String {
+        self.endpoint.clone().unwrap_or_else(|| {
             env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
                 .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
                 .unwrap_or_default()
-        });
+        })
+    }
+
+    /// Where the metrics go, for the start line.
+    pub fn describe(&self) -> String {
         format!(
-            "{to} ({}, every {:?}, {} histograms)",
+            "{} ({}, every {:?}, {} histograms)",
+            self.url(),
             self.protocol.name(),
             self.interval,
             match self.histograms {

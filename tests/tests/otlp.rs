@@ -16,6 +16,7 @@ use hstrace_tests::{
     clients::{curl, drive_mix, s_client},
     daemon::{Daemon, Scrape},
     fixtures::test_pki,
+    hstrace::hstrace_bin,
     otelcol::{Collector, CollectorTls, Export, PointValue},
     servers::Nginx,
 };
@@ -633,4 +634,18 @@ fn otlp_push_over_mutual_tls_http_and_grpc() {
             0.0
         );
     }
+    // gRPC over TLS with no CA file on a host with no CA certificates: refused at start,
+    // saying what to do
+    let out = std::process::Command::new(hstrace_bin())
+        .args(["serve", "--pid", &master, "--listen", "127.0.0.1:0"])
+        .args(["--otlp-endpoint", &grpcs, "--otlp-protocol", "grpc"])
+        .env("SSL_CERT_FILE", "/nonexistent")
+        .env("SSL_CERT_DIR", "/nonexistent")
+        .output()
+        .expect("run hstrace");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("install ca-certificates, set SSL_CERT_FILE"),
+        "{err}"
+    );
 }

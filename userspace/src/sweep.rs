@@ -226,6 +226,7 @@ pub fn sweep(t: &mut Tables, gone: &[u32], idle_timeout: Duration, capacity: u32
                 conn_id: c.conn_id,
                 t_accept: c.t_accept,
                 t_close: now,
+                exchanges: state.exchanges,
                 bytes_in: c.bytes_in,
                 bytes_out: c.bytes_out,
                 ..Default::default()

@@ -2,10 +2,11 @@
 //! printed, started and waited for until it says it is ready, or run to completion.
 
 use std::{
+    collections::HashSet,
     io::{BufRead, BufReader},
     path::PathBuf,
     process::{Child, Command, Stdio},
-    sync::mpsc,
+    sync::{mpsc, OnceLock},
     thread,
     time::{Duration, Instant},
 };
@@ -102,7 +103,7 @@ impl Hstrace {
         let status = self.child.wait().unwrap();
         let lines = self.stdout.take().expect("stopped once").join().unwrap();
         self.stderr_seen.extend(self.stderr.iter());
-        let (closes, records) = lines
+        let (closes, records): (Vec<Value>, Vec<Value>) = lines
             .iter()
             .map(|l| {
                 serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))
@@ -114,6 +115,14 @@ impl Hstrace {
             .find(|l| l.starts_with("{\"record\":\"health\""))
             .map(|l| serde_json::from_str(l).expect("the health line is JSON"))
             .unwrap_or(Value::Null);
+        for line in records.iter().chain(&closes).chain([&health]) {
+            let missing = undocumented(line);
+            assert!(
+                missing.is_empty(),
+                "the trace JSON lines are a contract: docs/trace-records.md does not list \
+                 {missing:?}, written in {line}"
+            );
+        }
         Traced {
             records,
             closes,
@@ -122,6 +131,27 @@ impl Hstrace {
             success: status.success(),
         }
     }
+}
+
+/// The top-level fields of a JSON line that docs/trace-records.md's tables do not name (a
+/// table row's first cell: every `name` in it). The doc is read at build time, so a test
+/// in a VM needs no copy of it.
+fn undocumented(line: &Value) -> Vec<String> {
+    static NAMED: OnceLock<HashSet<String>> = OnceLock::new();
+    let named = NAMED.get_or_init(|| {
+        let doc = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/trace-records.md"
+        ));
+        doc.lines()
+            .filter(|l| l.starts_with("| `"))
+            .filter_map(|l| l.split('|').nth(1))
+            .flat_map(|cell| cell.split('`').skip(1).step_by(2).map(str::to_owned))
+            .collect()
+    });
+    line.as_object()
+        .map(|o| o.keys().filter(|k| !named.contains(*k)).cloned().collect())
+        .unwrap_or_default()
 }
 
 /// A test that fails while hstrace runs stops it: a tracer left running keeps its BPF

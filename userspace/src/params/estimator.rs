@@ -554,9 +554,15 @@ impl Estimator {
                 procs.entry(*pid).or_default().merge(acc);
             }
         }
-        // the window covers whole slots: from the oldest kept slot's start, or the start
-        let covered =
-            (self.slot_len() * SLOTS as u32).min(now.saturating_duration_since(self.start));
+        // what the kept slots cover: from the oldest one's start (`expire` keeps the
+        // current slot and the SLOTS - 1 before it), or from the start, to now
+        let oldest = self.seq(now).saturating_sub(SLOTS as u64 - 1);
+        let oldest_start = Duration::from_nanos(
+            (u128::from(oldest) * self.slot_len().as_nanos()).min(u128::from(u64::MAX)) as u64,
+        );
+        let covered = now
+            .saturating_duration_since(self.start)
+            .saturating_sub(oldest_start);
         let seconds = covered.as_secs_f64();
         let end_ns = wall_now
             .duration_since(UNIX_EPOCH)
@@ -1601,11 +1607,14 @@ mod tests {
             t0 + Duration::from_secs(50),
             &sample("a:1", Kind::Plain, &st, false),
         );
+        // 5 s slots: at 61 s the kept ones start at 5 s, and cover 56 s, not 60
         let p = e.parameters(t0 + Duration::from_secs(61), SystemTime::now());
         assert_eq!(p.servers[0].classes.plain.count, 1);
+        assert_eq!(p.window.as_ref().unwrap().seconds, 56.0);
+        assert_eq!(p.servers[0].classes.plain.rate_per_s, 1.0 / 56.0);
         let p = e.parameters(t0 + Duration::from_secs(200), SystemTime::now());
         assert!(p.servers.is_empty());
-        assert_eq!(p.window.as_ref().unwrap().seconds, 60.0);
+        assert_eq!(p.window.as_ref().unwrap().seconds, 55.0);
         let v: Value = serde_json::from_str(&p.to_json()).unwrap();
         assert_eq!(v["servers"], serde_json::json!([]));
     }

@@ -385,6 +385,21 @@ fn serve_counts_every_connection_and_prometheus_answers_every_panel() {
         without_rates(exported["servers"].clone()),
         without_rates(params["servers"].clone())
     );
+    // and as the table --help's example shows: the server, its connections, its stages
+    let out = Command::new(hstrace_bin())
+        .args(["export", "--from", &daemon.url(), "--format", "table"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tls_server = tls["server"].as_str().unwrap();
+    let heading = format!("\n{tls_server}: {} connections", tls["connections"]);
+    assert!(table.contains(&heading), "{heading:?} in:\n{table}");
+    assert!(table.contains("server_flight_1"), "{table}");
 
     // a real Prometheus scraping both daemons, with the shipped rules loaded
     let targets = [daemon.addr.clone(), second.addr.clone()];

@@ -3,12 +3,12 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 use crate::{
     health::Health,
     http_client,
-    params::{format, Estimator, MAX_SERVERS},
+    params::{format, Estimator, Parameters, MAX_SERVERS},
     signal::stop_signal,
     source::{Options, Source},
 };
@@ -46,16 +46,15 @@ pub async fn traced(opts: Options, duration: Duration, format: ExportFormat) -> 
 
 /// Ask the daemon at `base` (http://HOST:PORT) for its parameters and print them.
 pub fn from_daemon(base: &str, format: ExportFormat) -> Result<()> {
-    let path = match format {
-        ExportFormat::Json => "/api/v1/parameters",
-        ExportFormat::Csv => "/api/v1/parameters?format=csv",
+    let get = |path| http_client::get(base, path, http_client::Server::Daemon);
+    let text = match format {
+        ExportFormat::Json => get("/api/v1/parameters")?,
+        ExportFormat::Csv => get("/api/v1/parameters?format=csv")?,
+        // the daemon's JSON, laid out as --duration's table
         ExportFormat::Table => {
-            bail!("--format table is for --duration: use json or csv with --from")
+            format::table(&Parameters::from_json(&get("/api/v1/parameters")?, base)?)
         }
     };
-    print!(
-        "{}",
-        http_client::get(base, path, http_client::Server::Daemon)?
-    );
+    print!("{text}");
     Ok(())
 }

@@ -419,8 +419,8 @@ enum Command {
         sign_cost: Option<String>,
         /// Processors of the web server: CPUs shared by all requests (processor-sharing),
         /// or nginx workers, each an event loop on its own CPU (event-loop-sim)
-        /// [default: as measured: an event loop's worker processes (at most the host's
-        /// CPUs), the host's CPUs for processes or threads per connection, else 1]
+        /// [default: as measured: an event loop's worker processes (at most the CPUs the
+        /// server may run on), those CPUs for processes or threads per connection, else 1]
         #[arg(long, value_name = "C", allow_negative_numbers = true)]
         servers: Option<i64>,
         /// How the web server shares its CPUs (event-loop: approximate MVA, one loop;
@@ -442,7 +442,8 @@ enum Command {
         overhead: Option<String>,
         /// With event-loop-sim: the worker's CPU each time it goes to sleep in epoll_wait
         /// and is woken, paid by a handler call that finds it asleep (every one at low
-        /// load, few under load) [default: the parameters' measured cpu.per_wait_s, else 0]
+        /// load, few under load) [default: the parameters' measured cpu.per_wait_s where
+        /// the server was at low load, else 0]
         #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
         sleep_cpu: Option<String>,
         /// With event-loop-sim: how long a worker asleep in epoll_wait takes to run after
@@ -472,7 +473,8 @@ enum Command {
             allow_hyphen_values = true
         )]
         cold_start: Option<String>,
-        /// text (a table), json (hstrace.model/v1), csv (a row per curve, N and class)
+        /// text (a table), json (hstrace.model/v1), csv (per curve and N: the whole mix's
+        /// row, class all, then a row per class)
         #[arg(long, value_enum, default_value = "text")]
         format: ModelFormatArg,
         /// Draw response time against users per class to this SVG file

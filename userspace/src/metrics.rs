@@ -480,7 +480,7 @@ impl Metrics {
         );
         r.register(
             "connections_accepted",
-            "Connections the selected servers accepted (reported + in progress + lost)",
+            "Connections the selected servers accepted: each reported, in progress, or lost with a counted cause (docs/accounting.md)",
             m.accepted_conns.clone(),
         );
         r.register(

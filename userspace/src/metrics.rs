@@ -291,7 +291,7 @@ pub(crate) fn pq_offered_label(r: &Record) -> &'static str {
 ///   connection has no handshake stages);
 /// - stage_cpu: the stages whose CPU is read × (kind, group) pairs;
 /// - handshake_duration: 2 kinds × (versions + "none") × 26;
-/// - connections: 4 kinds × 11 network protocols (ten and "none") × (versions + "none") ×
+/// - connections: 4 kinds × 10 network protocols (nine and "none") × (versions + "none") ×
 ///   (ciphers + "none");
 /// - failures: 8 error types × 16 stages;
 /// - tls_handshakes: (max_sni + "other" + "none") × (full: 4 offers + resumed: 3 offers) ×

@@ -19,6 +19,7 @@ use hstrace_tests::{
     hstrace::hstrace_bin,
     otelcol::{Collector, CollectorTls, Export, PointValue},
     servers::Nginx,
+    util::wait_for,
 };
 use serde_json::Value;
 
@@ -614,18 +615,12 @@ fn otlp_push_over_mutual_tls_http_and_grpc() {
     };
     refused(&mut no_client_cert, "hstrace-no-client-cert");
     for name in ["hstrace-system-ca-https", "hstrace-system-ca-grpc"] {
-        let start = Instant::now();
-        while !collector
-            .last_export(name)
-            .is_some_and(|e| e.total("hstrace.connections") == n as f64)
-        {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "{name}: no export with the {n} connections: {:?}",
-                collector.last_export(name)
-            );
-            thread::sleep(Duration::from_millis(300));
-        }
+        let what = format!("{name}'s export with the {n} connections");
+        wait_for(&what, Duration::from_secs(20), || {
+            collector
+                .last_export(name)
+                .is_some_and(|e| e.total("hstrace.connections") == n as f64)
+        });
     }
     refused(&mut wrong_ca_file, "hstrace-other-ca-file");
     for d in [&over_http, &over_grpc, &system_https, &system_grpc] {

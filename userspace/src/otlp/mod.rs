@@ -125,6 +125,11 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
+/// The endpoint the environment gives: the metrics signal's, else the base one.
+fn env_endpoint() -> Option<String> {
+    env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+}
+
 /// A duration in milliseconds from the first of `names` that is set (the OTel spec's unit).
 fn env_ms(names: &[&str]) -> Result<Option<Duration>> {
     for name in names {
@@ -151,10 +156,7 @@ impl OtlpOptions {
         client_cert: Option<PathBuf>,
         client_key: Option<PathBuf>,
     ) -> Result<Option<OtlpOptions>> {
-        let from_env = env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-            .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
-            .is_some();
-        if endpoint.is_none() && !from_env {
+        if endpoint.is_none() && env_endpoint().is_none() {
             return Ok(None);
         }
         let protocol = match protocol
@@ -207,11 +209,10 @@ impl OtlpOptions {
 
     /// The endpoint as given: the flag's, else the environment's.
     pub(super) fn url(&self) -> String {
-        self.endpoint.clone().unwrap_or_else(|| {
-            env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-                .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
-                .unwrap_or_default()
-        })
+        self.endpoint
+            .clone()
+            .or_else(env_endpoint)
+            .unwrap_or_default()
     }
 
     /// Where the metrics go, for the start line.

@@ -554,15 +554,12 @@ impl Estimator {
                 procs.entry(*pid).or_default().merge(acc);
             }
         }
-        // what the kept slots cover: from the oldest one's start (`expire` keeps the
-        // current slot and the SLOTS - 1 before it), or from the start, to now
-        let oldest = self.seq(now).saturating_sub(SLOTS as u64 - 1);
-        let oldest_start = Duration::from_nanos(
-            (u128::from(oldest) * self.slot_len().as_nanos()).min(u128::from(u64::MAX)) as u64,
-        );
-        let covered = now
-            .saturating_duration_since(self.start)
-            .saturating_sub(oldest_start);
+        // what the kept slots cover (`expire` keeps the current slot and the SLOTS - 1
+        // before it): the whole ones before the current, and the current one so far
+        let slot = self.slot_len();
+        let whole = self.seq(now).min(SLOTS as u64 - 1) as u32;
+        let into_current = now.saturating_duration_since(self.start).as_nanos() % slot.as_nanos();
+        let covered = slot * whole + Duration::from_nanos(into_current as u64);
         let seconds = covered.as_secs_f64();
         let end_ns = wall_now
             .duration_since(UNIX_EPOCH)
